@@ -1,0 +1,31 @@
+// examples/zeppelin/commands.hpp
+// The subcommands of the `zeppelin` tool. Each lives in its own .cpp and registers itself
+// with ZEPPELIN_TOOL_COMMAND(order, function); main.cpp adds them to the CLI11 app in
+// `order`. A subcommand prints its result to stdout; on error it throws, and main prints
+// the message to stderr and exits with status 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <vector>
+
+namespace zeppelin_tool {
+
+struct command_registration {
+  int order;                     //!< position in `zeppelin --help`
+  void (*add)(CLI::App& app);    //!< adds the subcommand and its callback
+};
+
+inline std::vector<command_registration>& command_registry() {
+  static std::vector<command_registration> registry;
+  return registry;
+}
+
+//! The subcommand `zeppelin` runs when given no arguments (the main job).
+inline constexpr const char* default_command = "simulate";
+
+}  // namespace zeppelin_tool
+
+#define ZEPPELIN_TOOL_COMMAND(order, function)                                      \
+  [[maybe_unused]] static const bool zeppelin_tool_registered_##function =          \
+      (::zeppelin_tool::command_registry().push_back({(order), &(function)}), true)

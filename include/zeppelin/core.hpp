@@ -1,0 +1,16 @@
+// zeppelin/core.hpp
+// All of core/: vocabulary types. nvcc-safe.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/fingerprint.hpp>
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/core/validate.hpp>

@@ -1,0 +1,8 @@
+// zeppelin/zeppelin.hpp
+// Umbrella header of the host library: every public host header. Host-only (it includes
+// planning headers that use range-v3): include it from .cpp files, not from .cu files.
+#pragma once
+
+#include <zeppelin/core.hpp>
+#include <zeppelin/cost.hpp>
+#include <zeppelin/data.hpp>
