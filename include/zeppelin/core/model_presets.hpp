@@ -5,6 +5,10 @@
 
 #include <zeppelin/core/model.hpp>
 
+#include <string>
+#include <string_view>
+#include <vector>
+
 ZEPPELIN_NAMESPACE_BEGIN
 
 namespace models {
@@ -34,5 +38,27 @@ inline model_config gpt_7b() { return {"gpt-7b", 32, 4096, 32, 32, 128, 16384, 5
 inline model_config gpt_13b() { return {"gpt-13b", 40, 5120, 40, 40, 128, 20480, 50257, false, 0, 0, 2}; }
 inline model_config gpt_30b() { return {"gpt-30b", 48, 7168, 56, 56, 128, 28672, 50257, false, 0, 0, 2}; }
 }  // namespace models
+
+//! Every preset, in a fixed order (model_by_name() searches it).
+inline std::vector<model_config> model_presets() {
+  using namespace models;
+  return {llama_550m(), llama_3b(), llama_7b(), llama_13b(), llama_30b(), llama_70b(), moe_8x550m(), llama3_8b(),
+          gpt_7b(), gpt_13b(), gpt_30b()};
+}
+
+//! A preset by name: its full name ("llama-7b", "moe-8x550m") or the size alone for the
+//! LLaMA presets ("3b", "7b", "13b", "30b", "70b", "550m", "8x550m"). Throws invalid_argument
+//! listing the valid names for an unknown one.
+inline model_config model_by_name(std::string_view name) {
+  const std::string full = name == "8x550m" ? std::string("moe-8x550m")
+                           : name.find('-') == std::string_view::npos ? "llama-" + std::string(name)
+                                                                      : std::string(name);
+  std::string valid;
+  for (auto& m : model_presets()) {
+    if (m.name == full) return m;
+    valid += (valid.empty() ? "" : ", ") + m.name;
+  }
+  ZEPPELIN_THROW(invalid_argument, "unknown model '" + std::string(name) + "' (valid: " + valid + ")", {});
+}
 
 ZEPPELIN_NAMESPACE_END

@@ -6,6 +6,10 @@
 
 #include <zeppelin/core/topology.hpp>
 
+#include <array>
+#include <string>
+#include <string_view>
+
 ZEPPELIN_NAMESPACE_BEGIN
 
 namespace gpus {
@@ -60,5 +64,19 @@ inline topology hydraulis_a800_ib(int nodes) {
                    links::nic_400g(), gpus::a800_80g()});
 }
 }  // namespace clusters
+
+//! The preset names cluster_by_name() accepts.
+inline constexpr std::array<std::string_view, 5> cluster_names{"a", "b", "c", "wlb", "hydraulis"};
+
+//! A preset by short name ("a", "b", "c", "wlb", "hydraulis"; case-sensitive) with `nodes`
+//! nodes. Throws invalid_argument naming the valid names for an unknown one.
+inline topology cluster_by_name(std::string_view name, int nodes) {
+  if (name == "a") return clusters::cluster_a(nodes);
+  if (name == "b") return clusters::cluster_b(nodes);
+  if (name == "c") return clusters::cluster_c(nodes);
+  if (name == "wlb") return clusters::wlb_h100_roce(nodes);
+  if (name == "hydraulis") return clusters::hydraulis_a800_ib(nodes);
+  ZEPPELIN_THROW(invalid_argument, "unknown cluster '" + std::string(name) + "' (valid: a, b, c, wlb, hydraulis)", {});
+}
 
 ZEPPELIN_NAMESPACE_END

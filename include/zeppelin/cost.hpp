@@ -1,0 +1,14 @@
+// zeppelin/cost.hpp
+// All of cost/: causal pair counts, attention and linear FLOPs, achieved-throughput tables,
+// attention / GEMM time models, transfer sizes and the link model. nvcc-safe.
+#pragma once
+
+#include <zeppelin/cost/attention_flops.hpp>
+#include <zeppelin/cost/attention_time_model.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/link_model.hpp>
+#include <zeppelin/cost/step_work.hpp>
+#include <zeppelin/cost/linear_flops.hpp>
+#include <zeppelin/cost/linear_time_model.hpp>
+#include <zeppelin/cost/throughput_table.hpp>
+#include <zeppelin/cost/transfer_bytes.hpp>
