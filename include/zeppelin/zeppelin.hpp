@@ -6,3 +6,4 @@
 #include <zeppelin/core.hpp>
 #include <zeppelin/cost.hpp>
 #include <zeppelin/data.hpp>
+#include <zeppelin/schedule.hpp>

@@ -1,0 +1,301 @@
+// zeppelin/schedule/ring_schedule.hpp
+// The rounds of ring attention for ONE ring group of a plan (Zeppelin 3.2, TE CP "P2P").
+// In : a plan (the partitioner's layout is the source of truth), the batch, a group g and a
+//      micro-batch. Position p of the ring is rank groups[g].ranks[p]; its "group buffer" is
+//      the concatenation, in placement order, of its shards of group g (one sequence cut into
+//      zigzag chunks, or the chunks of several sequences as in TE's global ring).
+// Out: plain data: per position the buffer layout, G forward rounds, G backward rounds and
+//      the final dK/dV return step. Masks are derived from token positions, never assumed:
+//      the union over all rounds and blocks of the computed (q, k) pairs is exactly the
+//      causal pairs of every sequence of the group, each once, for ANY layout that tiles the
+//      sequences (zigzag with uneven chunks, contiguous slices, ...).
+//
+// Forward round k = 0..G-1, position r:
+//   holds the KV buffer of origin o = (r - k) mod G (its own at k = 0);
+//   computes its queries x that KV (blocks below), partial O/LSE merged by the executor;
+//   when k < G-1 sends KV(o) to (r + 1) mod G and receives KV((r - k - 1) mod G) from
+//   (r - 1) mod G, overlapped with the compute (post both in one NCCL group).
+//   For zigzag this reproduces TE's table: k = 0 causal on the local chunks, 1 <= k <= r
+//   "lower" (Q_local x head chunk of the KV, full), k > r "upper" (tail chunk of Q x KV, full).
+// Backward round k = 0..G-1, position r (the reversed ring, as TE does it):
+//   holds KV of origin o = (r + k) mod G and the partial dK/dV accumulator of o;
+//   recomputes the blocks of forward round (G - k) mod G (same blocks, same masks) with the
+//   GLOBAL O, dO and LSE; dQ accumulates locally, block dK/dV are added into dKV(o);
+//   when k < G-1 sends KV(o) to (r - 1) mod G and receives KV((r + k + 1) mod G) from (r + 1);
+//   when k >= 1 sends dKV((r + k - 1) mod G) (finished last round) to (r - 1) and receives
+//   the partial dKV(o) from (r + 1) before adding into it (k = 0 starts it from zero at home).
+// Return step (after round G-1): send dKV((r + G - 1) mod G) to (r - 1), receive the complete
+//   dKV(r) from (r + 1): every dK/dV is home. G = 1 has no communication at all.
+// Blocks: for a query shard Q and a key shard K of the same sequence with overlap
+// I = Q n K: full([I.begin, Q.end) x [K.begin, I.begin)), causal(I x I) (square, so any kernel
+// alignment - top-left, bottom-right, absolute - is exact), full([I.end, Q.end) x I); without
+// overlap full(Q x K) when K precedes Q, nothing otherwise. Empty blocks are left out.
+// Sizes are in tokens: the caller multiplies by the KV (or dKV) bytes per token.
+// Host-only builder (std::vector); no range-v3, so nvcc compiles it in host code.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/schedule/block_mask.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! One shard in a position's group buffer.
+struct group_shard {
+  sequence_index seq = 0;
+  token_range range{};     //!< positions inside the sequence
+  std::int32_t shard = 0;  //!< index into plan.placements[rank].shards
+  token_count row = 0;     //!< first row of the shard in the group buffer
+  friend constexpr bool operator==(const group_shard&, const group_shard&) = default;
+};
+
+//! One attention block: queries q of the rank x keys k of the KV buffer it holds, one sequence.
+struct attention_block {
+  sequence_index seq = 0;
+  token_range q{};                      //!< query positions (on the computing rank)
+  token_range k{};                      //!< key positions (in the KV buffer held this round)
+  block_mask mask = block_mask::none;   //!< causal (then q == k) or full; never none
+  token_count q_row = 0;                //!< first query row in the computing rank's group buffer
+  token_count kv_row = 0;               //!< first key row in the held KV buffer (origin's group buffer)
+  friend constexpr bool operator==(const attention_block&, const attention_block&) = default;
+};
+
+//! One point-to-point transfer of a ring round; peer == -1 means "no transfer".
+struct ring_transfer {
+  rank_index peer = -1;      //!< destination (send) or source (receive) rank
+  std::int32_t origin = -1;  //!< ring position whose KV (or dKV) the buffer belongs to
+  token_count tokens = 0;    //!< tokens moved
+  [[nodiscard]] constexpr bool active() const noexcept { return peer >= 0; }
+  friend constexpr bool operator==(const ring_transfer&, const ring_transfer&) = default;
+};
+
+//! What ring position `position` does in one forward round.
+struct forward_step {
+  std::int32_t position = 0;
+  rank_index rank = 0;
+  std::int32_t kv_origin = 0;  //!< position whose KV is held (and computed with) this round
+  ring_transfer send_kv{};     //!< KV(kv_origin) -> next rank (none in the last round)
+  ring_transfer recv_kv{};     //!< KV for the next round <- previous rank
+  std::vector<attention_block> blocks;
+  friend bool operator==(const forward_step&, const forward_step&) = default;
+};
+
+//! What ring position `position` does in one backward round (reversed ring).
+struct backward_step {
+  std::int32_t position = 0;
+  rank_index rank = 0;
+  std::int32_t kv_origin = 0;  //!< position whose KV and dK/dV accumulator are held this round
+  ring_transfer send_kv{};     //!< KV(kv_origin) -> previous rank (none in the last round)
+  ring_transfer recv_kv{};     //!< KV for the next round <- next rank
+  ring_transfer send_dkv{};    //!< dKV finished last round -> previous rank (none in round 0)
+  ring_transfer recv_dkv{};    //!< partial dKV(kv_origin) <- next rank (none in round 0)
+  std::vector<attention_block> blocks;  //!< the blocks of forward round (G - k) mod G
+  friend bool operator==(const backward_step&, const backward_step&) = default;
+};
+
+//! The final backward transfer of one position: the last accumulator goes home.
+struct dkv_return {
+  std::int32_t position = 0;
+  rank_index rank = 0;
+  ring_transfer send_dkv{};  //!< dKV((position + G - 1) mod G) -> previous rank
+  ring_transfer recv_dkv{};  //!< the complete dKV(position) <- next rank
+  friend constexpr bool operator==(const dkv_return&, const dkv_return&) = default;
+};
+
+//! The whole schedule of one ring group. Indexing: forward[k][p], backward[k][p], layout[p].
+struct ring_schedule {
+  group_index group = no_group;
+  zone_kind zone = zone_kind::local;
+  std::int32_t micro_batch = 0;
+  std::vector<rank_index> ranks;                   //!< ring order (position -> rank)
+  std::vector<std::vector<group_shard>> layout;    //!< per position: its group buffer
+  std::vector<token_count> buffer_tokens;          //!< per position: rows of its group buffer
+  std::vector<std::vector<forward_step>> forward;  //!< G rounds
+  std::vector<std::vector<backward_step>> backward;  //!< G rounds
+  std::vector<dkv_return> dkv_home;                //!< per position (all inactive when G == 1)
+
+  [[nodiscard]] std::int32_t size() const noexcept { return static_cast<std::int32_t>(ranks.size()); }
+  [[nodiscard]] std::int32_t rounds() const noexcept { return static_cast<std::int32_t>(forward.size()); }
+  friend bool operator==(const ring_schedule&, const ring_schedule&) = default;
+};
+
+//! Blocks of the causal attention of query shard `q` against key shard `k` of one sequence,
+//! appended to `out` in the order full-before, diagonal, full-after (see the file comment).
+//! Returns the causal pairs the appended blocks cover (== causal_pairs(q.range, k.range)).
+inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, std::vector<attention_block>& out) {
+  if (q.seq != k.seq || q.range.empty() || k.range.empty()) return 0;
+  std::int64_t pairs = 0;
+  auto emit = [&](token_range qr, token_range kr, block_mask m) {
+    if (qr.empty() || kr.empty()) return;
+    out.push_back({q.seq, qr, kr, m, q.row + (qr.begin - q.range.begin), k.row + (kr.begin - k.range.begin)});
+    pairs += block_pairs(qr, kr, m);
+  };
+  const token_range i{std::max(q.range.begin, k.range.begin), std::min(q.range.end, k.range.end)};
+  if (i.empty()) {
+    if (k.range.end <= q.range.begin) emit(q.range, k.range, block_mask::full);
+    return pairs;
+  }
+  emit({i.begin, q.range.end}, {k.range.begin, i.begin}, block_mask::full);
+  emit(i, i, classify_block(i, i));
+  emit({i.end, q.range.end}, i, block_mask::full);
+  return pairs;
+}
+
+//! The schedule of ring group `g` of `p` for the shards of micro-batch `micro_batch`.
+//! Throws invalid_argument when g is not a group of p, a group rank is out of range or repeated,
+//! a shard of g sits on a rank outside g or outside its sequence, or the group's shards of a
+//! sequence do not tile [0, length) exactly (the exact-cover guarantee needs a tiling).
+//! Cost: O(G * (S + B)) for S group shards and B emitted blocks.
+[[nodiscard]] inline ring_schedule make_ring_schedule(const plan& p, const batch& b, group_index g,
+                                                      std::int32_t micro_batch = 0) {
+  using std::size_t;
+  ZEPPELIN_EXPECTS(g >= 0 && g < static_cast<group_index>(p.groups.size()), "ring schedule: no such group",
+                   {{"group", static_cast<double>(g)}, {"groups", static_cast<double>(p.groups.size())}});
+  const ring_group& grp = p.groups[static_cast<size_t>(g)];
+  const auto G = static_cast<std::int32_t>(grp.ranks.size());
+  ZEPPELIN_EXPECTS(G >= 1, "ring schedule: the group has no ranks", {{"group", static_cast<double>(g)}});
+
+  // position of every rank in the ring (-1: not in the group)
+  std::vector<std::int32_t> position_of(static_cast<size_t>(p.num_ranks()), -1);
+  for (std::int32_t pos = 0; pos < G; ++pos) {
+    const rank_index r = grp.ranks[static_cast<size_t>(pos)];
+    ZEPPELIN_EXPECTS(r >= 0 && r < p.num_ranks() && position_of[static_cast<size_t>(r)] < 0,
+                     "ring schedule: group rank out of range or repeated",
+                     {{"group", static_cast<double>(g)}, {"rank", static_cast<double>(r)}, {"ranks", static_cast<double>(p.num_ranks())}});
+    position_of[static_cast<size_t>(r)] = pos;
+  }
+
+  ring_schedule s;
+  s.group = g;
+  s.zone = grp.zone;
+  s.micro_batch = micro_batch;
+  s.ranks = grp.ranks;
+  s.layout.resize(static_cast<size_t>(G));
+  s.buffer_tokens.assign(static_cast<size_t>(G), 0);
+
+  struct piece {
+    sequence_index seq;
+    token_range range;
+  };
+  std::vector<piece> pieces;
+  for (rank_index r = 0; r < p.num_ranks(); ++r) {
+    const auto& shards = p.placements[static_cast<size_t>(r)].shards;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const shard& sh = shards[i];
+      if (sh.group != g || sh.micro_batch != micro_batch) continue;
+      const std::int32_t pos = position_of[static_cast<size_t>(r)];
+      ZEPPELIN_EXPECTS(pos >= 0, "ring schedule: a shard of the group sits on a rank outside it",
+                       {{"group", static_cast<double>(g)}, {"rank", static_cast<double>(r)}, {"seq", static_cast<double>(sh.seq)}});
+      ZEPPELIN_EXPECTS(sh.seq >= 0 && sh.seq < b.size() && sh.range.begin >= 0 && sh.range.begin < sh.range.end &&
+                           sh.range.end <= b.length(sh.seq),
+                       "ring schedule: shard outside its sequence",
+                       {{"rank", static_cast<double>(r)}, {"seq", static_cast<double>(sh.seq)},
+                        {"begin", static_cast<double>(sh.range.begin)}, {"end", static_cast<double>(sh.range.end)}});
+      auto& row = s.buffer_tokens[static_cast<size_t>(pos)];
+      s.layout[static_cast<size_t>(pos)].push_back({sh.seq, sh.range, static_cast<std::int32_t>(i), row});
+      row += sh.range.size();
+      pieces.push_back({sh.seq, sh.range});
+    }
+  }
+
+  // the group's shards of each sequence must tile [0, length)
+  std::sort(pieces.begin(), pieces.end(), [](const piece& x, const piece& y) {
+    return x.seq != y.seq ? x.seq < y.seq : x.range.begin < y.range.begin;
+  });
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const bool first = i == 0 || pieces[i - 1].seq != pieces[i].seq;
+    const token_count expected = first ? 0 : pieces[i - 1].range.end;
+    ZEPPELIN_EXPECTS(pieces[i].range.begin == expected, "ring schedule: the group's shards do not tile the sequence",
+                     {{"seq", static_cast<double>(pieces[i].seq)}, {"expected_begin", static_cast<double>(expected)},
+                      {"begin", static_cast<double>(pieces[i].range.begin)}});
+    const bool last = i + 1 == pieces.size() || pieces[i + 1].seq != pieces[i].seq;
+    ZEPPELIN_EXPECTS(!last || pieces[i].range.end == b.length(pieces[i].seq),
+                     "ring schedule: the group's shards do not tile the sequence",
+                     {{"seq", static_cast<double>(pieces[i].seq)}, {"covered_end", static_cast<double>(pieces[i].range.end)},
+                      {"length", static_cast<double>(b.length(pieces[i].seq))}});
+  }
+
+  const auto wrap = [G](std::int32_t x) { return ((x % G) + G) % G; };
+  const auto rank_at = [&](std::int32_t pos) { return grp.ranks[static_cast<size_t>(wrap(pos))]; };
+  const auto tokens_of = [&](std::int32_t pos) { return s.buffer_tokens[static_cast<size_t>(wrap(pos))]; };
+  const auto blocks_of = [&](std::int32_t q_pos, std::int32_t kv_pos) {
+    std::vector<attention_block> out;
+    for (const group_shard& q : s.layout[static_cast<size_t>(q_pos)])
+      for (const group_shard& k : s.layout[static_cast<size_t>(kv_pos)]) append_blocks(q, k, out);
+    return out;
+  };
+  const auto transfer = [&](std::int32_t peer_pos, std::int32_t origin) {
+    return ring_transfer{rank_at(peer_pos), wrap(origin), tokens_of(origin)};
+  };
+
+  s.forward.resize(static_cast<size_t>(G));
+  for (std::int32_t k = 0; k < G; ++k) {
+    auto& round = s.forward[static_cast<size_t>(k)];
+    round.reserve(static_cast<size_t>(G));
+    for (std::int32_t r = 0; r < G; ++r) {
+      forward_step st;
+      st.position = r;
+      st.rank = rank_at(r);
+      st.kv_origin = wrap(r - k);
+      if (k + 1 < G) {
+        st.send_kv = transfer(r + 1, r - k);
+        st.recv_kv = transfer(r - 1, r - k - 1);
+      }
+      st.blocks = blocks_of(r, st.kv_origin);
+      round.push_back(std::move(st));
+    }
+  }
+
+  s.backward.resize(static_cast<size_t>(G));
+  for (std::int32_t k = 0; k < G; ++k) {
+    auto& round = s.backward[static_cast<size_t>(k)];
+    round.reserve(static_cast<size_t>(G));
+    for (std::int32_t r = 0; r < G; ++r) {
+      backward_step st;
+      st.position = r;
+      st.rank = rank_at(r);
+      st.kv_origin = wrap(r + k);
+      if (k + 1 < G) {
+        st.send_kv = transfer(r - 1, r + k);
+        st.recv_kv = transfer(r + 1, r + k + 1);
+      }
+      if (k >= 1) {
+        st.send_dkv = transfer(r - 1, r + k - 1);
+        st.recv_dkv = transfer(r + 1, r + k);
+      }
+      // forward round (G - k) mod G on position r held the same origin: reuse its blocks
+      st.blocks = s.forward[static_cast<size_t>(wrap(G - k))][static_cast<size_t>(r)].blocks;
+      round.push_back(std::move(st));
+    }
+  }
+
+  s.dkv_home.resize(static_cast<size_t>(G));
+  for (std::int32_t r = 0; r < G; ++r) {
+    dkv_return& h = s.dkv_home[static_cast<size_t>(r)];
+    h.position = r;
+    h.rank = rank_at(r);
+    if (G > 1) {
+      h.send_dkv = transfer(r - 1, r + G - 1);
+      h.recv_dkv = transfer(r + 1, r);
+    }
+  }
+  return s;
+}
+
+//! Causal pairs one step computes (sum of block_pairs over its blocks).
+template <class Step>
+[[nodiscard]] std::int64_t step_pairs(const Step& step) noexcept {
+  std::int64_t n = 0;
+  for (const attention_block& blk : step.blocks) n += block_pairs(blk.q, blk.k, blk.mask);
+  return n;
+}
+
+ZEPPELIN_NAMESPACE_END

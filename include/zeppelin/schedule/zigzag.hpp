@@ -1,0 +1,81 @@
+// zeppelin/schedule/zigzag.hpp
+// Zigzag split of one sequence over a ring group (Zeppelin 3.2, TE context parallelism).
+//   in : a sequence length L >= 1, a ring of G >= 1 ranks, a rank position 0 <= i < G
+//   out: 2G near-equal chunks (sizes q = floor(L / 2G) or q + 1, no padding, any L);
+//        position i owns chunk i ("head") and chunk 2G-1-i ("tail").
+// When 2G divides L this is exactly TE's layout (chunks of L/(2G) tokens, see the index map
+// in reference-behaviour.md). Chunks are empty when L < 2G.
+//
+// Remainder rule. With L = q n + s (n chunks, 0 <= s < n) the s chunks of q + 1 tokens are
+// the FIRST s chunks when 2s <= n, else the LAST s chunks (equivalently: the n - s short
+// chunks come first). Why: an extra token in chunk c adds ~q causal pairs to every later
+// chunk and ~(c+1) q to its own, so an extra at the front shifts every position evenly while
+// an extra at the back lands on one rank (~L pairs). For a zigzag of G positions, with
+// pairs(i) = causal pairs of the queries position i holds against all earlier keys and
+// m = min(s, 2G - s):
+//   spread = max_i pairs(i) - min_i pairs(i) <= (m - 1)(2q + 1) + 1   (0 when m == 0),
+// proved by summing the two chunks in closed form (s <= G: positions i < s get
+// C + i (2q + 1), positions i >= s get C + q (s - 1) - 1; s > G mirrors it with n - s short
+// chunks). Among ALL near-equal splits it is optimal (exhaustive search for G <= 5, every
+// L < 200 and random L < 1e5; tests/schedule/zigzag_test.cpp repeats it for G <= 4).
+// The plain floor(c L / n) rule puts the extras at the back: its spread reaches ~L already
+// for s = 1 (L = 2Gq + 1 gives 2Gq + 1), the new rule gives 1 there.
+// nvcc-safe: ZEPPELIN_HOST_DEVICE constexpr; the checked wrapper is host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/types.hpp>
+
+#include <cstdint>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! Start of chunk c (0 <= c <= chunks; c == chunks gives `length`) of the near-equal split used by chunk_range.
+ZEPPELIN_HOST_DEVICE constexpr token_count chunk_boundary(token_count length, std::int32_t chunks, std::int32_t c) noexcept {
+  const token_count n = chunks, q = length / n, s = length % n, x = c;
+  const token_count extra = 2 * s <= n ? (x < s ? x : s) : (x > n - s ? x - (n - s) : 0);
+  return x * q + extra;
+}
+
+//! Boundaries of chunk c of a sequence of `length` tokens cut into `chunks` near-equal chunks: [b(c), b(c+1));
+//! sizes are floor(length / chunks) or one more, the longer chunks first when the remainder s <= chunks / 2 and
+//! last otherwise (the causally best placement for zigzag, see the file comment); any length >= 1, chunks >= 1
+//! (empty chunks when length < chunks).
+ZEPPELIN_HOST_DEVICE constexpr token_range chunk_range(token_count length, std::int32_t chunks, std::int32_t c) noexcept {
+  return token_range{chunk_boundary(length, chunks, c), chunk_boundary(length, chunks, c + 1)};
+}
+
+//! The two chunks rank position i (0 <= i < G) of a ring of G ranks owns under zigzag: chunk i and chunk 2G-1-i of 2G chunks.
+struct zigzag_pair {
+  token_range head, tail;
+  friend constexpr bool operator==(const zigzag_pair&, const zigzag_pair&) = default;
+};
+
+//! Zigzag chunks of ring position `position` of a group of `group_size` ranks (no range checks; see
+//! zigzag_chunks_checked). head precedes tail; they touch (head.end == tail.begin) only at position G-1.
+ZEPPELIN_HOST_DEVICE constexpr zigzag_pair zigzag_chunks(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
+  const std::int32_t chunks = 2 * group_size;
+  return zigzag_pair{chunk_range(length, chunks, position), chunk_range(length, chunks, chunks - 1 - position)};
+}
+
+//! The proven bound on max_i pairs(i) - min_i pairs(i) over the G positions of a zigzag split of `length`
+//! tokens (pairs(i) = causal pairs of position i's queries): (m - 1)(2q + 1) + 1 with q = floor(L / 2G),
+//! m = min(s, 2G - s), s = L mod 2G; 0 when 2G divides L.
+ZEPPELIN_HOST_DEVICE constexpr std::int64_t zigzag_imbalance_bound(token_count length, std::int32_t group_size) noexcept {
+  const token_count n = 2 * token_count{group_size}, q = length / n, s = length % n;
+  const token_count m = s < n - s ? s : n - s;
+  return m == 0 ? 0 : (m - 1) * (2 * q + 1) + 1;
+}
+
+//! zigzag_chunks with its preconditions checked: length >= 1, group_size >= 1, 0 <= position < group_size.
+//! Throws invalid_argument with the offending numbers. Host only.
+inline zigzag_pair zigzag_chunks_checked(token_count length, std::int32_t group_size, std::int32_t position) {
+  ZEPPELIN_EXPECTS(length >= 1, "zigzag: sequence length must be positive", {{"length", static_cast<double>(length)}});
+  ZEPPELIN_EXPECTS(group_size >= 1, "zigzag: group size must be positive", {{"group_size", static_cast<double>(group_size)}});
+  ZEPPELIN_EXPECTS(position >= 0 && position < group_size, "zigzag: position outside the ring",
+                   {{"position", static_cast<double>(position)}, {"group_size", static_cast<double>(group_size)}});
+  return zigzag_chunks(length, group_size, position);
+}
+
+ZEPPELIN_NAMESPACE_END
