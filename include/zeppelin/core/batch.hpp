@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -72,7 +73,7 @@ class batch {
   //! invalid_argument if the total does not fit.
   template <class Int>
   [[nodiscard]] std::vector<Int> cu_seqlens_as() const {
-    ZEPPELIN_EXPECTS(total_tokens() <= static_cast<token_count>(std::numeric_limits<Int>::max()),
+    ZEPPELIN_EXPECTS(std::cmp_less_equal(total_tokens(), std::numeric_limits<Int>::max()),
                      "the token total does not fit the offset type", {{"total_tokens", static_cast<double>(total_tokens())}});
     return std::vector<Int>(cu_seqlens_.begin(), cu_seqlens_.end());
   }

@@ -42,7 +42,8 @@ inline void validate(const model_config& m) {
                    "model dimensions must be positive",
                    {{"layers", double(m.layers)}, {"hidden", double(m.hidden)}, {"heads", double(m.heads)},
                     {"kv_heads", double(m.kv_heads)}, {"head_dim", double(m.head_dim)},
-                    {"ffn_hidden", double(m.ffn_hidden)}, {"vocab", double(m.vocab)}});
+                    {"ffn_hidden", double(m.ffn_hidden)}, {"vocab", double(m.vocab)},
+                    {"bytes_per_element", double(m.bytes_per_element)}});
   ZEPPELIN_EXPECTS(m.heads % m.kv_heads == 0, "kv_heads must divide heads (GQA)",
                    {{"heads", double(m.heads)}, {"kv_heads", double(m.kv_heads)}});
   if (m.is_moe())

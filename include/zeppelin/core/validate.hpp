@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -130,7 +131,10 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
                 {"length", s.seq >= 0 && s.seq < b.size() ? num(b.length(s.seq)) : -1.0}, {"micro_batch", num(s.micro_batch)}});
         continue;
       }
-      per_micro_batch[s.micro_batch] += s.range.size();
+      // Saturating: a malformed plan may repeat huge shards; the sum must not overflow.
+      token_count& held = per_micro_batch[s.micro_batch];
+      held = held > std::numeric_limits<token_count>::max() - s.range.size() ? std::numeric_limits<token_count>::max()
+                                                                              : held + s.range.size();
       if (s.group != no_group) {
         if (s.group < 0 || s.group >= ngroups)
           report(violation_kind::group_unknown, "shard names a group that does not exist", {{"rank", num(r)}, {"seq", num(s.seq)}, {"group", num(s.group)}});
