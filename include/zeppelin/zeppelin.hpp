@@ -6,4 +6,5 @@
 #include <zeppelin/core.hpp>
 #include <zeppelin/cost.hpp>
 #include <zeppelin/data.hpp>
+#include <zeppelin/partition.hpp>
 #include <zeppelin/schedule.hpp>

@@ -1,0 +1,141 @@
+// examples/zeppelin/plan.cpp
+// `zeppelin plan`: partition one batch of sequence lengths over a cluster and print the plan.
+// In:  --method hierarchical|even_split|allgather|hybrid_dp|per_document, --lengths FILE (one
+//      length per line, data/length_file.hpp), --nodes N, --gpus-per-node P, --capacity L
+//      (tokens per GPU per micro-batch); optional --metric tokens|attention|cost_model (the
+//      hierarchical load metric), --cp-size C (allgather / per_document CP group size, 0 = all).
+// Out: --json prints
+//        {"method", "topology":{"nodes","gpus_per_node"}, "capacity", "micro_batches",
+//         "ranks":[{"rank","node","shards":[{"seq","begin","end","group","micro_batch"}]}],
+//         "groups":[{"id","zone":"local|intra|inter","ranks":[...]}], "notes":[...]}
+//      (seq indexes the lengths file; "group" is null for a sequence held by one rank);
+//      otherwise a per-rank summary: tokens, causal pairs, tokens per zone, cross-node KV
+//      tokens sent per forward pass (partition/plan_stats.hpp), then the totals and notes.
+// Errors (bad file, infeasible batch) go to stderr with exit status 1 (main.cpp).
+//   zeppelin plan --method hierarchical --lengths batch.txt --nodes 4 --gpus-per-node 8 --capacity 4608
+#include "commands.hpp"
+
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/core/validate.hpp>
+#include <zeppelin/data/length_file.hpp>
+#include <zeppelin/partition.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+namespace zeppelin_tool {
+namespace {
+
+struct plan_arguments {
+  std::string method;
+  std::string lengths_file;
+  int nodes = 1;
+  int gpus_per_node = 8;
+  zeppelin::token_count capacity = 4096;
+  std::string metric = "tokens";
+  std::int32_t cp_size = 0;
+  bool json = false;
+};
+
+zeppelin::plan make_plan(const plan_arguments& a, const zeppelin::batch& b, const zeppelin::topology& t) {
+  using namespace zeppelin;
+  if (a.method == "hierarchical") {
+    if (a.metric == "tokens") return hierarchical<token_metric>{.capacity = a.capacity}.partition(b, t);
+    if (a.metric == "attention") return hierarchical<attention_cost_metric>{.capacity = a.capacity}.partition(b, t);
+    cost_model_metric<> m{.model = attention_time_model::for_gpu(t.gpu())};
+    return hierarchical<cost_model_metric<>>{.capacity = a.capacity, .metric = m}.partition(b, t);
+  }
+  if (a.method == "even_split") return even_split{.capacity = a.capacity}.partition(b, t);
+  if (a.method == "allgather") return allgather{.capacity = a.capacity, .cp_size = a.cp_size}.partition(b, t);
+  if (a.method == "hybrid_dp") return hybrid_dp{.capacity = a.capacity}.partition(b, t);
+  return per_document{.capacity = a.capacity, .cp_size = a.cp_size}.partition(b, t);
+}
+
+nlohmann::json to_json(const zeppelin::plan& p) {
+  using nlohmann::json;
+  json ranks = json::array();
+  for (zeppelin::rank_index r = 0; r < p.num_ranks(); ++r) {
+    json shards = json::array();
+    for (const auto& s : p.placements[static_cast<std::size_t>(r)].shards)
+      shards.push_back({{"seq", s.seq},
+                        {"begin", s.range.begin},
+                        {"end", s.range.end},
+                        {"group", s.group == zeppelin::no_group ? json(nullptr) : json(s.group)},
+                        {"micro_batch", s.micro_batch}});
+    ranks.push_back({{"rank", r}, {"node", r / p.gpus_per_node}, {"shards", std::move(shards)}});
+  }
+  json groups = json::array();
+  for (const auto& g : p.groups)
+    groups.push_back({{"id", g.id}, {"zone", std::string(zeppelin::to_string(g.zone))}, {"ranks", g.ranks}});
+  return {{"method", p.method},
+          {"topology", {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}}},
+          {"capacity", p.capacity},
+          {"micro_batches", p.micro_batches()},
+          {"ranks", std::move(ranks)},
+          {"groups", std::move(groups)},
+          {"notes", p.notes}};
+}
+
+void print_summary(const zeppelin::plan& p, const zeppelin::batch& b, const zeppelin::topology& t) {
+  const zeppelin::plan_stats st = zeppelin::compute_stats(p, b, t);
+  std::printf("method %s: %d sequences, %lld tokens on %d x %d GPUs, capacity %lld, %d micro-batch(es)\n",
+              p.method.c_str(), b.size(), static_cast<long long>(b.total_tokens()), p.nodes, p.gpus_per_node,
+              static_cast<long long>(p.capacity), p.micro_batches());
+  std::printf("%6s %5s %9s %16s %9s %9s %9s %12s\n", "rank", "node", "tokens", "causal_pairs", "local", "intra",
+              "inter", "x-node_sent");
+  for (zeppelin::rank_index r = 0; r < p.num_ranks(); ++r) {
+    const auto& s = st.ranks[static_cast<std::size_t>(r)];
+    std::printf("%6d %5d %9lld %16lld %9lld %9lld %9lld %12lld\n", r, t.node_of(r), static_cast<long long>(s.tokens),
+                static_cast<long long>(s.causal_pairs), static_cast<long long>(s.zone_tokens[0]),
+                static_cast<long long>(s.zone_tokens[1]), static_cast<long long>(s.zone_tokens[2]),
+                static_cast<long long>(s.cross_node_tokens));
+  }
+  int zones[3] = {0, 0, 0};
+  for (const auto& g : p.groups) ++zones[static_cast<int>(g.zone)];
+  std::printf("causal pairs per rank: max %lld, mean %.1f, max/mean %.4f\n", static_cast<long long>(st.max_pairs()),
+              st.mean_pairs(), st.pair_imbalance());
+  std::printf("cross-node KV tokens sent per forward pass: max per rank %lld, total %lld\n",
+              static_cast<long long>(st.max_cross_node_tokens()), static_cast<long long>(st.total_cross_node_tokens()));
+  std::printf("groups: %d intra-node, %d inter-node\n", zones[1], zones[2]);
+  for (const auto& n : p.notes) std::printf("note: %s\n", n.c_str());
+}
+
+void add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<plan_arguments>();
+  CLI::App* cmd = app.add_subcommand("plan", "partition a batch of sequence lengths over a cluster and print the plan");
+  cmd->add_option("--method", args->method, "partitioner")
+      ->required()
+      ->check(CLI::IsMember({"hierarchical", "even_split", "allgather", "hybrid_dp", "per_document"}));
+  cmd->add_option("--lengths", args->lengths_file, "file with one sequence length per line")->required();
+  cmd->add_option("--nodes", args->nodes, "number of nodes N")->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(CLI::PositiveNumber);
+  cmd->add_option("--capacity", args->capacity, "tokens per GPU per micro-batch L")->check(CLI::PositiveNumber);
+  cmd->add_option("--metric", args->metric, "hierarchical load metric for local sequences")
+      ->check(CLI::IsMember({"tokens", "attention", "cost_model"}));
+  cmd->add_option("--cp-size", args->cp_size, "allgather / per_document CP group size (0: all GPUs)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--json", args->json, "print the plan as JSON");
+  cmd->callback([args] {
+    const zeppelin::batch b(zeppelin::read_lengths_file(args->lengths_file));
+    // Partitioning reads only the shape; the links (cluster C: H200, NVLink, one 400G NIC
+    // per GPU) matter for the cost model metric.
+    const zeppelin::topology t({"plan", args->nodes, args->gpus_per_node, args->gpus_per_node, {},
+                                zeppelin::links::nvlink_h100(), zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
+    const zeppelin::plan p = make_plan(*args, b, t);
+    zeppelin::validate(p, b, t);
+    if (args->json) std::cout << to_json(p).dump() << '\n';
+    else print_summary(p, b, t);
+  });
+}
+
+}  // namespace
+
+ZEPPELIN_TOOL_COMMAND(20, add_plan_command);
+
+}  // namespace zeppelin_tool

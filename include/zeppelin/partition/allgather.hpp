@@ -1,0 +1,51 @@
+// zeppelin/partition/allgather.hpp
+// LLaMA-3 context parallelism (the paper's "LLaMA CP" baseline): every sequence is cut into
+// 2 * CP chunks and rank i of its CP group holds chunks i and 2CP-1-i; before attention the
+// group all-gathers K and V, so each rank attends its queries against the whole sequence
+// (no ring rounds; the group's rank order is the all-gather's ring order).
+//   in : batch, topology, capacity L, cp_size (0: one CP group of all N * P ranks, as in the
+//        paper's baseline; else groups of cp_size consecutive ranks, data-parallel over the
+//        groups, sequences dealt by detail/cp_groups.hpp)
+//   out: the layout of even_split restricted to each CP group; plan.method "allgather" tells
+//        the executor and the simulator to all-gather instead of running a ring.
+// Uneven lengths: the near-equal chunks of schedule/zigzag.hpp (no padding).
+// Throws invalid_argument (cp_size not dividing N * P), infeasible (batch > N * P * L, a
+// sequence no group can take, a rank over L). Host-only.
+#pragma once
+
+#include <zeppelin/partition/detail/cp_groups.hpp>
+#include <zeppelin/partition/detail/plan_builder.hpp>
+#include <zeppelin/partition/partitioner.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+struct allgather {
+  static constexpr std::string_view name = "allgather";
+  //! Tokens a GPU may hold (L).
+  token_count capacity = 4096;
+  //! Ranks per CP group; 0 = all ranks.
+  std::int32_t cp_size = 0;
+
+  [[nodiscard]] plan partition(const batch& b, const topology& t) const {
+    detail::check_input(b, t, capacity, name);
+    const detail::cp_assignment a = detail::assign_cp_groups(b, t, cp_size, capacity, name);
+    detail::plan_builder out(name, t, capacity);
+    std::size_t most = 0;
+    for (const auto& seqs : a.sequences) most = std::max(most, seqs.size());
+    out.reserve(2 * most);
+    for (std::size_t g = 0; g < a.groups.size(); ++g) {
+      const group_index id = out.group_for(a.groups[g]);
+      for (const sequence_index s : a.sequences[g]) out.add_zigzag(s, b.length(s), a.groups[g], id);
+    }
+    out.require_capacity();
+    return std::move(out).finish();
+  }
+  friend bool operator==(const allgather&, const allgather&) = default;
+};
+static_assert(partitioner<allgather>);
+
+ZEPPELIN_NAMESPACE_END

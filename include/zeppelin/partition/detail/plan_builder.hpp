@@ -1,0 +1,192 @@
+// zeppelin/partition/detail/plan_builder.hpp
+// What every partitioner shares: input checks with the offending numbers, and a builder
+// that assembles a plan from groups and shards.
+//   check_input(batch, topology, capacity) : capacity > 0 and total <= N * P * capacity
+//   zigzag_tokens / zigzag_pairs           : what ring position i of G holds of a sequence
+//   plan_builder                           : groups deduplicated by rank list (a ring over the
+//                                            same ranks in the same order is one group),
+//                                            zone from the ranks, zigzag / whole / range
+//                                            shards, per-rank shard order inter -> intra ->
+//                                            local (the attention engine's queue order)
+// Host-only.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/schedule/zigzag.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+namespace detail {
+
+__extension__ using int128 = __int128;
+
+inline double dbl(std::int64_t v) { return static_cast<double>(v); }
+
+//! N * P * capacity, saturated at the largest token_count.
+inline token_count cluster_room(const topology& t, token_count capacity) {
+  const int128 room = static_cast<int128>(capacity) * t.num_ranks();
+  return room > std::numeric_limits<token_count>::max() ? std::numeric_limits<token_count>::max()
+                                                        : static_cast<token_count>(room);
+}
+
+//! Throws invalid_argument for capacity <= 0 and infeasible for a batch larger than the
+//! cluster (total > N * P * capacity), naming the numbers.
+inline void check_input(const batch& b, const topology& t, token_count capacity, std::string_view method) {
+  ZEPPELIN_EXPECTS(capacity > 0, std::string(method) + ": the token capacity per GPU must be positive",
+                   {{"capacity", dbl(capacity)}});
+  ZEPPELIN_EXPECTS(t.num_ranks() >= 1, std::string(method) + ": the topology has no GPU",
+                   {{"nodes", dbl(t.nodes())}, {"gpus_per_node", dbl(t.gpus_per_node())}});
+  const token_count room = cluster_room(t, capacity);
+  if (b.total_tokens() > room)
+    ZEPPELIN_THROW(infeasible,
+                   std::string(method) + ": the batch holds more tokens than nodes * gpus_per_node * capacity",
+                   {{"total_tokens", dbl(b.total_tokens())}, {"nodes", dbl(t.nodes())},
+                    {"gpus_per_node", dbl(t.gpus_per_node())}, {"capacity", dbl(capacity)}, {"room", dbl(room)}});
+}
+
+//! Tokens ring position i of G holds of a sequence of `length` tokens under zigzag.
+inline token_count zigzag_tokens(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
+  const zigzag_pair z = zigzag_chunks(length, group_size, position);
+  return z.head.size() + z.tail.size();
+}
+
+//! Causal pairs of the queries in `q` against every earlier key of their sequence.
+inline std::int64_t query_pairs(token_range q) noexcept { return causal_pairs(q, token_range{0, q.end}); }
+
+//! Causal pairs ring position i of G computes for a sequence under zigzag.
+inline std::int64_t zigzag_pairs(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
+  const zigzag_pair z = zigzag_chunks(length, group_size, position);
+  return query_pairs(z.head) + query_pairs(z.tail);
+}
+
+//! Zone of a set of ranks (one rank: local; one node: intra; several nodes: inter).
+inline zone_kind zone_of(std::span<const rank_index> ranks, const topology& t) {
+  if (ranks.size() <= 1) return zone_kind::local;
+  const int node = t.node_of(ranks.front());
+  for (const rank_index r : ranks)
+    if (t.node_of(r) != node) return zone_kind::inter_node;
+  return zone_kind::intra_node;
+}
+
+class plan_builder {
+ public:
+  plan_builder(std::string_view method, const topology& t, token_count capacity) : topo_(&t) {
+    p_.method = std::string(method);
+    p_.nodes = t.nodes();
+    p_.gpus_per_node = t.gpus_per_node();
+    p_.capacity = capacity;
+    p_.placements.resize(static_cast<std::size_t>(t.num_ranks()));
+    tokens_.assign(static_cast<std::size_t>(t.num_ranks()), {});
+  }
+
+  //! Reserves room for `shards` shards on every rank.
+  void reserve(std::size_t shards) {
+    for (auto& pl : p_.placements) pl.shards.reserve(shards);
+  }
+
+  //! The group running a ring over `ranks` (in this order); no_group for a single rank.
+  group_index group_for(const std::vector<rank_index>& ranks) {
+    if (ranks.size() <= 1) return no_group;
+    const auto [it, inserted] = index_.try_emplace(ranks, static_cast<group_index>(p_.groups.size()));
+    if (inserted) p_.groups.push_back(ring_group{it->second, zone_of(ranks, *topo_), ranks});
+    return it->second;
+  }
+
+  //! Shards of sequence `seq` zigzag-split over `ranks` (ring order), all in group `g`.
+  //! Empty chunks (length < 2G) are skipped; a position's head and tail are one shard when
+  //! they touch.
+  void add_zigzag(sequence_index seq, token_count length, std::span<const rank_index> ranks, group_index g,
+                  std::int32_t micro_batch = 0) {
+    const auto G = static_cast<std::int32_t>(ranks.size());
+    for (std::int32_t i = 0; i < G; ++i) {
+      const zigzag_pair z = zigzag_chunks(length, G, i);
+      const rank_index r = ranks[static_cast<std::size_t>(i)];
+      if (!z.head.empty() && !z.tail.empty() && z.head.end == z.tail.begin) {
+        add_range(r, seq, {z.head.begin, z.tail.end}, g, micro_batch);
+      } else {
+        if (!z.head.empty()) add_range(r, seq, z.head, g, micro_batch);
+        if (!z.tail.empty()) add_range(r, seq, z.tail, g, micro_batch);
+      }
+    }
+  }
+
+  //! One shard [range) of sequence `seq` on rank r.
+  void add_range(rank_index r, sequence_index seq, token_range range, group_index g, std::int32_t micro_batch = 0) {
+    p_.placements[static_cast<std::size_t>(r)].shards.push_back(shard{seq, range, g, micro_batch});
+    auto& per_mb = tokens_[static_cast<std::size_t>(r)];
+    if (per_mb.size() <= static_cast<std::size_t>(micro_batch)) per_mb.resize(static_cast<std::size_t>(micro_batch) + 1, 0);
+    per_mb[static_cast<std::size_t>(micro_batch)] += range.size();
+  }
+
+  void note(std::string text) { p_.notes.push_back(std::move(text)); }
+
+  //! Largest token count of any (rank, micro-batch) so far, and where.
+  [[nodiscard]] std::pair<token_count, rank_index> peak() const {
+    token_count best = 0;
+    rank_index where = 0;
+    for (std::size_t r = 0; r < tokens_.size(); ++r)
+      for (const token_count v : tokens_[r])
+        if (v > best) best = v, where = static_cast<rank_index>(r);
+    return {best, where};
+  }
+
+  //! Throws infeasible when a rank holds more than the capacity (naming rank, tokens,
+  //! capacity): the layout this method prescribes needs a larger capacity.
+  void require_capacity() const {
+    const auto [tokens, rank] = peak();
+    if (tokens > p_.capacity)
+      ZEPPELIN_THROW(infeasible, p_.method + ": the layout needs more tokens on a GPU than the capacity",
+                     {{"rank", dbl(rank)}, {"tokens", dbl(tokens)}, {"capacity", dbl(p_.capacity)}});
+  }
+
+  //! The plan, each rank's shards ordered by micro-batch, then zone inter -> intra -> local
+  //! (stable: the order of addition within a class).
+  [[nodiscard]] plan finish() && {
+    std::vector<int> rank_of_zone(p_.groups.size());  // 0 inter, 1 intra; local shards 2
+    for (std::size_t g = 0; g < p_.groups.size(); ++g) rank_of_zone[g] = 2 - static_cast<int>(p_.groups[g].zone);
+    const auto key = [&](const shard& s) {
+      return std::pair<std::int32_t, int>{s.micro_batch, s.group == no_group ? 2 : rank_of_zone[static_cast<std::size_t>(s.group)]};
+    };
+    const auto before = [&](const shard& a, const shard& b) { return key(a) < key(b); };
+    for (auto& pl : p_.placements)
+      if (!std::is_sorted(pl.shards.begin(), pl.shards.end(), before))
+        std::stable_sort(pl.shards.begin(), pl.shards.end(), before);
+    return std::move(p_);
+  }
+
+ private:
+  const topology* topo_;
+  plan p_;
+  std::map<std::vector<rank_index>, group_index> index_;
+  std::vector<std::vector<token_count>> tokens_;  // [rank][micro_batch]
+};
+
+//! Sequence indices sorted by length descending, ties by index ascending.
+inline std::vector<sequence_index> by_length_descending(const batch& b) {
+  std::vector<sequence_index> order(static_cast<std::size_t>(b.size()));
+  for (sequence_index i = 0; i < b.size(); ++i) order[static_cast<std::size_t>(i)] = i;
+  const auto len = b.lengths();
+  std::stable_sort(order.begin(), order.end(), [&](sequence_index x, sequence_index y) {
+    return len[static_cast<std::size_t>(x)] > len[static_cast<std::size_t>(y)];
+  });
+  return order;
+}
+
+}  // namespace detail
+
+ZEPPELIN_NAMESPACE_END

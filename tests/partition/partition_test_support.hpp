@@ -1,0 +1,97 @@
+// tests/partition/partition_test_support.hpp
+// Shared helpers of the partition tests: random batches and topologies, and the balance
+// checks every ring group must pass.
+#pragma once
+
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/core/validate.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/data/datasets.hpp>
+#include <zeppelin/data/sampler.hpp>
+#include <zeppelin/partition.hpp>
+#include <zeppelin/schedule/zigzag.hpp>
+
+#include <map>
+#include <vector>
+
+namespace zeppelin_test {
+
+using namespace zeppelin;
+
+inline topology make_topology(int nodes, int gpus) {
+  topology_config c;
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.nics_per_node = 1;
+  c.intra_node = {300e9, 3e-6};
+  c.nic = {48e9, 10e-6};
+  c.gpu = {"test", 1e15, 80e9, 3e12};
+  return topology(c);
+}
+
+//! A random batch of `total` tokens: dataset draws or uniform lengths, some tiny.
+inline batch random_batch(random_generator& rng, token_count total) {
+  const auto kind = rng.below(4);
+  if (kind < 3) {
+    const auto hist = kind == 0 ? datasets::github() : kind == 1 ? datasets::arxiv() : datasets::prolong64k();
+    // scale down: draw at most `total` tokens with lengths capped to keep batches varied
+    const token_count cap = std::max<token_count>(1, static_cast<token_count>(rng.between(1, total)));
+    return sample_batch(hist, total, rng, {.min_length = 1, .max_length = cap});
+  }
+  std::vector<token_count> lengths;
+  token_count left = total;
+  const token_count top = rng.between(1, total);
+  while (left > 0) {
+    const token_count l = std::min(left, rng.between(1, top));
+    lengths.push_back(l);
+    left -= l;
+  }
+  return batch(lengths);
+}
+
+//! Causal pairs each rank computes for sequence `seq` (only ranks holding some of it).
+inline std::map<rank_index, std::int64_t> pairs_of(const plan& p, sequence_index seq, token_count body_end = -1) {
+  std::map<rank_index, std::int64_t> out;
+  for (rank_index r = 0; r < p.num_ranks(); ++r)
+    for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards)
+      if (s.seq == seq) {
+        token_range q = s.range;
+        if (body_end >= 0) q.end = std::min(q.end, body_end);
+        out[r] += causal_pairs(q, token_range{0, q.end});
+      }
+  return out;
+}
+
+//! For every grouped sequence: the spread (max - min) of causal pairs over the ranks of its
+//! group (ranks holding none count 0) must be <= zigzag_imbalance_bound(length, G).
+inline bool zigzag_balanced(const plan& p, const batch& b, std::int64_t* worst_excess = nullptr) {
+  std::vector<group_index> group(static_cast<std::size_t>(b.size()), no_group);
+  for (const auto& pl : p.placements)
+    for (const shard& s : pl.shards) group[static_cast<std::size_t>(s.seq)] = s.group;
+  std::vector<std::map<rank_index, std::int64_t>> pairs(static_cast<std::size_t>(b.size()));
+  for (rank_index r = 0; r < p.num_ranks(); ++r)
+    for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards)
+      pairs[static_cast<std::size_t>(s.seq)][r] += causal_pairs(s.range, token_range{0, s.range.end});
+  bool ok = true;
+  for (sequence_index i = 0; i < b.size(); ++i) {
+    const group_index g = group[static_cast<std::size_t>(i)];
+    if (g == no_group) continue;
+    const auto& ranks = p.groups[static_cast<std::size_t>(g)].ranks;
+    std::int64_t lo = -1, hi = 0;
+    for (const rank_index r : ranks) {
+      const auto it = pairs[static_cast<std::size_t>(i)].find(r);
+      const std::int64_t v = it == pairs[static_cast<std::size_t>(i)].end() ? 0 : it->second;
+      lo = lo < 0 ? v : std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    const std::int64_t bound = zigzag_imbalance_bound(b.length(i), static_cast<std::int32_t>(ranks.size()));
+    if (hi - lo > bound) {
+      ok = false;
+      if (worst_excess) *worst_excess = std::max(*worst_excess, hi - lo - bound);
+    }
+  }
+  return ok;
+}
+
+}  // namespace zeppelin_test
