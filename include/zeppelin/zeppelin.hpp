@@ -7,4 +7,6 @@
 #include <zeppelin/cost.hpp>
 #include <zeppelin/data.hpp>
 #include <zeppelin/partition.hpp>
+#include <zeppelin/remap.hpp>
+#include <zeppelin/route.hpp>
 #include <zeppelin/schedule.hpp>

@@ -1,0 +1,81 @@
+// zeppelin/remap/detail/assemble.hpp
+// Turns per-rank inter-node amounts and node-level flows into a sparse transfer matrix.
+//   in : the problem, x_i (inter-node tokens rank i sends, 0 <= x_i <= surplus_i),
+//        r_j (inter-node tokens rank j receives, 0 <= r_j <= deficit_j), node flows whose
+//        row sums are the node sums of x and column sums the node sums of r
+//   out: M with the intra-node part of every node matched north-west-corner in rank order
+//        (senders' surplus_i - x_i against receivers' deficit_j - r_j) and each node flow
+//        (u, v) drawn, in (u, v) order, from u's senders and v's receivers in rank order.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/remap/detail/node_transport.hpp>
+#include <zeppelin/remap/problem.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+namespace detail {
+
+inline remap_matrix assemble_remap(const remap_problem& p, const std::vector<token_count>& x,
+                                   const std::vector<token_count>& r, const std::vector<node_flow>& flows) {
+  const rank_index d = p.num_ranks();
+  const int P = p.gpus_per_node, nodes = p.num_nodes();
+  remap_matrix m{d, {}};
+  // Intra-node: node by node, both sides in rank order.
+  for (int u = 0; u < nodes; ++u) {
+    rank_index j = u * P;
+    token_count need = 0;
+    for (rank_index i = u * P; i < (u + 1) * P; ++i) {
+      token_count give = p.surplus(i) - x[static_cast<std::size_t>(i)];
+      while (give > 0) {
+        while (need == 0) {
+          need = p.deficit(j) - r[static_cast<std::size_t>(j)];
+          if (need == 0) ++j;
+        }
+        const token_count q = std::min(give, need);
+        m.transfers.push_back({i, j, q});
+        give -= q;
+        need -= q;
+        if (need == 0) ++j;
+      }
+    }
+  }
+  // Inter-node: per node, a cursor over its senders and one over its receivers.
+  std::vector<rank_index> send_at(static_cast<std::size_t>(nodes)), recv_at(static_cast<std::size_t>(nodes));
+  std::vector<token_count> send_left(static_cast<std::size_t>(nodes), 0), recv_left(static_cast<std::size_t>(nodes), 0);
+  for (int u = 0; u < nodes; ++u) send_at[static_cast<std::size_t>(u)] = recv_at[static_cast<std::size_t>(u)] = u * P;
+  for (const auto& f : flows) {
+    auto& si = send_at[static_cast<std::size_t>(f.from)];
+    auto& sl = send_left[static_cast<std::size_t>(f.from)];
+    auto& rj = recv_at[static_cast<std::size_t>(f.to)];
+    auto& rl = recv_left[static_cast<std::size_t>(f.to)];
+    token_count amount = f.tokens;
+    while (amount > 0) {
+      while (sl == 0) {
+        sl = x[static_cast<std::size_t>(si)];
+        if (sl == 0) ++si;
+      }
+      while (rl == 0) {
+        rl = r[static_cast<std::size_t>(rj)];
+        if (rl == 0) ++rj;
+      }
+      const token_count q = std::min({amount, sl, rl});
+      m.transfers.push_back({si, rj, q});
+      amount -= q;
+      sl -= q;
+      rl -= q;
+      if (sl == 0) ++si;
+      if (rl == 0) ++rj;
+    }
+  }
+  std::sort(m.transfers.begin(), m.transfers.end(), [](const remap_transfer& a, const remap_transfer& b) {
+    return a.from != b.from ? a.from < b.from : a.to < b.to;
+  });
+  return m;
+}
+
+}  // namespace detail
+ZEPPELIN_NAMESPACE_END
