@@ -3,9 +3,11 @@
 // planning headers that use range-v3): include it from .cpp files, not from .cu files.
 #pragma once
 
+#include <zeppelin/comm.hpp>
 #include <zeppelin/core.hpp>
 #include <zeppelin/cost.hpp>
 #include <zeppelin/data.hpp>
+#include <zeppelin/exec.hpp>
 #include <zeppelin/partition.hpp>
 #include <zeppelin/remap.hpp>
 #include <zeppelin/route.hpp>

@@ -1,0 +1,62 @@
+// zeppelin/comm/comm_error.hpp
+// Errors of communicators (comm/communicator.hpp): what a mismatched schedule turns into
+// instead of a hang.
+//   comm_error     base (a zeppelin::error); step() is the caller's label of the group
+//   ├─ comm_timeout   a rank waited too long, or could provably never be served (every
+//   │                 running rank waits, or the peer has finished); rank(), peer() name who
+//   │                 waited for whom
+//   ├─ comm_mismatch  a matched send and receive disagree in size, or messages were never
+//   │                 received when the run ended
+//   └─ comm_aborted   thrown in the other ranks after one failed (the run reports the cause)
+// nvcc-safe.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/types.hpp>
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+class comm_error : public error {
+ public:
+  comm_error(std::string_view message, std::vector<named_value> values, std::string step, const char* file, int line)
+      : error(message, std::move(values), file, line), step_(std::move(step)) {}
+  //! The label the caller gave the group (or collective) that failed.
+  [[nodiscard]] const std::string& step() const noexcept { return step_; }
+
+ private:
+  std::string step_;
+};
+
+//! A receive that was not (or can never be) matched: `rank` waited for `peer` at `step`.
+class comm_timeout : public comm_error {
+ public:
+  comm_timeout(std::string_view message, rank_index rank, rank_index peer, std::string step, const char* file, int line)
+      : comm_error(message, {{"rank", static_cast<double>(rank)}, {"peer", static_cast<double>(peer)}}, std::move(step), file,
+                   line),
+        rank_(rank),
+        peer_(peer) {}
+  [[nodiscard]] rank_index rank() const noexcept { return rank_; }
+  [[nodiscard]] rank_index peer() const noexcept { return peer_; }
+
+ private:
+  rank_index rank_;
+  rank_index peer_;
+};
+
+//! A send and the receive it matched have different sizes, or sends were never received.
+class comm_mismatch : public comm_error {
+  using comm_error::comm_error;
+};
+
+//! Another rank failed first; this rank stopped waiting.
+class comm_aborted : public comm_error {
+  using comm_error::comm_error;
+};
+
+ZEPPELIN_NAMESPACE_END

@@ -1,0 +1,193 @@
+// zeppelin/exec/relayout.hpp
+// Moving token rows between two layouts of the same tokens: the dispatch (loader layout ->
+// the plan's attention layout), the remap of Zeppelin 3.4 (attention layout <-> the
+// token-balanced layout of remap/layout.hpp) and their inverses share one executor.
+//   loader_layout(batch, R)          the layout a data loader produces: rank r holds the packed
+//                                    stream rows [floor(r T / R), floor((r + 1) T / R)), cut at
+//                                    sequence boundaries into shards
+//   make_dispatch_plan(from, to)     a remap_plan (remap/layout.hpp) moving every token of
+//                                    layout `from` to its place in layout `to` (per rank: its
+//                                    shards concatenated in placement order); every
+//                                    micro-batch at once
+//   execute_remap(c, x, src, dst, w) runs ANY remap_plan (dispatch, a solver's remap, their
+//                                    inverse()) on the calling rank: rows of w elements,
+//                                    segments packed per peer in ascending peer order, one
+//                                    all_to_all_v, kept rows copied locally
+// Host-only (includes remap/).
+#pragma once
+
+#include <zeppelin/comm/collectives.hpp>
+#include <zeppelin/comm/communicator.hpp>
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/remap/layout.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! The contiguous loader layout of `b` over `ranks` ranks (see the file comment).
+[[nodiscard]] inline std::vector<placement> loader_layout(const batch& b, rank_index ranks) {
+  ZEPPELIN_EXPECTS(ranks >= 1, "loader layout: at least one rank is required", {{"ranks", double(ranks)}});
+  std::vector<placement> out(static_cast<std::size_t>(ranks));
+  const token_count total = b.total_tokens();
+  sequence_index seq = 0;
+  for (rank_index r = 0; r < ranks; ++r) {
+    // floor(total * r / ranks) without overflow: total = q ranks + s
+    const token_count q = total / ranks, s = total % ranks;
+    const token_count lo = q * r + s * r / ranks, hi = q * (r + 1) + s * (r + 1) / ranks;
+    for (token_count at = lo; at < hi;) {
+      while (b.offset(seq) + b.length(seq) <= at) ++seq;
+      const token_count end = std::min(hi, b.offset(seq) + b.length(seq));
+      out[static_cast<std::size_t>(r)].shards.push_back(shard{seq, {at - b.offset(seq), end - b.offset(seq)}, no_group, 0});
+      at = end;
+    }
+  }
+  return out;
+}
+
+//! The exchange that turns layout `from` into layout `to` (same rank count, same tokens).
+//! Segments carry the target shard's group and micro-batch. Throws invalid_argument when the
+//! rank counts differ, a layout holds a token twice, or `to` holds a token `from` lacks (or
+//! the totals differ).
+[[nodiscard]] inline remap_plan make_dispatch_plan(const std::vector<placement>& from, const std::vector<placement>& to) {
+  ZEPPELIN_EXPECTS(from.size() == to.size() && !from.empty(), "dispatch: both layouts need the same number of ranks",
+                   {{"from_ranks", double(from.size())}, {"to_ranks", double(to.size())}});
+  const auto n = from.size();
+  struct piece {
+    token_range range;
+    rank_index rank;
+    token_count offset;
+  };
+  std::map<sequence_index, std::vector<piece>> pieces;
+  token_count from_total = 0, to_total = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    token_count off = 0;
+    for (const shard& s : from[r].shards) {
+      ZEPPELIN_EXPECTS(!s.range.empty() && s.range.begin >= 0, "dispatch: empty or negative source shard",
+                       {{"rank", double(r)}, {"seq", double(s.seq)}, {"begin", double(s.range.begin)}, {"end", double(s.range.end)}});
+      pieces[s.seq].push_back({s.range, static_cast<rank_index>(r), off});
+      off += s.range.size();
+    }
+    from_total += off;
+  }
+  for (auto& [seq, list] : pieces) {
+    std::sort(list.begin(), list.end(), [](const piece& a, const piece& b) { return a.range.begin < b.range.begin; });
+    for (std::size_t i = 1; i < list.size(); ++i)
+      ZEPPELIN_EXPECTS(list[i - 1].range.end <= list[i].range.begin, "dispatch: the source layout holds a token twice",
+                       {{"seq", double(seq)}, {"position", double(list[i].range.begin)}});
+  }
+  remap_plan out{{static_cast<rank_index>(n), {}}, std::vector<rank_remap>(n), from, to};
+  std::map<std::pair<rank_index, rank_index>, token_count> matrix;
+  for (std::size_t r = 0; r < n; ++r) {
+    token_count off = 0;
+    for (const shard& s : to[r].shards) {
+      const auto it = pieces.find(s.seq);
+      token_count covered = 0;
+      if (it != pieces.end()) {
+        const auto& list = it->second;
+        auto p = std::upper_bound(list.begin(), list.end(), s.range.begin,
+                                  [](token_count x, const piece& q) { return x < q.range.begin; });
+        if (p != list.begin()) --p;
+        for (; p != list.end() && p->range.begin < s.range.end; ++p) {
+          const token_count lo = std::max(p->range.begin, s.range.begin), hi = std::min(p->range.end, s.range.end);
+          if (lo >= hi) continue;
+          const remap_segment seg{s.seq, {lo, hi}, p->rank, static_cast<rank_index>(r), p->offset + (lo - p->range.begin),
+                                  off + (lo - s.range.begin), s.group, s.micro_batch};
+          out.ranks[static_cast<std::size_t>(p->rank)].sends.push_back(seg);
+          out.ranks[r].receives.push_back(seg);
+          if (seg.from != seg.to) matrix[{seg.from, seg.to}] += hi - lo;
+          covered += hi - lo;
+        }
+      }
+      ZEPPELIN_EXPECTS(covered == s.range.size(), "dispatch: the target layout holds tokens the source layout lacks",
+                       {{"rank", double(r)}, {"seq", double(s.seq)}, {"begin", double(s.range.begin)},
+                        {"end", double(s.range.end)}, {"covered", double(covered)}});
+      off += s.range.size();
+    }
+    out.ranks[r].target_tokens = off;
+    to_total += off;
+  }
+  ZEPPELIN_EXPECTS(from_total == to_total, "dispatch: the layouts hold different numbers of tokens",
+                   {{"from_tokens", double(from_total)}, {"to_tokens", double(to_total)}});
+  for (std::size_t r = 0; r < n; ++r) {
+    auto& rr = out.ranks[r];
+    for (const shard& s : from[r].shards) rr.source_tokens += s.range.size();
+    std::sort(rr.sends.begin(), rr.sends.end(), [](const remap_segment& a, const remap_segment& b) { return a.from_offset < b.from_offset; });
+    std::sort(rr.receives.begin(), rr.receives.end(), [](const remap_segment& a, const remap_segment& b) { return a.to_offset < b.to_offset; });
+  }
+  for (const auto& [key, tokens] : matrix) out.matrix.transfers.push_back({key.first, key.second, tokens});
+  return out;
+}
+
+//! Runs remap plan `x` on the calling rank: `source` holds x.ranks[me].source_tokens rows of
+//! `row_elems` elements, `target` receives x.ranks[me].target_tokens rows. Every rank of `c`
+//! must call it. Throws invalid_argument on a size mismatch.
+template <communicator C, class T>
+void execute_remap(C& c, const remap_plan& x, std::span<const T> source, std::span<T> target, std::int64_t row_elems,
+                   std::string_view step) {
+  const rank_index me = c.rank();
+  ZEPPELIN_EXPECTS(static_cast<rank_index>(x.ranks.size()) == c.size() && row_elems >= 1,
+                   "remap: the plan and the communicator have different rank counts",
+                   {{"plan_ranks", double(x.ranks.size())}, {"ranks", double(c.size())}, {"row_elems", double(row_elems)}});
+  const rank_remap& mine = x.ranks[static_cast<std::size_t>(me)];
+  ZEPPELIN_EXPECTS(static_cast<std::int64_t>(source.size()) == mine.source_tokens * row_elems &&
+                       static_cast<std::int64_t>(target.size()) == mine.target_tokens * row_elems,
+                   "remap: buffer sizes do not match the plan",
+                   {{"rank", double(me)}, {"source", double(source.size())}, {"source_rows", double(mine.source_tokens)},
+                    {"target", double(target.size())}, {"target_rows", double(mine.target_tokens)}});
+  const auto n = static_cast<std::size_t>(c.size());
+  const auto w = static_cast<std::size_t>(row_elems);
+  std::vector<token_count> send_counts(n, 0), send_displs(n, 0), recv_counts(n, 0), recv_displs(n, 0);
+  for (const auto& s : mine.sends)
+    if (s.to != me) send_counts[static_cast<std::size_t>(s.to)] += s.range.size() * row_elems;
+  std::vector<const remap_segment*> incoming;
+  for (const auto& s : mine.receives)
+    if (s.from != me) {
+      recv_counts[static_cast<std::size_t>(s.from)] += s.range.size() * row_elems;
+      incoming.push_back(&s);
+    }
+  // the sender packs each peer's segments in its source order; the receiver reads them so
+  std::stable_sort(incoming.begin(), incoming.end(), [](const remap_segment* a, const remap_segment* b) {
+    return a->from != b->from ? a->from < b->from : a->from_offset < b->from_offset;
+  });
+  token_count total_send = 0, total_recv = 0;
+  for (std::size_t p = 0; p < n; ++p) {
+    send_displs[p] = total_send, total_send += send_counts[p];
+    recv_displs[p] = total_recv, total_recv += recv_counts[p];
+  }
+  std::vector<T> out(static_cast<std::size_t>(total_send)), in(static_cast<std::size_t>(total_recv));
+  std::vector<token_count> cursor(send_displs);
+  for (const auto& s : mine.sends) {
+    const auto from = source.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.from_offset) * w);
+    const auto count = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.range.size()) * w);
+    if (s.to == me) {
+      std::copy_n(from, count, target.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.to_offset) * w));
+    } else {
+      auto& at = cursor[static_cast<std::size_t>(s.to)];
+      std::copy_n(from, count, out.begin() + at);
+      at += count;
+    }
+  }
+  all_to_all_v(c, std::span<const T>(out), std::span<const token_count>(send_counts), std::span<const token_count>(send_displs),
+               std::span<T>(in), std::span<const token_count>(recv_counts), std::span<const token_count>(recv_displs), step);
+  std::size_t at = 0;
+  for (const remap_segment* s : incoming) {
+    const auto count = static_cast<std::size_t>(s->range.size()) * w;
+    std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(at), count,
+                target.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s->to_offset) * w));
+    at += count;
+  }
+}
+
+ZEPPELIN_NAMESPACE_END

@@ -1,0 +1,187 @@
+// tests/exec/exec_test_support.hpp
+// The end-to-end harness of the executor tests: random Q, K, V, dO for a batch, the dense
+// single-rank reference per sequence, and one distributed run (loader layout -> dispatch ->
+// attention forward and backward -> optional remap round trip -> inverse dispatch) on a host
+// loopback world, returning the largest errors against the reference.
+#pragma once
+
+#include <zeppelin/comm.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/exec.hpp>
+#include <zeppelin/remap/exact.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace zeppelin_test {
+
+using namespace zeppelin;
+
+inline topology exec_topology(int nodes, int gpus, int nics = 1) {
+  topology_config c;
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.nics_per_node = nics;
+  c.intra_node = {300e9, 3e-6};
+  c.nic = {48e9, 10e-6};
+  c.gpu = {"test", 1e15, 80e9, 3e12};
+  return topology(c);
+}
+
+struct run_errors {
+  double out = 0, lse = 0, grad = 0;  // max |distributed - reference|
+  double remap = 0;                   // remapped rows vs reference, and the round trip
+  bool remap_round_trip_exact = true;
+};
+
+template <class T>
+struct problem_data {
+  attention_dims dims;
+  std::vector<T> q, k, v, d_o;         // packed stream [T][H or KV][D]
+  std::vector<T> o, lse, dq, dk, dv;   // reference; lse packed as [seq offset * H + h * L + pos]
+};
+
+template <class T>
+problem_data<T> make_problem(const batch& b, attention_dims dims, std::uint64_t seed) {
+  problem_data<T> d{dims, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  const auto T_ = static_cast<std::size_t>(b.total_tokens());
+  random_generator rng(seed, 17);
+  const auto fill = [&](std::vector<T>& x, std::size_t n) {
+    x.resize(n);
+    for (auto& e : x) e = static_cast<T>(2 * rng.uniform() - 1);
+  };
+  fill(d.q, T_ * static_cast<std::size_t>(dims.q_row()));
+  fill(d.k, T_ * static_cast<std::size_t>(dims.kv_row()));
+  fill(d.v, T_ * static_cast<std::size_t>(dims.kv_row()));
+  fill(d.d_o, T_ * static_cast<std::size_t>(dims.q_row()));
+  d.o.resize(d.q.size()), d.dq.resize(d.q.size()), d.dk.resize(d.k.size()), d.dv.resize(d.k.size());
+  d.lse.resize(T_ * static_cast<std::size_t>(dims.heads));
+  for (sequence_index s = 0; s < b.size(); ++s) {
+    const token_count off = b.offset(s), len = b.length(s);
+    const auto qo = static_cast<std::size_t>(off * dims.q_row()), ko = static_cast<std::size_t>(off * dims.kv_row());
+    T* lse = d.lse.data() + off * dims.heads;
+    reference_forward(dims, len, d.q.data() + qo, d.k.data() + ko, d.v.data() + ko, d.o.data() + qo, lse);
+    reference_backward(dims, len, d.q.data() + qo, d.k.data() + ko, d.v.data() + ko, d.o.data() + qo, d.d_o.data() + qo, lse,
+                       d.dq.data() + qo, d.dk.data() + ko, d.dv.data() + ko);
+  }
+  return d;
+}
+
+//! The reference LSE of (seq, pos, head).
+template <class T>
+T reference_lse(const problem_data<T>& d, const batch& b, sequence_index s, token_count pos, std::int32_t h) {
+  return d.lse[static_cast<std::size_t>(b.offset(s) * d.dims.heads + h * b.length(s) + pos)];
+}
+
+template <class T>
+std::vector<T> loader_rows(const std::vector<T>& global, const placement& pl, const batch& b, std::int64_t w) {
+  std::vector<T> out;
+  for (const shard& s : pl.shards) {
+    const auto from = global.begin() + static_cast<std::ptrdiff_t>((b.offset(s.seq) + s.range.begin) * w);
+    out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(s.range.size() * w));
+  }
+  return out;
+}
+
+//! One distributed forward + backward of plan p against the reference.
+template <class T, class Transport = direct_transport>
+run_errors run_distributed(const plan& p, const batch& b, const problem_data<T>& d, Transport transport = {},
+                           bool with_remap = false, kv_exchange exchange = kv_exchange::automatic) {
+  const attention_dims dims = d.dims;
+  const attention_engine<T, host_attention, Transport> engine(p, b, dims, {}, transport, exchange);
+  const rank_index R = p.num_ranks();
+  const auto loader = loader_layout(b, R);
+  const remap_plan disp = make_dispatch_plan(loader, p.placements);
+  const remap_plan back = inverse(disp);
+  std::vector<T> o(d.o.size()), dq(d.dq.size()), dk(d.dk.size()), dv(d.dv.size());
+  std::vector<run_errors> per_rank(static_cast<std::size_t>(R));
+  host_loopback_world world{.ranks = R, .gpus_per_node = p.gpus_per_node, .timeout = std::chrono::milliseconds(20000)};
+  std::mutex out_mutex;
+  world.run([&](host_loopback_comm& c) {
+    const rank_index me = c.rank();
+    const auto& lp = loader[static_cast<std::size_t>(me)];
+    const std::int64_t qw = dims.q_row(), kw = dims.kv_row();
+    const token_count n = engine.rows(me);
+    const auto to_plan = [&](const std::vector<T>& global, std::int64_t w, const char* what) {
+      const std::vector<T> src = loader_rows(global, lp, b, w);
+      std::vector<T> dst(static_cast<std::size_t>(n * w));
+      execute_remap(c, disp, std::span<const T>(src), std::span<T>(dst), w, std::string("dispatch ") + what);
+      return dst;
+    };
+    const auto q = to_plan(d.q, qw, "q"), k = to_plan(d.k, kw, "k"), v = to_plan(d.v, kw, "v"), g = to_plan(d.d_o, qw, "do");
+    std::vector<T> lo(static_cast<std::size_t>(n * qw)), ll(static_cast<std::size_t>(n * dims.heads));
+    engine.forward(c, std::span<const T>(q), std::span<const T>(k), std::span<const T>(v), std::span<T>(lo), std::span<T>(ll));
+    std::vector<T> lq(lo.size()), lk(k.size()), lv(v.size());
+    engine.backward(c, std::span<const T>(q), std::span<const T>(k), std::span<const T>(v), std::span<const T>(lo),
+                    std::span<const T>(g), std::span<const T>(ll), std::span<T>(lq), std::span<T>(lk), std::span<T>(lv));
+    run_errors& e = per_rank[static_cast<std::size_t>(me)];
+    // LSE in the plan layout
+    {
+      token_count row = 0;
+      for (const shard& s : p.placements[static_cast<std::size_t>(me)].shards)
+        for (token_count pos = s.range.begin; pos < s.range.end; ++pos, ++row)
+          for (std::int32_t h = 0; h < dims.heads; ++h)
+            e.lse = std::max(e.lse, std::abs(double(ll[static_cast<std::size_t>(h * n + row)]) -
+                                             double(reference_lse(d, b, s.seq, pos, h))));
+    }
+    if (with_remap) {
+      for (std::int32_t mb = 0; mb < p.micro_batches(); ++mb) {
+        const remap_plan x = plan_remap(p, 1.0, 4.0, exact_remap{}, mb);
+        std::vector<T> src;
+        std::size_t i = 0;
+        for (const shard& s : p.placements[static_cast<std::size_t>(me)].shards) {
+          if (s.micro_batch == mb)
+            src.insert(src.end(), lo.begin() + static_cast<std::ptrdiff_t>(engine.shard_row(me, i) * qw),
+                       lo.begin() + static_cast<std::ptrdiff_t>((engine.shard_row(me, i) + s.range.size()) * qw));
+          ++i;
+        }
+        std::vector<T> dst(static_cast<std::size_t>(x.ranks[static_cast<std::size_t>(me)].target_tokens * qw));
+        execute_remap(c, x, std::span<const T>(src), std::span<T>(dst), qw, "remap");
+        token_count row = 0;
+        for (const shard& s : x.target[static_cast<std::size_t>(me)].shards)
+          for (token_count pos = s.range.begin; pos < s.range.end; ++pos, ++row)
+            for (std::int64_t j = 0; j < qw; ++j)
+              e.remap = std::max(e.remap, std::abs(double(dst[static_cast<std::size_t>(row * qw + j)]) -
+                                                   double(d.o[static_cast<std::size_t>((b.offset(s.seq) + pos) * qw + j)])));
+        std::vector<T> again(src.size());
+        execute_remap(c, inverse(x), std::span<const T>(dst), std::span<T>(again), qw, "remap back");
+        e.remap_round_trip_exact = e.remap_round_trip_exact && again == src;
+      }
+    }
+    // back to the loader layout
+    const auto to_loader = [&](const std::vector<T>& local, std::int64_t w, std::vector<T>& global, const char* what) {
+      std::vector<T> dst(static_cast<std::size_t>(back.ranks[static_cast<std::size_t>(me)].target_tokens * w));
+      execute_remap(c, back, std::span<const T>(local), std::span<T>(dst), w, std::string("undispatch ") + what);
+      std::lock_guard lock(out_mutex);
+      std::size_t at = 0;
+      for (const shard& s : lp.shards)
+        for (std::int64_t j = 0; j < s.range.size() * w; ++j)
+          global[static_cast<std::size_t>((b.offset(s.seq) + s.range.begin) * w + j)] = dst[at++];
+    };
+    to_loader(lo, qw, o, "o");
+    to_loader(lq, qw, dq, "dq");
+    to_loader(lk, kw, dk, "dk");
+    to_loader(lv, kw, dv, "dv");
+  });
+  run_errors out;
+  for (const auto& e : per_rank) {
+    out.lse = std::max(out.lse, e.lse);
+    out.remap = std::max(out.remap, e.remap);
+    out.remap_round_trip_exact = out.remap_round_trip_exact && e.remap_round_trip_exact;
+  }
+  const auto diff = [](const std::vector<T>& a, const std::vector<T>& r) {
+    double m = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - double(r[i])));
+    return m;
+  };
+  out.out = diff(o, d.o);
+  out.grad = std::max({diff(dq, d.dq), diff(dk, d.dk), diff(dv, d.dv)});
+  return out;
+}
+
+}  // namespace zeppelin_test
