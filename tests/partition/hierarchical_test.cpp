@@ -21,8 +21,9 @@ TEST_CASE("hierarchical: worked example of Alg. 1 and Alg. 2", "[partition][hier
   // N = 4, P = 2, L = 120: P L = 240, s_avg = 800 / 4 = 200.
   // z2 = {300}: ceil(300 / 200) = 2 empty nodes (0, 1), one ring over ranks 0..3 (75 each).
   // z01 to the fewest-token node: 100 -> n2, 100 -> n3, 100 -> n2, 100 -> n3, 50 -> n0, 50 -> n1.
-  // Node 0: 50 fits no GPU (75 + 50 > 120): s0 = 50, it becomes z1 with
-  // k = ceil(50^2 / (50^2 / 2)) = 2 fragments (c_avg over the node's z01).
+  // Node 0: 50 fits no GPU (75 + 50 > 120): it is split by room over the fewest GPUs whose
+  // room covers it (45 + 45: both), leveled to 25 + 25 = the plain zigzag over ranks 0, 1
+  // (the paper lowered s0 to 50, with k = ceil(50^2 / (50^2 / 2)) = 2: the same ring).
   const topology t = make_topology(4, 2);
   const batch b({300, 100, 100, 100, 100, 50, 50});
   const auto [p, trace] = hierarchical<>{.capacity = 120}.solve(b, t);
@@ -32,7 +33,9 @@ TEST_CASE("hierarchical: worked example of Alg. 1 and Alg. 2", "[partition][hier
   CHECK_FALSE(trace.proportional);
   CHECK_FALSE(trace.contiguous);
   CHECK(trace.node_of_sequence == std::vector<std::int32_t>{-1, 2, 3, 2, 3, 0, 1});
-  CHECK(trace.local_threshold == std::vector<token_count>{50, 50, 120, 120});
+  CHECK(trace.local_threshold == std::vector<token_count>{120, 120, 120, 120});
+  CHECK(trace.intra_spilled == std::vector<sequence_index>{5, 6});
+  CHECK(trace.inter_spilled.empty());
   CHECK(ranks_of(p, 0) == std::vector<rank_index>{0, 1, 2, 3});
   CHECK(ranks_of(p, 1) == std::vector<rank_index>{4});
   CHECK(ranks_of(p, 2) == std::vector<rank_index>{6});
@@ -46,37 +49,42 @@ TEST_CASE("hierarchical: worked example of Alg. 1 and Alg. 2", "[partition][hier
   // engine order on rank 0: the inter-node shard before the intra-node one
   CHECK(p.placements[0].shards.front().group == 0);
   CHECK(p.placements[0].shards.back().group == 1);
-  CHECK(p.notes.size() == 2);  // s0 lowered on nodes 0 and 1
+  REQUIRE(p.notes.size() == 1);  // two sequences split inside their node
+  CHECK(p.notes[0].find("2 sequence(s) fit no GPU whole") != std::string::npos);
+  CHECK(fragments_balanced(p, b));
 }
 
-TEST_CASE("hierarchical: s1 is lowered to max|z01| when a node overflows, and the loop terminates",
+TEST_CASE("hierarchical: no restart: s1 stays P L, overflowing sequences are split instead",
           "[partition][hierarchical]") {
-  // N = 2, P = 2, L = 100 (P L = 200, N P L = 400). Lengths 190, 190: each alone fits a
-  // node; total 380, s_avg = 190. z2 empty; 190 -> n0, 190 -> n1. Node: 190 > L -> s0 = 190
-  // is not lowered (z0 empty after it? no: 190 >= s0 = 100 so both are z1 already).
+  // N = 2, P = 2, L = 100 (P L = 200, N P L = 400).
   const topology t = make_topology(2, 2);
   {
+    // 190, 190: each alone fits a node, both are z1 (>= L) intra-node rings
     const batch b({190, 190});
     const auto [p, trace] = hierarchical<>{.capacity = 100}.solve(b, t);
     validate(p, b, t);
     CHECK(trace.inter_passes == 1);
+    CHECK(trace.inter_threshold == 200);
     CHECK(trace.node_of_sequence == std::vector<std::int32_t>{0, 1});
     CHECK(p.groups.size() == 2);
     for (const auto& g : p.groups) CHECK(g.zone == zone_kind::intra_node);
   }
   {
-    // 150, 150, 90 (390 of 400 tokens): 150 -> n0, 150 -> n1, 90 fits neither (150 + 90 > 200):
-    // s1 = 150, both 150s go to z2 with k = ceil(150 / 195) = 1 node each (intra rings), 90
-    // again fits no node: s1 = 90, z2 = all, k = 3 > N = 2 -> proportional rank split: D'Hondt
-    // (target ceil(390 / 4) = 98, one spare rank -> the first 150) gives g = {2, 1, 1}: 150 on
-    // one rank exceeds L -> the contiguous fallback after 3 passes.
-    const batch b({150, 150, 90});
+    // 150, 150, 120, 10 (430 > 400): refused with the numbers
+    CHECK_THROWS_AS(hierarchical<>{.capacity = 100}.partition(batch({150, 150, 120, 10}), t), infeasible);
+  }
+  {
+    // 150, 150, 60, 40 (exactly 400): 150 -> n0, 150 -> n1, 60 fits neither (room 50 each):
+    // split 30 + 30 over both nodes; 40 then fits neither (20 each): split 20 + 20. Every GPU
+    // ends at exactly L. (The paper's loop lowered s1 to 60, then 40, and failed.)
+    const batch b({150, 150, 60, 40});
     const auto [p, trace] = hierarchical<>{.capacity = 100}.solve(b, t);
     validate(p, b, t);
-    CHECK(trace.inter_passes == 3);
-    CHECK(trace.inter_threshold == 90);
-    CHECK(trace.contiguous);
-    CHECK(p.placements[0].shards.front() == shard{0, {0, 97}, 0, 0});  // floor(390 / 4) = 97, ring over ranks 0-1
+    CHECK_FALSE(trace.contiguous);
+    CHECK(trace.inter_passes == 1);
+    CHECK(trace.inter_spilled == std::vector<sequence_index>{2, 3});
+    for (const auto& pl : p.placements) CHECK(pl.tokens() == 100);
+    CHECK(fragments_balanced(p, b));
   }
 }
 
@@ -104,14 +112,48 @@ TEST_CASE("hierarchical: proportional rank split when sum ceil(|s|/s_avg) > N", 
   }
   {
     // 3 sequences of 420 on 2 x 4 GPUs, L = 160 (P L = 640): 420 -> n0, 420 -> n1, the third
-    // fits neither -> s1 = 420, z2 = all, s_avg = 630, k = 3 > 2 -> proportional: D'Hondt over
-    // 8 ranks, g: (1,1,1) -> (2,1,1) -> (2,2,1) -> (2,2,2) -> (3,2,2) -> (3,3,2), 420 / 2 = 210
-    // > 160 -> contiguous fallback.
+    // fits neither (room 220 each): split 210 + 210 over both nodes, 52 or 53 tokens on each
+    // GPU, then each node's 420 as an equal zigzag over its 4 GPUs (105 each). (The paper's
+    // loop made all three z2, D'Hondt gave one of them 2 ranks: 210 > 160, contiguous.)
     const batch b({420, 420, 420});
     const auto [p, trace] = hierarchical<>{.capacity = 160}.solve(b, t);
     validate(p, b, t);
-    CHECK(trace.contiguous);
-    CHECK(p.notes.back().find("contiguous fallback") != std::string::npos);
+    CHECK_FALSE(trace.contiguous);
+    CHECK_FALSE(trace.proportional);
+    CHECK(trace.inter_spilled == std::vector<sequence_index>{2});
+    CHECK(ranks_of(p, 2).size() == 8);
+    CHECK(fragments_balanced(p, b));
+  }
+  {
+    // 850, 850, 100 on 3 x 2 GPUs, L = 400 (P L = 800): z2 = {850, 850}, s_avg = 600,
+    // k = 2 + 2 > 3 nodes -> proportional: D'Hondt (target ceil(1800 / 6) = 300) gives
+    // g = (3, 3): 283, 283, 284 per ring; node tokens 566, 567, 567: 100 -> node 0.
+    const topology t3 = make_topology(3, 2);
+    const batch b3({850, 850, 100});
+    const auto [p, trace] = hierarchical<>{.capacity = 400}.solve(b3, t3);
+    validate(p, b3, t3);
+    CHECK(trace.proportional);
+    CHECK_FALSE(trace.streamed);
+    CHECK(ranks_of(p, 0) == std::vector<rank_index>{0, 1, 2});
+    CHECK(ranks_of(p, 1) == std::vector<rank_index>{3, 4, 5});
+    CHECK(trace.node_of_sequence[2] == 0);
+  }
+  {
+    // D'Hondt cannot keep L: 150, 150 on 3 x 1 GPUs, L = 100 (exact fill): both z2 (P L =
+    // 100), k = 2 + 2 > 3 -> D'Hondt with one spare rank gives g = (2, 1): 150 on one rank.
+    // Stream instead: ceil(300 / 3) = 100 tokens per rank, sequence 0 over ranks 0, 1 (shares
+    // 100, 50), sequence 1 over ranks 1, 2 (50, 100), weighted zigzags sharing rank 1.
+    const topology t3 = make_topology(3, 1);
+    const batch b3({150, 150});
+    const auto [p, trace] = hierarchical<>{.capacity = 100}.solve(b3, t3);
+    validate(p, b3, t3);
+    CHECK(trace.proportional);
+    CHECK(trace.streamed);
+    CHECK_FALSE(trace.contiguous);
+    CHECK(ranks_of(p, 0) == std::vector<rank_index>{0, 1});
+    CHECK(ranks_of(p, 1) == std::vector<rank_index>{1, 2});
+    for (const auto& pl : p.placements) CHECK(pl.tokens() == 100);
+    CHECK(fragments_balanced(p, b3));
   }
   // Random instances that take the proportional split: z2 rings hold disjoint runs of
   // consecutive ranks, cover no more ranks than exist, and some share a node.
@@ -124,7 +166,8 @@ TEST_CASE("hierarchical: proportional rank split when sum ceil(|s|/s_avg) > N", 
     const token_count even = (bb.total_tokens() + tt.num_ranks() - 1) / tt.num_ranks();
     const auto [p, trace] = hierarchical<>{.capacity = even + even / 4}.solve(bb, tt);
     validate(p, bb, tt);
-    if (!trace.proportional || trace.contiguous) continue;
+    REQUIRE_FALSE(trace.contiguous);
+    if (!trace.proportional || trace.streamed) continue;
     ++seen;
     bool notes = false;
     for (const auto& n : p.notes) notes |= n.find("proportional") != std::string::npos;
@@ -132,7 +175,7 @@ TEST_CASE("hierarchical: proportional rank split when sum ceil(|s|/s_avg) > N", 
     std::vector<int> owner(static_cast<std::size_t>(tt.num_ranks()), -1);
     std::vector<int> nodes_used_by_z2(static_cast<std::size_t>(nodes), 0);
     for (sequence_index i = 0; i < bb.size(); ++i) {
-      if (trace.node_of_sequence[static_cast<std::size_t>(i)] != -1) continue;  // z01
+      if (bb.length(i) < trace.inter_threshold) continue;  // z01 (whole or spilled)
       const auto rs = ranks_of(p, i);
       if (rs.size() < 2) continue;
       CHECK(rs.back() - rs.front() + 1 == static_cast<rank_index>(rs.size()));  // consecutive

@@ -94,4 +94,62 @@ inline bool zigzag_balanced(const plan& p, const batch& b, std::int64_t* worst_e
   return ok;
 }
 
+//! Per grouped sequence, per rank of its group (ring order): tokens and causal pairs it holds.
+struct ring_share {
+  rank_index rank;
+  token_count tokens = 0;
+  std::int64_t pairs = 0;
+};
+inline std::vector<std::vector<ring_share>> ring_shares(const plan& p, const batch& b) {
+  std::vector<group_index> group(static_cast<std::size_t>(b.size()), no_group);
+  std::vector<std::map<rank_index, ring_share>> held(static_cast<std::size_t>(b.size()));
+  for (rank_index r = 0; r < p.num_ranks(); ++r)
+    for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards) {
+      group[static_cast<std::size_t>(s.seq)] = s.group;
+      auto& h = held[static_cast<std::size_t>(s.seq)][r];
+      h.rank = r;
+      h.tokens += s.range.size();
+      h.pairs += causal_pairs(s.range, token_range{0, s.range.end});
+    }
+  std::vector<std::vector<ring_share>> out(static_cast<std::size_t>(b.size()));
+  for (sequence_index i = 0; i < b.size(); ++i) {
+    const group_index g = group[static_cast<std::size_t>(i)];
+    if (g == no_group) continue;
+    for (const rank_index r : p.groups[static_cast<std::size_t>(g)].ranks) {
+      const auto it = held[static_cast<std::size_t>(i)].find(r);
+      out[static_cast<std::size_t>(i)].push_back(it == held[static_cast<std::size_t>(i)].end() ? ring_share{r, 0, 0} : it->second);
+    }
+  }
+  return out;
+}
+
+//! The balance of the hierarchical partitioner's rings: a ring whose ranks hold the plain
+//! zigzag's shares (in ring order) must be within zigzag_imbalance_bound; a fragment group
+//! with shares by room (detail/weighted_zigzag.hpp) must give every rank its token share of
+//! the sequence's work up to one token's mean work: |2 pairs - w (len + 1)| <= len + 1.
+inline bool fragments_balanced(const plan& p, const batch& b, int* weighted_rings = nullptr) {
+  const auto shares = ring_shares(p, b);
+  bool ok = true;
+  for (sequence_index i = 0; i < b.size(); ++i) {
+    const auto& ring = shares[static_cast<std::size_t>(i)];
+    if (ring.empty()) continue;
+    const token_count len = b.length(i);
+    const auto G = static_cast<std::int32_t>(ring.size());
+    bool plain = true;
+    for (std::int32_t q = 0; q < G; ++q) plain = plain && ring[static_cast<std::size_t>(q)].tokens == detail::zigzag_tokens(len, G, q);
+    if (plain) {
+      std::int64_t lo = ring.front().pairs, hi = lo;
+      for (const auto& r : ring) lo = std::min(lo, r.pairs), hi = std::max(hi, r.pairs);
+      ok = ok && hi - lo <= zigzag_imbalance_bound(len, G);
+      continue;
+    }
+    if (weighted_rings) ++*weighted_rings;
+    for (const auto& r : ring) {
+      const std::int64_t off = 2 * r.pairs - static_cast<std::int64_t>(r.tokens) * (len + 1);
+      ok = ok && r.tokens > 0 && (off < 0 ? -off : off) <= len + 1;
+    }
+  }
+  return ok;
+}
+
 }  // namespace zeppelin_test

@@ -8,9 +8,13 @@
 //        groups, sequences dealt by detail/cp_groups.hpp)
 //   out: the layout of even_split restricted to each CP group; plan.method "allgather" tells
 //        the executor and the simulator to all-gather instead of running a ring.
-// Uneven lengths: the near-equal chunks of schedule/zigzag.hpp (no padding).
+// Uneven lengths: the near-equal chunks of schedule/zigzag.hpp (no padding), the runs of
+// extra tokens rotated round-robin over each group's ring (detail::zigzag_dealer, one
+// counter per CP group across its sequences, see even_split.hpp): the ranks of a group hold
+// token totals within one of each other, so a group whose sequences total <= cp * L never
+// puts more than L on a rank (exact fill included).
 // Throws invalid_argument (cp_size not dividing N * P), infeasible (batch > N * P * L, a
-// sequence no group can take, a rank over L). Host-only.
+// sequence no group can take). Host-only.
 #pragma once
 
 #include <zeppelin/partition/detail/cp_groups.hpp>
@@ -39,7 +43,8 @@ struct allgather {
     out.reserve(2 * most);
     for (std::size_t g = 0; g < a.groups.size(); ++g) {
       const group_index id = out.group_for(a.groups[g]);
-      for (const sequence_index s : a.sequences[g]) out.add_zigzag(s, b.length(s), a.groups[g], id);
+      detail::zigzag_dealer dealer(static_cast<std::int32_t>(a.groups[g].size()));
+      for (const sequence_index s : a.sequences[g]) out.add_zigzag(s, b.length(s), a.groups[g], id, 0, dealer.next(b.length(s)));
     }
     out.require_capacity();
     return std::move(out).finish();

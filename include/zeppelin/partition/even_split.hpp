@@ -2,13 +2,20 @@
 // TransformerEngine context parallelism (the paper's "TE CP" baseline): every sequence is
 // zigzag-split over ONE global ring of all N * P ranks (node-major order).
 //   in : batch, topology, capacity L
-//   out: one group (all ranks; zone inter when N > 1), rank i of the ring holds chunks i and
-//        2R-1-i of every sequence (schedule/zigzag.hpp). No padding: when 2R does not divide
-//        a length the chunks differ by one token (zigzag.hpp's remainder rule); sequences
-//        shorter than 2R leave some ranks without a chunk of them. On divisible lengths the
-//        layout equals TE's THD index map (reference-behaviour.md).
-// Throws infeasible when the batch exceeds N * P * L, or when the uneven chunks put more
-// than L tokens on a rank (the message names the tokens needed). Host-only.
+//   out: one group (all ranks; zone inter when N > 1); every sequence is zigzag-split over the
+//        ring (schedule/zigzag.hpp): its position p holds chunks p and 2R-1-p. No padding:
+//        when 2R does not divide a length the chunks differ by one token (zigzag.hpp's
+//        remainder rule) and the positions holding an extra token form a cyclic run; the run
+//        of each sequence is rotated to start where the previous sequence's run ended
+//        (detail::zigzag_dealer, one counter across the batch, as WLB-LLM deals its tails),
+//        so position p of a sequence sits on ring rank (p + offset) mod R.
+// Guarantees: per-rank token totals differ by at most one (max = ceil(T / R)), so every
+//   batch with T <= N * P * L fits, exact fill L = T / R included; every sequence keeps
+//   zigzag_imbalance_bound (a rotation permutes its positions). When every length is
+//   divisible by 2R no sequence is rotated and the layout is TE's THD index map
+//   (reference-behaviour.md); a divisible sequence after a non-divisible one is not rotated
+//   either (offset 0 when it has no extra tokens).
+// Throws infeasible when the batch exceeds N * P * L. Host-only.
 #pragma once
 
 #include <zeppelin/partition/detail/plan_builder.hpp>
@@ -31,7 +38,8 @@ struct even_split {
     for (rank_index r = 0; r < t.num_ranks(); ++r) ring[static_cast<std::size_t>(r)] = r;
     const group_index g = out.group_for(ring);
     out.reserve(2 * static_cast<std::size_t>(b.size()));
-    for (sequence_index s = 0; s < b.size(); ++s) out.add_zigzag(s, b.length(s), ring, g);
+    detail::zigzag_dealer dealer(t.num_ranks());
+    for (sequence_index s = 0; s < b.size(); ++s) out.add_zigzag(s, b.length(s), ring, g, 0, dealer.next(b.length(s)));
     out.require_capacity();
     return std::move(out).finish();
   }

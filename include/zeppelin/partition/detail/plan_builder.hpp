@@ -3,11 +3,15 @@
 // that assembles a plan from groups and shards.
 //   check_input(batch, topology, capacity) : capacity > 0 and total <= N * P * capacity
 //   zigzag_tokens / zigzag_pairs           : what ring position i of G holds of a sequence
+//   zigzag_extras / zigzag_dealer          : where a zigzag's remainder tokens land, and the
+//                                            rotation that deals them round-robin over a ring
+//                                            across the sequences of a batch
 //   plan_builder                           : groups deduplicated by rank list (a ring over the
 //                                            same ranks in the same order is one group),
-//                                            zone from the ranks, zigzag / whole / range
-//                                            shards, per-rank shard order inter -> intra ->
-//                                            local (the attention engine's queue order)
+//                                            zone from the ranks, zigzag (optionally rotated),
+//                                            weighted zigzag, whole and range shards, per-rank
+//                                            shard order inter -> intra -> local (the
+//                                            attention engine's queue order)
 // Host-only.
 #pragma once
 
@@ -17,6 +21,7 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/partition/detail/weighted_zigzag.hpp>
 #include <zeppelin/schedule/zigzag.hpp>
 
 #include <algorithm>
@@ -74,6 +79,47 @@ inline std::int64_t zigzag_pairs(token_count length, std::int32_t group_size, st
   return query_pairs(z.head) + query_pairs(z.tail);
 }
 
+//! The positions of a zigzag over G ranks that hold one token more than the others: a cyclic
+//! run of `count` positions starting at `first`. With n = 2G chunks, q = floor(len / n),
+//! s = len mod n (schedule/zigzag.hpp's remainder rule): s <= G gives positions [0, s) with
+//! 2q + 1 tokens and the rest 2q; s > G gives every position 2q + 1 and positions
+//! [2G - s, G) one more. count = 0 when every position holds the same number of tokens.
+struct zigzag_extra_run {
+  std::int32_t first = 0;
+  std::int32_t count = 0;
+};
+inline zigzag_extra_run zigzag_extras(token_count length, std::int32_t group_size) noexcept {
+  const token_count n = 2 * token_count{group_size}, s = length % n;
+  if (s == 0 || s == group_size) return {};
+  if (s < group_size) return {0, static_cast<std::int32_t>(s)};
+  return {static_cast<std::int32_t>(n - s), static_cast<std::int32_t>(s - group_size)};
+}
+
+//! Deals the remainder tokens of zigzag splits over one ring round-robin across sequences:
+//! sequence after sequence, the run of positions holding an extra token (zigzag_extras) is
+//! rotated to start at the ring position where the previous run ended (one counter per ring,
+//! like WLB-LLM's tail rule). Position p of a sequence then sits at ring position
+//! (p + offset) mod G. Every position's share is unchanged (a rotation), so each sequence
+//! keeps zigzag_imbalance_bound; over a batch the ring's ranks hold token totals that differ
+//! by at most one. A sequence without extras is not rotated (offset 0): a batch whose lengths
+//! are all divisible by 2G keeps TransformerEngine's exact layout.
+class zigzag_dealer {
+ public:
+  explicit zigzag_dealer(std::int32_t group_size) noexcept : G_(group_size) {}
+  //! The rotation of the next sequence (of `length` tokens); advances the counter.
+  std::int32_t next(token_count length) noexcept {
+    const zigzag_extra_run run = zigzag_extras(length, G_);
+    if (run.count == 0) return 0;
+    const std::int32_t offset = ((counter_ - run.first) % G_ + G_) % G_;
+    counter_ = (counter_ + run.count) % G_;
+    return offset;
+  }
+
+ private:
+  std::int32_t G_;
+  std::int32_t counter_ = 0;
+};
+
 //! Zone of a set of ranks (one rank: local; one node: intra; several nodes: inter).
 inline zone_kind zone_of(std::span<const rank_index> ranks, const topology& t) {
   if (ranks.size() <= 1) return zone_kind::local;
@@ -107,22 +153,24 @@ class plan_builder {
     return it->second;
   }
 
-  //! Shards of sequence `seq` zigzag-split over `ranks` (ring order), all in group `g`.
-  //! Empty chunks (length < 2G) are skipped; a position's head and tail are one shard when
-  //! they touch.
+  //! Shards of sequence `seq` zigzag-split over `ranks` (ring order), all in group `g`;
+  //! zigzag position p goes to ranks[(p + offset) mod G] (zigzag_dealer). Empty chunks
+  //! (length < 2G) are skipped; a position's head and tail are one shard when they touch.
   void add_zigzag(sequence_index seq, token_count length, std::span<const rank_index> ranks, group_index g,
-                  std::int32_t micro_batch = 0) {
+                  std::int32_t micro_batch = 0, std::int32_t offset = 0) {
     const auto G = static_cast<std::int32_t>(ranks.size());
     for (std::int32_t i = 0; i < G; ++i) {
       const zigzag_pair z = zigzag_chunks(length, G, i);
-      const rank_index r = ranks[static_cast<std::size_t>(i)];
-      if (!z.head.empty() && !z.tail.empty() && z.head.end == z.tail.begin) {
-        add_range(r, seq, {z.head.begin, z.tail.end}, g, micro_batch);
-      } else {
-        if (!z.head.empty()) add_range(r, seq, z.head, g, micro_batch);
-        if (!z.tail.empty()) add_range(r, seq, z.tail, g, micro_batch);
-      }
+      add_pair(ranks[static_cast<std::size_t>((i + offset) % G)], seq, z.head, z.tail, g, micro_batch);
     }
+  }
+
+  //! Shards of sequence `seq` split over `ranks` (ring order) with token shares `shares`
+  //! (all >= 1, sum = length) by detail/weighted_zigzag.hpp, all in group `g`.
+  void add_weighted_zigzag(sequence_index seq, token_count length, std::span<const rank_index> ranks,
+                           std::span<const token_count> shares, group_index g, std::int32_t micro_batch = 0) {
+    const std::vector<weighted_chunks> parts = weighted_zigzag(length, shares);
+    for (std::size_t i = 0; i < parts.size(); ++i) add_pair(ranks[i], seq, parts[i].head, parts[i].tail, g, micro_batch);
   }
 
   //! One shard [range) of sequence `seq` on rank r.
@@ -131,6 +179,17 @@ class plan_builder {
     auto& per_mb = tokens_[static_cast<std::size_t>(r)];
     if (per_mb.size() <= static_cast<std::size_t>(micro_batch)) per_mb.resize(static_cast<std::size_t>(micro_batch) + 1, 0);
     per_mb[static_cast<std::size_t>(micro_batch)] += range.size();
+  }
+
+  //! A position's head and tail on rank r: one shard when they touch, empty ones skipped.
+  void add_pair(rank_index r, sequence_index seq, token_range head, token_range tail, group_index g,
+                std::int32_t micro_batch) {
+    if (!head.empty() && !tail.empty() && head.end == tail.begin) {
+      add_range(r, seq, {head.begin, tail.end}, g, micro_batch);
+    } else {
+      if (!head.empty()) add_range(r, seq, head, g, micro_batch);
+      if (!tail.empty()) add_range(r, seq, tail, g, micro_batch);
+    }
   }
 
   void note(std::string text) { p_.notes.push_back(std::move(text)); }
