@@ -1,21 +1,27 @@
 // examples/zeppelin/simulate.cpp
 // `zeppelin simulate` (and `zeppelin` with no arguments): the main job.
 // In:  a batch (sampled from a Table 2 dataset, or read from a lengths file), a cluster
-//      preset and node count, a model preset.
-// Out: the batch's cost breakdown by Table 2 length bin (sequences, tokens, attention and
-//      linear FLOPs of one forward + backward step) and the perfectly balanced lower bound
-//      of the step on the cluster, as a table or JSON.
+//      preset with its node and GPU counts, a model preset, the methods to compare.
+// Out: for every method, the plan it makes and the simulated training step (sim/): step
+//      time, tokens/s, speedup over TE CP, efficiency against the perfectly balanced lower
+//      bound, compute imbalance across ranks, bytes through the NICs; as a table or JSON.
+//      --trace writes the Chrome trace (Perfetto) of one method's simulated layers.
+// Defaults: GitHub, cluster C (4 nodes x 8 H200), 128K tokens, LLaMA-7B, every method.
 #include "commands.hpp"
 
+#include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <array>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
-#include <optional>
+#include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace zeppelin_tool {
 namespace {
@@ -27,81 +33,145 @@ struct simulate_options {
   unsigned long long seed = 1;
   std::string cluster = "c";
   int nodes = 4;
+  int gpus_per_node = 0;  // 0: the preset's
   std::string model = "7b";
+  std::string methods = "all";
+  int tensor_parallel = 0;  // 0: the paper's choice (13B on A, 30B on C: 2)
+  int chained_layers = 1;
+  std::string trace_file;
+  std::string trace_method = "zeppelin";
   bool json = false;
 };
 
-struct bin_cost {
-  long long sequences = 0;
-  long long tokens = 0;
-  double attention_flops = 0;
-  double linear_flops = 0;
-};
+zeppelin::topology make_cluster(const simulate_options& o) {
+  using namespace zeppelin;
+  const topology preset = cluster_by_name(o.cluster, o.nodes);
+  if (o.gpus_per_node == 0 || o.gpus_per_node == preset.gpus_per_node()) return preset;
+  // Same GPUs, links and NIC-to-GPU ratio, another node size.
+  topology_config c = preset.config();
+  const int ratio = std::max(1, preset.gpus_per_node() / preset.nics_per_node());
+  c.gpus_per_node = o.gpus_per_node;
+  c.nics_per_node = std::max(1, o.gpus_per_node / ratio);
+  c.gpu_to_nic.clear();
+  return topology(std::move(c));
+}
+
+std::vector<std::string> split_methods(const std::string& list) {
+  std::vector<std::string> out;
+  if (list == "all") {
+    for (const auto& s : zeppelin::method_specs) out.emplace_back(s.name);
+    return out;
+  }
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int paper_tensor_parallel(const std::string& cluster, const zeppelin::model_config& m) {
+  if (cluster == "a" && m.name == "llama-13b") return 2;
+  if (cluster == "c" && m.name == "llama-30b") return 2;
+  return 1;
+}
 
 void run_simulate(const simulate_options& o) {
   using namespace zeppelin;
   const batch b = o.lengths_file.empty() ? sample_batch(dataset_by_name(o.dataset), o.tokens, o.seed)
                                          : batch(read_lengths_file(o.lengths_file));
-  const topology cluster = cluster_by_name(o.cluster, o.nodes);
+  const topology cluster = make_cluster(o);
   const model_config model = model_by_name(o.model);
-  const step_work total = estimate_step_work(b, model, cluster.gpu());
+  method_setup setup;
+  setup.tensor_parallel = o.tensor_parallel > 0 ? o.tensor_parallel : paper_tensor_parallel(o.cluster, model);
+  setup.tokens_per_gpu = (b.total_tokens() + cluster.num_ranks() - 1) / cluster.num_ranks();
+  setup.chained_layers = o.chained_layers;
+  const std::vector<std::string> names = split_methods(o.methods);
+  for (const auto& n : names) (void)method_by_name(n);  // reject unknown names before any work
+  if (!o.trace_file.empty()) (void)method_by_name(o.trace_method);
 
-  std::array<bin_cost, table2_columns + 1> bins{};  // the last one collects lengths >= 256K
-  for (const token_count len : b.lengths()) {
-    const step_work w = estimate_step_work(batch({len}), model, cluster.gpu());
-    bin_cost& bin = bins[table2_column(len)];
-    ++bin.sequences;
-    bin.tokens += len;
-    bin.attention_flops += w.attention_flops();
-    bin.linear_flops += w.linear_flops();
+  std::vector<method_run> runs;
+  for (const auto& n : names) {
+    method_setup s = setup;
+    s.record_trace = !o.trace_file.empty() && n == o.trace_method;
+    runs.push_back(run_method(n, b, cluster, model, s));
   }
-  const double bound = total.balanced_lower_bound(cluster.num_ranks());
+  double te = 0;
+  for (const auto& r : runs)
+    if (r.name == "te_cp") te = r.result.step_time_s;
   const std::string source = o.lengths_file.empty() ? o.dataset + " (seed " + std::to_string(o.seed) + ")" : o.lengths_file;
+
+  if (!o.trace_file.empty()) {
+    bool written = false;
+    for (const auto& r : runs)
+      if (r.name == o.trace_method) {
+        std::ofstream f(o.trace_file);
+        if (!f) throw std::runtime_error("cannot write " + o.trace_file);
+        write_chrome_trace(f, r.result, r.view);
+        written = true;
+      }
+    if (!written) throw std::runtime_error("--trace-method " + o.trace_method + " is not among --methods");
+  }
 
   if (o.json) {
     nlohmann::json j;
     j["batch"] = {{"source", source}, {"sequences", b.size()}, {"tokens", b.total_tokens()}, {"max_length", b.max_length()}};
-    j["cluster"] = {{"name", cluster.name()}, {"nodes", cluster.nodes()}, {"gpus_per_node", cluster.gpus_per_node()}};
+    j["cluster"] = {{"name", cluster.name()}, {"nodes", cluster.nodes()}, {"gpus_per_node", cluster.gpus_per_node()},
+                    {"nics_per_node", cluster.nics_per_node()}};
     j["model"] = model.name;
-    j["bins"] = nlohmann::json::array();
-    for (std::size_t i = 0; i < bins.size(); ++i) {
-      if (bins[i].sequences == 0) continue;
-      j["bins"].push_back({{"bin", i < table2_columns ? std::string(table2_labels[i]) : std::string(">=256")},
-                           {"sequences", bins[i].sequences}, {"tokens", bins[i].tokens},
-                           {"attention_flops", bins[i].attention_flops}, {"linear_flops", bins[i].linear_flops}});
+    j["tensor_parallel"] = setup.tensor_parallel;
+    j["methods"] = nlohmann::json::array();
+    for (const auto& r : runs) {
+      const sim_result& s = r.result;
+      double attention = 0, linear = 0, comm = 0, idle = 0;
+      for (const auto& br : s.ranks) attention += br.attention_s, linear += br.linear_s, comm += br.exposed_comm_s, idle += br.idle_s;
+      const double n = static_cast<double>(s.ranks.size());
+      j["methods"].push_back({{"name", r.name},
+                              {"step_time_s", s.step_time_s},
+                              {"tokens_per_s", s.tokens_per_s},
+                              {"lower_bound_s", s.lower_bound_s},
+                              {"efficiency", s.efficiency},
+                              {"speedup_vs_te_cp", te > 0 ? te / s.step_time_s : 0.0},
+                              {"imbalance", s.imbalance},
+                              {"cross_node_bytes", s.cross_node_bytes},
+                              {"intra_node_bytes", s.intra_node_bytes},
+                              {"forward_s", s.forward_s},
+                              {"backward_s", s.backward_s},
+                              {"lm_head_s", s.lm_head_s},
+                              {"micro_batches", s.micro_batches},
+                              {"mean_attention_s", attention / n},
+                              {"mean_linear_s", linear / n},
+                              {"mean_exposed_comm_s", comm / n},
+                              {"mean_idle_s", idle / n},
+                              {"ring_groups", r.layout.groups.size()},
+                              {"notes", r.layout.notes}});
     }
-    j["attention_flops"] = total.attention_flops();
-    j["linear_flops"] = total.linear_flops();
-    j["single_gpu_seconds"] = total.single_gpu_seconds();
-    j["lower_bound_s"] = bound;
     std::cout << j.dump(2) << '\n';
     return;
   }
   std::printf("batch   %s: %d sequences, %lld tokens, longest %lld\n", source.c_str(), b.size(),
               static_cast<long long>(b.total_tokens()), static_cast<long long>(b.max_length()));
-  std::printf("cluster %s: %d nodes x %d %s, %d NICs per node\n", cluster.name().c_str(), cluster.nodes(),
-              cluster.gpus_per_node(), cluster.gpu().name.c_str(), cluster.nics_per_node());
-  std::printf("model   %s (%d layers, hidden %d)\n\n", model.name.c_str(), model.layers, model.hidden);
-  std::printf("%-10s %6s %9s %8s %14s %14s %10s\n", "length(K)", "seqs", "tokens", "tokens%", "attn PFLOP", "linear PFLOP",
-              "attn share");
-  for (std::size_t i = 0; i < bins.size(); ++i) {
-    const bin_cost& c = bins[i];
-    if (c.sequences == 0) continue;
-    std::printf("%-10s %6lld %9lld %7.1f%% %14.3f %14.3f %9.1f%%\n",
-                i < table2_columns ? std::string(table2_labels[i]).c_str() : ">=256", c.sequences, c.tokens,
-                100.0 * static_cast<double>(c.tokens) / static_cast<double>(b.total_tokens()), c.attention_flops / 1e15,
-                c.linear_flops / 1e15, 100.0 * c.attention_flops / (c.attention_flops + c.linear_flops));
+  std::printf("cluster %s: %d nodes x %d %s, %d NICs per node; model %s, TP %d\n\n", cluster.name().c_str(), cluster.nodes(),
+              cluster.gpus_per_node(), cluster.gpu().name.c_str(), cluster.nics_per_node(), model.name.c_str(),
+              setup.tensor_parallel);
+  std::printf("%-22s %10s %10s %8s %6s %6s %8s %9s %9s\n", "method", "step ms", "tokens/s", "speedup", "eff", "imbal",
+              "xnode GB", "comm ms", "idle ms");
+  for (const auto& r : runs) {
+    const sim_result& s = r.result;
+    double comm = 0, idle = 0;
+    for (const auto& br : s.ranks) comm += br.exposed_comm_s, idle += br.idle_s;
+    const double n = static_cast<double>(s.ranks.size());
+    std::printf("%-22s %10.1f %10.0f %7.2fx %6.3f %6.2f %8.1f %9.1f %9.1f\n", r.name.c_str(), s.step_time_s * 1e3,
+                s.tokens_per_s, te > 0 ? te / s.step_time_s : 0.0, s.efficiency, s.imbalance, s.cross_node_bytes / 1e9,
+                comm / n * 1e3, idle / n * 1e3);
   }
-  std::printf("%-10s %6d %9lld %7.1f%% %14.3f %14.3f %9.1f%%\n\n", "total", b.size(), static_cast<long long>(b.total_tokens()),
-              100.0, total.attention_flops() / 1e15, total.linear_flops() / 1e15,
-              100.0 * total.attention_flops() / total.total_flops());
-  std::printf("one forward + backward step: %.3f s on one GPU; perfectly balanced over %d GPUs: >= %.2f ms\n",
-              total.single_gpu_seconds(), cluster.num_ranks(), bound * 1e3);
+  std::printf("\nlower bound (perfect balance, no exposed communication): %.1f ms; comm/idle: mean per rank\n",
+              runs.empty() ? 0.0 : runs.front().result.lower_bound_s * 1e3);
+  if (!o.trace_file.empty()) std::printf("trace of %s written to %s\n", o.trace_method.c_str(), o.trace_file.c_str());
 }
 
 void add_simulate_command(CLI::App& app) {
   auto options = std::make_shared<simulate_options>();
-  CLI::App* cmd = app.add_subcommand("simulate", "price a training step of a batch on a cluster (the main job)");
+  CLI::App* cmd = app.add_subcommand("simulate", "plan and simulate a training step with every method (the main job)");
   auto* dataset = cmd->add_option("--dataset", options->dataset, "Table 2 length distribution: arxiv, github, prolong64k")
                       ->capture_default_str();
   cmd->add_option("--lengths", options->lengths_file, "file of sequence lengths, one per line")
@@ -110,9 +180,21 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--tokens", options->tokens, "total tokens of the sampled batch")->capture_default_str();
   cmd->add_option("--seed", options->seed, "sampler seed")->capture_default_str();
   cmd->add_option("--cluster", options->cluster, "cluster preset: a, b, c, wlb, hydraulis")->capture_default_str();
-  cmd->add_option("--nodes", options->nodes, "number of nodes")->capture_default_str();
+  cmd->add_option("--nodes", options->nodes, "number of nodes")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus-per-node", options->gpus_per_node, "GPUs per node (default: the preset's 8)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--model", options->model, "model preset: 3b, 7b, 13b, 30b, 70b, 550m, 8x550m, llama3-8b, gpt-7b, ...")
       ->capture_default_str();
+  cmd->add_option("--methods", options->methods,
+                  "comma-separated: te_cp, llama_cp, hybrid_dp, te_cp+routing, te_cp+routing+engine, zeppelin; or all")
+      ->capture_default_str();
+  cmd->add_option("--tp", options->tensor_parallel, "TP size inside CP (default: 2 for 13B on a and 30B on c, else 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--layers", options->chained_layers, "layers simulated back to back per phase (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trace", options->trace_file, "write a Chrome trace JSON (Perfetto) of --trace-method");
+  cmd->add_option("--trace-method", options->trace_method, "method whose trace --trace writes")->capture_default_str();
   cmd->add_flag("--json", options->json, "print JSON");
   cmd->callback([options] { run_simulate(*options); });
 }

@@ -12,3 +12,4 @@
 #include <zeppelin/remap.hpp>
 #include <zeppelin/route.hpp>
 #include <zeppelin/schedule.hpp>
+#include <zeppelin/sim.hpp>

@@ -1,0 +1,15 @@
+// zeppelin/sim.hpp
+// Umbrella header of the step simulator: the event engine, cost bundle, options, results,
+// lower bound, tensor-parallel view, simulate(), the evaluation's methods and the Chrome
+// trace writer. Host-only.
+#pragma once
+
+#include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/event_engine.hpp>
+#include <zeppelin/sim/lower_bound.hpp>
+#include <zeppelin/sim/methods.hpp>
+#include <zeppelin/sim/options.hpp>
+#include <zeppelin/sim/result.hpp>
+#include <zeppelin/sim/simulate.hpp>
+#include <zeppelin/sim/tensor_parallel.hpp>
+#include <zeppelin/sim/trace.hpp>

@@ -1,0 +1,74 @@
+// zeppelin/sim/detail/attention_call.hpp
+// The price of ONE varlen attention call made of several (sequence, query rows, pairs) items.
+//   in : items (sequence, query position range, causal pairs computed), the attention model,
+//        heads, head dim
+//   out: forward and backward seconds of the call
+// A varlen FlashAttention launch tiles every sequence's query rows separately, so:
+//   rows_s     = size of the union of the query ranges of sequence s in the call
+//   executed   = sum_s flops(pairs_s) * padded(rows_s) / rows_s      (per-sequence tile padding)
+//   x_s        = max(padded(rows_s), sqrt(2 pairs_s - rows_s))        (causal-equivalent length)
+//   rate       = table.at(sum_s x_s)                                  (the launch's total work)
+// The throughput tables are profiles of CAUSAL calls, where a call of x rows computes about
+// x^2 / 2 pairs; a ring block of r query rows against c > r earlier keys (full mask) does
+// r c pairs, the work of a causal call of sqrt(2 r c) rows, and keeps the SMs as busy as
+// one. Indexing by rows alone would price it like a call with r^2 / 2 pairs. (A causal call of
+// L rows has 2 pairs - L = L^2, so x = padded(L) there.)
+//   seconds    = executed / rate (forward), 2.5 x executed / backward rate (backward)
+// One causal sequence in one call gives exactly attention_time_model::forward_seconds(rows,
+// pairs) (2 pairs - rows = rows^2 for it).
+// Host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/cost/attention_flops.hpp>
+#include <zeppelin/cost/attention_time_model.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+namespace detail {
+
+struct call_item {
+  sequence_index seq = 0;
+  token_range q{};
+  std::int64_t pairs = 0;
+};
+
+struct call_cost {
+  double forward_s = 0;
+  double backward_s = 0;
+};
+
+//! Prices one call; `items` is reordered.
+inline call_cost price_call(std::vector<call_item>& items, const attention_time_model& m, int heads, int head_dim) {
+  std::sort(items.begin(), items.end(), [](const call_item& a, const call_item& b) {
+    return a.seq != b.seq ? a.seq < b.seq : a.q.begin < b.q.begin;
+  });
+  double executed = 0, x = 0;
+  std::size_t i = 0;
+  while (i < items.size()) {
+    const sequence_index s = items[i].seq;
+    token_count rows = 0;
+    std::int64_t pairs = 0;
+    token_count cover_end = -1;
+    for (; i < items.size() && items[i].seq == s; ++i) {
+      const call_item& it = items[i];
+      pairs += it.pairs;
+      const token_count b = std::max(it.q.begin, cover_end);
+      if (it.q.end > b) rows += it.q.end - b;
+      cover_end = std::max(cover_end, it.q.end);
+    }
+    if (pairs == 0) continue;
+    executed += m.forward_flops(rows, pairs, heads, head_dim);
+    x += std::max(static_cast<double>(m.padded_rows(rows)), std::sqrt(std::max(0.0, 2.0 * static_cast<double>(pairs) - static_cast<double>(rows))));
+  }
+  if (executed == 0) return {};
+  return {executed / m.forward.at(x), attention_backward_ratio * executed / m.backward.at(x)};
+}
+
+}  // namespace detail
+ZEPPELIN_NAMESPACE_END

@@ -1,0 +1,167 @@
+// zeppelin/sim/methods.hpp
+// The methods of the Zeppelin evaluation as (partitioner, execution options) pairs, and a
+// runner that plans and simulates one of them.
+//   in : a method name, a batch, the PHYSICAL topology, a model, method_setup
+//   out: method_run: the plan (on the tensor_parallel_view when TP > 1) and its sim_result
+// | name                  | partitioner              | collective | routing | engine      | remap |
+// |-----------------------|--------------------------|------------|---------|-------------|-------|
+// | te_cp                 | even_split (global ring) | ring       | no      | in order    | no    |
+// | llama_cp              | allgather (one group)    | all-gather | NCCL*   | in order    | no    |
+// | hybrid_dp             | hybrid_dp (micro-batches)| ring       | no      | in order    | no    |
+// | te_cp+routing         | even_split               | ring       | yes     | in order    | no    |
+// | te_cp+routing+engine  | hierarchical             | ring       | yes     | prioritized | no    |
+// | zeppelin              | hierarchical             | ring       | yes     | prioritized | yes   |
+// (*) NCCL runs an all-gather over several rings (channels) whose node crossings use every
+// NIC, which the simulator expresses as routed inter-node transfers; TE CP's P2P ring sends
+// each K/V block through the one NIC of the sending GPU.
+// The ablations follow Fig. 11: TE CP + routing; + partitioner and engine; + remapping (the
+// full Zeppelin). Capacity: setup.tokens_per_gpu x (1 + capacity_slack) tokens per GPU (x TP
+// per CP rank): a layout of uneven chunks or whole sequences cannot hit the exact average.
+// 1/8 (4608 tokens for 4K per GPU) is the smallest power-of-two headroom with which
+// hierarchical<> never took its contiguous fallback on 5 seeds x {arxiv, github, prolong64k}
+// x {2, 4, 8} nodes of cluster C (at 1/32 it fell back on up to 5 of 5 seeds); every method
+// gets the same headroom. Host-only.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/partition/allgather.hpp>
+#include <zeppelin/partition/even_split.hpp>
+#include <zeppelin/partition/hierarchical.hpp>
+#include <zeppelin/partition/hybrid_dp.hpp>
+#include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/options.hpp>
+#include <zeppelin/sim/result.hpp>
+#include <zeppelin/sim/simulate.hpp>
+#include <zeppelin/sim/tensor_parallel.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+enum class method_kind : std::uint8_t { te_cp, llama_cp, hybrid_dp, te_cp_routing, te_cp_routing_engine, zeppelin };
+
+//! A method: its name and how it partitions and executes.
+struct method_spec {
+  method_kind kind = method_kind::te_cp;
+  std::string_view name;
+  std::string_view description;
+  bool routing = false;
+  bool prioritized_engine = false;
+  bool remap = false;
+};
+
+//! Every method, baselines first, then the ablations and Zeppelin.
+inline constexpr std::array<method_spec, 6> method_specs{{
+    {method_kind::te_cp, "te_cp", "TransformerEngine CP: even zigzag split, one global ring", false, false, false},
+    {method_kind::llama_cp, "llama_cp", "LLaMA-3 CP: even split, all-gather K/V before attention", true, false, false},
+    {method_kind::hybrid_dp, "hybrid_dp", "ByteScale-like: DP for short, ring CP for long, FLOP-balanced micro-batches", false,
+     false, false},
+    {method_kind::te_cp_routing, "te_cp+routing", "TE CP with proxy routing over every NIC", true, false, false},
+    {method_kind::te_cp_routing_engine, "te_cp+routing+engine",
+     "routing + hierarchical partitioner + attention engine (no remapping)", true, true, false},
+    {method_kind::zeppelin, "zeppelin", "Zeppelin: hierarchical partitioner, engine, routing, remapping", true, true, true},
+}};
+
+//! The method called `name` (a method_specs name). Throws invalid_argument listing the names.
+[[nodiscard]] inline const method_spec& method_by_name(std::string_view name) {
+  std::string valid;
+  for (const method_spec& s : method_specs) {
+    if (s.name == name) return s;
+    valid += (valid.empty() ? "" : ", ") + std::string(s.name);
+  }
+  ZEPPELIN_THROW(invalid_argument, "unknown method '" + std::string(name) + "' (valid: " + valid + ")", {});
+}
+
+//! How a method is run.
+//! The load metric hierarchical<> balances local sequences with (partition/load_metric.hpp).
+enum class zeppelin_metric : std::uint8_t { tokens = 0, attention = 1, cost_model = 2 };
+
+struct method_setup {
+  token_count tokens_per_gpu = 4096;  //!< the paper's 4K per GPU
+  double capacity_slack = 1.0 / 8;    //!< headroom over tokens_per_gpu (see the file comment)
+  int tensor_parallel = 1;            //!< TP inside CP (13B on cluster A, 30B on cluster C: 2)
+  int chained_layers = 1;             //!< sim_options::chained_layers
+  zeppelin_metric metric = zeppelin_metric::attention;  //!< for te_cp+routing+engine and zeppelin
+  bool record_trace = false;
+  std::optional<sim_cost_model> cost{};  //!< default: sim_cost_model::for_topology(view)
+};
+
+struct method_run {
+  std::string name;
+  topology view;  //!< the CP topology (tensor_parallel_view of the physical one)
+  plan layout;
+  sim_result result;
+};
+
+//! Capacity in tokens per CP rank for `setup` (x TP).
+[[nodiscard]] inline token_count method_capacity(const method_setup& setup) {
+  ZEPPELIN_EXPECTS(setup.tokens_per_gpu >= 1 && std::isfinite(setup.capacity_slack) && setup.capacity_slack >= 0,
+                   "tokens per GPU must be positive and the slack non-negative",
+                   {{"tokens_per_gpu", double(setup.tokens_per_gpu)}, {"capacity_slack", setup.capacity_slack}});
+  const auto per_gpu = static_cast<token_count>(std::ceil(static_cast<double>(setup.tokens_per_gpu) * (1 + setup.capacity_slack)));
+  return per_gpu * setup.tensor_parallel;
+}
+
+//! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank.
+[[nodiscard]] inline plan partition_for(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
+                                       zeppelin_metric metric = zeppelin_metric::attention, const model_config* m = nullptr) {
+  switch (spec.kind) {
+    case method_kind::te_cp:
+    case method_kind::te_cp_routing: return even_split{capacity}.partition(b, view);
+    case method_kind::llama_cp: return allgather{capacity, 0}.partition(b, view);
+    case method_kind::hybrid_dp: return hybrid_dp{capacity}.partition(b, view);
+    case method_kind::te_cp_routing_engine:
+    case method_kind::zeppelin:
+      switch (metric) {
+        case zeppelin_metric::tokens: return hierarchical<token_metric>{capacity, {}}.partition(b, view);
+        case zeppelin_metric::attention: return hierarchical<attention_cost_metric>{capacity, {}}.partition(b, view);
+        case zeppelin_metric::cost_model: {
+          cost_model_metric<> cm{attention_time_model::for_gpu(view.gpu()), m ? m->heads : 32, m ? m->head_dim : 128};
+          return hierarchical<cost_model_metric<>>{capacity, cm}.partition(b, view);
+        }
+      }
+  }
+  ZEPPELIN_THROW(invalid_argument, "unknown method kind", {});
+}
+
+//! The sim_options of `spec` under `setup`.
+[[nodiscard]] inline sim_options options_for(const method_spec& spec, const method_setup& setup) {
+  sim_options o;
+  o.collective = spec.kind == method_kind::llama_cp ? attention_collective::all_gather : attention_collective::ring;
+  o.routing = spec.routing;
+  o.remap = spec.remap;
+  o.engine = spec.prioritized_engine ? engine_policy::prioritized : engine_policy::in_order;
+  o.tensor_parallel = setup.tensor_parallel;
+  o.chained_layers = setup.chained_layers;
+  o.record_trace = setup.record_trace;
+  return o;
+}
+
+//! Plans and simulates `spec` on batch `b`, physical topology `physical`, model `m`.
+//! Throws what the partitioner and simulate() throw (infeasible when the batch does not fit).
+[[nodiscard]] inline method_run run_method(const method_spec& spec, const batch& b, const topology& physical,
+                                           const model_config& m, const method_setup& setup = {}) {
+  topology view = tensor_parallel_view(physical, setup.tensor_parallel);
+  plan layout = partition_for(spec, b, view, method_capacity(setup), setup.metric, &m);
+  const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(view);
+  sim_result result = simulate(layout, b, view, m, options_for(spec, setup), cost);
+  result.method = std::string(spec.name);
+  return {std::string(spec.name), std::move(view), std::move(layout), std::move(result)};
+}
+
+[[nodiscard]] inline method_run run_method(std::string_view name, const batch& b, const topology& physical,
+                                           const model_config& m, const method_setup& setup = {}) {
+  return run_method(method_by_name(name), b, physical, m, setup);
+}
+
+ZEPPELIN_NAMESPACE_END

@@ -1,0 +1,60 @@
+// zeppelin/sim/options.hpp
+// How the simulator executes a plan: which mechanisms are on and how much it simulates.
+//   in : nothing (designated initialisers)
+//   out: sim_options, read by simulate() (sim/simulate.hpp)
+// The partitioner decides WHERE tokens live (the plan); these options decide HOW the step
+// runs on that layout: the attention collective (ring or all-gather, read from the plan's
+// method by default), proxy routing of inter-node transfers, remapping to the
+// token-balanced layout for the linear modules, the attention engine's stream policy and
+// tensor parallelism inside every CP rank. Host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/sim/event_engine.hpp>
+
+#include <cstdint>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! How K/V reach the queries of a ring group.
+enum class attention_collective : std::uint8_t {
+  from_plan = 0,   //!< all_gather when plan.method == "allgather", else ring
+  ring = 1,        //!< G ring rounds overlapped with the round's attention (TE CP, Zeppelin)
+  all_gather = 2,  //!< gather all K/V first, then one attention call; backward re-gathers
+                   //!< and reduce-scatters dK/dV (LLaMA-3 CP), both on the critical path
+};
+
+//! How the attention engine orders a GPU's attention calls (Zeppelin 3.2).
+enum class engine_policy : std::uint8_t {
+  in_order = 0,     //!< one CUDA stream: ring groups by queue order (inter -> intra -> local), round after round
+  prioritized = 1,  //!< Zeppelin's engine: prioritised streams, inter > intra > local; a call
+                    //!< that becomes ready preempts a lower-priority one (local work fills the
+                    //!< gaps while ring K/V are in flight)
+};
+
+struct sim_options {
+  attention_collective collective = attention_collective::from_plan;
+  //! Proxy routing (Zeppelin 3.3): every inter-node transfer is split over one proxy GPU per
+  //! NIC of the source and the destination node (dispatch over NVLink, multi-NIC transfer,
+  //! combine over NVLink). Also what NCCL's multi-channel rings do for an all-gather.
+  bool routing = false;
+  //! Remapping (Zeppelin 3.4): before the linear modules move every rank to the
+  //! token-balanced layout (exact min-max remap solver) and back before attention, forward
+  //! and backward (two alltoallv per layer and direction, hidden-state sized).
+  bool remap = false;
+  engine_policy engine = engine_policy::in_order;
+  //! TP group size inside each CP rank (the plan and topology are then the
+  //! tensor_parallel_view, sim/tensor_parallel.hpp): adds the sequence-parallel collectives.
+  int tensor_parallel = 1;
+  //! Layers simulated explicitly, back to back, per phase (forward / backward of each
+  //! micro-batch); the phase time is scaled by layers / chained_layers. 0 = every layer.
+  //! Layers are identical, so one layer already gives the steady state when a layer boundary
+  //! synchronises the ranks (remap alltoallv, TP collectives, rings spanning the GPUs);
+  //! chaining more lets fast ranks run ahead across layers.
+  int chained_layers = 1;
+  //! Keep every task's timing for a trace (sim_result::trace); costs memory.
+  bool record_trace = false;
+  friend constexpr bool operator==(const sim_options&, const sim_options&) = default;
+};
+
+ZEPPELIN_NAMESPACE_END

@@ -1,0 +1,205 @@
+// simulate(): hand-computed small cases (one sequence on one GPU, a ring of 2 over NVLink and
+// over one NIC) and properties over every method (bound, accounting, ports, determinism,
+// monotonicity in bandwidth and FLOP/s, trace validity).
+#include <catch2/catch.hpp>
+
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/cost/transfer_bytes.hpp>
+#include <zeppelin/data/datasets.hpp>
+#include <zeppelin/data/sampler.hpp>
+#include <zeppelin/partition/even_split.hpp>
+#include <zeppelin/sim.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+using namespace zeppelin;
+
+namespace {
+
+// Flat kernels: no tile padding, one rate for every call, GEMMs at the peak.
+sim_cost_model flat_cost(double attention_rate) {
+  sim_cost_model c;
+  c.attention.tile_rows = 1;
+  c.attention.forward = throughput_table{{1, attention_rate}};
+  c.attention.backward = throughput_table{{1, attention_rate}};
+  c.linear.efficiency = 1.0;
+  return c;
+}
+
+model_config small_model() { return {"small", 2, 64, 2, 2, 32, 128, 100, true, 0, 0, 2}; }
+
+topology one_gpu() { return topology({"one", 1, 1, 1, {}, {1e9, 0}, {1e9, 0}, {"G", 1e12, 1e9, 1e12}}); }
+
+//! One ring of 2 over a link of bandwidth `bw` and latency `lat`: 1 node x 2 GPUs (NVLink)
+//! or 2 nodes x 1 GPU (one NIC each).
+topology ring_of_two(bool across_nodes, double bw, double lat) {
+  const link_spec link{bw, lat}, other{1e15, 0};
+  if (across_nodes) return topology({"two-nodes", 2, 1, 1, {}, other, link, {"G", 1e12, 1e9, 1e12}});
+  return topology({"one-node", 1, 2, 1, {}, link, other, {"G", 1e12, 1e9, 1e12}});
+}
+
+//! The expected step of one sequence of 4c tokens zigzag-split over a ring of two (see
+//! sim/simulate.hpp for the model): a = seconds per pair, f = one K/V (or dK/dV) transfer.
+double ring_of_two_step(const model_config& m, const topology& t, double rate, token_count c) {
+  const double a = 4.0 * m.heads * m.head_dim / rate;
+  const double cd = static_cast<double>(c);
+  const double peak = t.gpu().peak_flops;
+  const bool inter = t.nodes() == 2;
+  const link_spec& link = inter ? t.nic_link() : t.intra_node_link();
+  const double f = link.latency + 2 * cd * kv_bytes_per_token(m) / link.bandwidth;
+  const double c0[2] = {a * (cd * (cd + 1) + cd * cd), a * cd * (2 * cd + 1)};  // round 0: own chunks, causal
+  const double c1 = a * 2 * cd * cd;                                          // round 1: full blocks
+  const double lin = 2 * cd * linear_forward_flops_per_token(m) / peak;
+  double fwd = 0;
+  for (int p = 0; p < 2; ++p) fwd = std::max(fwd, std::max(c0[p], f) + c1 + lin);
+  const double s = 2 * lin;
+  double e0[2], e1[2], acc[2];
+  for (int p = 0; p < 2; ++p) e0[p] = s + 2.5 * c0[p], e1[p] = std::max(e0[p], s + f) + 2.5 * c1;
+  // dK/dV of round 1 leave after the block and after the rank's K/V send (NCCL order)
+  double d[2], home[2];
+  for (int p = 0; p < 2; ++p) d[p] = std::max(e0[p], s + f);
+  for (int p = 0; p < 2; ++p) acc[p] = std::max(e1[p], d[1 - p] + f);
+  for (int p = 0; p < 2; ++p) home[p] = std::max(acc[p], d[p] + f) + f;  // arrives at the other rank
+  double bwd = 0;
+  for (int p = 0; p < 2; ++p) bwd = std::max(bwd, std::max(e1[p], home[1 - p]));
+  const double head = 2 * cd * (lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m)) / peak;
+  return m.layers * (fwd + bwd) + head;
+}
+
+batch random_batch(std::uint64_t seed, token_count total) {
+  random_generator rng(seed, 7);
+  const char* names[] = {"arxiv", "github", "prolong64k"};
+  return sample_batch(dataset_by_name(names[rng.below(3)]), total, rng);
+}
+
+}  // namespace
+
+TEST_CASE("one sequence on one GPU: layers x (attention + linear) + LM head", "[sim]") {
+  const model_config m = small_model();
+  const topology t = one_gpu();
+  const token_count L = 1000;
+  const batch b({L});
+  plan p{"manual", 1, 1, L, {placement{{shard{0, {0, L}, no_group, 0}}}}, {}, {}};
+  const double rate = 1e11;
+  const sim_cost_model cost = flat_cost(rate);
+  const double attention = 4.0 * m.heads * m.head_dim * static_cast<double>(causal_pairs(L)) / rate;
+  const double linear = static_cast<double>(L) * linear_forward_flops_per_token(m) / t.gpu().peak_flops;
+  const double head = static_cast<double>(L) * (lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m)) / t.gpu().peak_flops;
+  const double expected = m.layers * (3.5 * attention + 3 * linear) + head;
+  for (const int chained : {1, 0}) {
+    sim_options o;
+    o.chained_layers = chained;
+    const sim_result r = simulate(p, b, t, m, o, cost);
+    CHECK(r.step_time_s == Approx(expected).epsilon(1e-12));
+    CHECK(r.ranks[0].attention_s == Approx(m.layers * 3.5 * attention));
+    CHECK(r.ranks[0].exposed_comm_s == Approx(0).margin(1e-15));
+    CHECK(r.cross_node_bytes == 0);
+    // flat rates: the lower bound is exactly this step
+    CHECK(r.lower_bound_s == Approx(expected).epsilon(1e-12));
+    CHECK(r.efficiency == Approx(1.0));
+  }
+}
+
+TEST_CASE("a ring of two: hand-computed rounds over NVLink and over one NIC", "[sim]") {
+  const model_config m = small_model();
+  const double rate = 5e10;
+  const token_count c = 256;
+  const batch b({4 * c});
+  for (const bool across : {false, true}) {
+    for (const double bw : {1e9, 2e11}) {  // communication exposed / hidden
+      CAPTURE(across, bw);
+      const topology t = ring_of_two(across, bw, across ? 1e-5 : 2e-6);
+      const plan p = even_split{2 * c}.partition(b, t);
+      const sim_result r = simulate(p, b, t, m, {}, flat_cost(rate));
+      CHECK(r.step_time_s == Approx(ring_of_two_step(m, t, rate, c)).epsilon(1e-9));
+      const double kv = 2.0 * static_cast<double>(2 * c) * kv_bytes_per_token(m) * m.layers;  // per direction, both ranks
+      CHECK((across ? r.cross_node_bytes : r.intra_node_bytes) == Approx(kv * 4));  // fwd K/V; bwd K/V, dK/dV round 1, dK/dV home
+      for (const auto& br : r.ranks) CHECK(br.total_s() == Approx(r.step_time_s));
+    }
+  }
+}
+
+TEST_CASE("every method: bound, accounting, ports, determinism, trace", "[sim][methods]") {
+  const model_config m = models::llama_3b();
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    const topology t = seed == 2 ? clusters::cluster_a(2) : clusters::cluster_c(2);
+    const batch b = random_batch(seed, 16 * 4096);
+    for (const method_spec& spec : method_specs) {
+      CAPTURE(seed, spec.name);
+      method_setup setup;
+      setup.record_trace = true;
+      const method_run run = run_method(spec, b, t, m, setup);
+      const sim_result& r = run.result;
+      CHECK(r.step_time_s >= r.lower_bound_s);
+      CHECK(r.efficiency <= 1.0);
+      CHECK(r.efficiency > 0.0);
+      CHECK(r.imbalance >= 1.0);
+      CHECK(r.max_port_utilization <= 1.0 + 1e-9);
+      for (const auto& br : r.ranks) {
+        CHECK(br.total_s() == Approx(r.step_time_s).epsilon(1e-9));
+        CHECK(br.exposed_comm_s >= -1e-12);
+        CHECK(br.idle_s >= -1e-9);
+      }
+      // no compute stream runs two tasks at once
+      for (const sim_phase& ph : r.trace) {
+        std::map<rank_index, std::vector<std::pair<double, double>>> busy;
+        for (const compute_segment& s : ph.run.segments) busy[s.rank].push_back({s.start, s.end});
+        for (auto& [rank, v] : busy) {
+          std::sort(v.begin(), v.end());
+          for (std::size_t i = 1; i < v.size(); ++i) CHECK(v[i - 1].second <= v[i].first + 1e-12);
+        }
+      }
+      // determinism: the same inputs give the same step, bit for bit
+      const method_run again = run_method(spec, b, t, m, setup);
+      CHECK(again.result.step_time_s == r.step_time_s);
+      CHECK(again.result.cross_node_bytes == r.cross_node_bytes);
+      // the trace is valid JSON with events on per-GPU and per-NIC tracks
+      std::ostringstream os;
+      write_chrome_trace(os, r, run.view);
+      const auto j = nlohmann::json::parse(os.str());
+      REQUIRE(j.contains("traceEvents"));
+      CHECK(j["traceEvents"].size() > 10);
+    }
+  }
+}
+
+TEST_CASE("step time is monotone in link bandwidth and GPU FLOP/s", "[sim][methods]") {
+  const model_config m = models::llama_3b();
+  for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+    const topology base = clusters::cluster_a(2);
+    const batch b = random_batch(seed + 10, 16 * 4096);
+    for (const method_spec& spec : method_specs) {
+      CAPTURE(seed, spec.name);
+      const double t0 = run_method(spec, b, base, m).result.step_time_s;
+      topology_config faster_links = base.config();
+      faster_links.nic.bandwidth *= 2;
+      faster_links.intra_node.bandwidth *= 2;
+      CHECK(run_method(spec, b, topology(faster_links), m).result.step_time_s <= t0 * (1 + 1e-9));
+      topology_config faster_gpu = base.config();
+      faster_gpu.gpu.peak_flops *= 2;
+      CHECK(run_method(spec, b, topology(faster_gpu), m).result.step_time_s <= t0 * (1 + 1e-9));
+    }
+  }
+}
+
+TEST_CASE("method names and bad input", "[sim][methods]") {
+  CHECK(method_by_name("zeppelin").remap);
+  CHECK(method_by_name("te_cp+routing").routing);
+  CHECK_FALSE(method_by_name("te_cp+routing").remap);
+  CHECK_THROWS_AS(method_by_name("ring"), invalid_argument);
+  const topology t = one_gpu();
+  const batch b({10});
+  plan p{"manual", 1, 1, 10, {placement{{shard{0, {0, 10}, no_group, 0}}}}, {}, {}};
+  sim_options o;
+  o.chained_layers = -1;
+  CHECK_THROWS_AS(simulate(p, b, t, small_model(), o), invalid_argument);
+  plan broken = p;
+  broken.placements[0].shards[0].range.end = 9;  // loses a token
+  CHECK_THROWS(simulate(broken, b, t, small_model()));
+}
