@@ -1,6 +1,7 @@
 // examples/zeppelin/main.cpp
-// `zeppelin [subcommand] [options]`. With no arguments it runs the main job
-// (`zeppelin simulate` on its embedded defaults). Errors go to stderr, exit status 1.
+// `zeppelin [subcommand] [options]`. With no subcommand it runs the main job
+// (`zeppelin simulate`, on its embedded defaults unless options are given). Errors go to
+// stderr, exit status 1.
 #include "commands.hpp"
 
 #include <zeppelin/core/error.hpp>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
+#include <string_view>
+#include <vector>
 
 int main(int argc, char** argv) {
   CLI::App app{"zeppelin: plan, route, remap and simulate balanced long-context training steps"};
@@ -16,13 +19,13 @@ int main(int argc, char** argv) {
   std::stable_sort(registry.begin(), registry.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
   for (const auto& command : registry) command.add(app);
 
+  // No subcommand (no arguments, or options only): the options go to the main job.
+  std::vector<const char*> args(argv, argv + argc);
+  const bool asks_for_help = argc > 1 && (std::string_view(argv[1]) == "-h" || std::string_view(argv[1]) == "--help");
+  if (argc == 1 || (argv[1][0] == '-' && !asks_for_help))
+    args.insert(args.begin() + 1, zeppelin_tool::default_command);
   try {
-    app.parse(argc, argv);
-    if (app.get_subcommands().empty()) {
-      // No subcommand: run the main job with its defaults.
-      const char* args[] = {argv[0], zeppelin_tool::default_command};
-      app.parse(2, args);
-    }
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

@@ -57,8 +57,8 @@ zeppelin::plan make_plan(const plan_arguments& a, const zeppelin::batch& b, cons
   return per_document{.capacity = a.capacity, .cp_size = a.cp_size}.partition(b, t);
 }
 
-nlohmann::json to_json(const zeppelin::plan& p) {
-  using nlohmann::json;
+nlohmann::ordered_json to_json(const zeppelin::plan& p) {
+  using json = nlohmann::ordered_json;  // keys in the documented order
   json ranks = json::array();
   for (zeppelin::rank_index r = 0; r < p.num_ranks(); ++r) {
     json shards = json::array();
