@@ -1,19 +1,36 @@
-# Install rules and the exported package: find_package(zeppelin CONFIG REQUIRED) gives
-# zeppelin::core (and zeppelin::cuda when the install was configured with CUDA).
+# Install rules and the exported package. find_package(zeppelin CONFIG REQUIRED) gives
+# zeppelin::core, and zeppelin::cuda when the install was configured with CUDA and the
+# consumer's machine has the CUDA toolkit and NCCL (COMPONENTS cuda makes that required).
+# Two export sets, so that a consumer without CUDA still loads zeppelin::core:
+#   zeppelin-targets.cmake       zeppelin::core
+#   zeppelin-cuda-targets.cmake  zeppelin::cuda (links CUDA::cudart, CCCL::CCCL, NCCL::NCCL,
+#                                which zeppelin-config.cmake finds again on the consumer side)
 include(CMakePackageConfigHelpers)
 
-install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/zeppelin" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-set(zeppelin_install_targets zeppelin_core)
-if(ZEPPELIN_CUDA_ENABLED)
-  list(APPEND zeppelin_install_targets zeppelin_cuda zeppelin_nccl_imported)
-endif()
-install(TARGETS ${zeppelin_install_targets} EXPORT zeppelin-targets)
+set(ZEPPELIN_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_DATADIR}/cmake/zeppelin"
+    CACHE STRING "Where the zeppelin CMake package files are installed, relative to the prefix")
+mark_as_advanced(ZEPPELIN_CMAKE_INSTALL_DIR)
 
-set(ZEPPELIN_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_DATADIR}/cmake/zeppelin")
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/zeppelin" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+
+install(TARGETS zeppelin_core EXPORT zeppelin-targets)
 install(EXPORT zeppelin-targets NAMESPACE zeppelin:: DESTINATION "${ZEPPELIN_CMAKE_INSTALL_DIR}")
+if(ZEPPELIN_CUDA_ENABLED)
+  install(TARGETS zeppelin_cuda EXPORT zeppelin-cuda-targets)
+  install(EXPORT zeppelin-cuda-targets NAMESPACE zeppelin:: DESTINATION "${ZEPPELIN_CMAKE_INSTALL_DIR}")
+  install(FILES "${PROJECT_SOURCE_DIR}/cmake/zeppelin_find_nccl.cmake" "${PROJECT_SOURCE_DIR}/cmake/zeppelin_cuda20_shim.cmake"
+          DESTINATION "${ZEPPELIN_CMAKE_INSTALL_DIR}")
+endif()
+
+# Values substituted into zeppelin-config.cmake.
+if(ZEPPELIN_CCCL_TARGET)
+  set(ZEPPELIN_PACKAGE_NEEDS_CCCL ON)
+else()
+  set(ZEPPELIN_PACKAGE_NEEDS_CCCL OFF)
+endif()
 configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/zeppelin-config.cmake.in"
   "${PROJECT_BINARY_DIR}/zeppelin-config.cmake" INSTALL_DESTINATION "${ZEPPELIN_CMAKE_INSTALL_DIR}")
-# Header-only: the package fits any architecture.
+# 0.x: only the same minor version is compatible. Header-only: fits any architecture.
 write_basic_package_version_file("${PROJECT_BINARY_DIR}/zeppelin-config-version.cmake"
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES "${PROJECT_BINARY_DIR}/zeppelin-config.cmake" "${PROJECT_BINARY_DIR}/zeppelin-config-version.cmake"
