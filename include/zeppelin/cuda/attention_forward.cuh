@@ -1,0 +1,233 @@
+// zeppelin/cuda/attention_forward.cuh
+// Varlen attention forward (FlashAttention-2 algorithm) with tensor-core MMA, sm_80+.
+// In:  attention_forward_params (attention_params.hpp): Q [total_q][heads][D], K/V
+//      [total_k][kv_heads][D] (bf16 | fp16), CSR blocks with positions and masks.
+// Out: O [total_q][heads][D] (input dtype and/or fp32), LSE [heads][lse_stride] (natural log).
+// Work decomposition: one CTA of 8 warps per (128-query tile, head, block); grid =
+// (ceil(max_seqlen_q / 128), heads, num_blocks), query tiles walked last-first so that the
+// longest causal rows start first. Warp w owns query rows 16w..16w+15 of the tile and keeps
+// its Q fragments and its O accumulator (16 x D fp32) in registers. K/V tiles of 64 keys are
+// streamed through shared memory with cp.async: V_j loads during S = Q K_j^T, K_{j+1} during
+// the softmax and O += P V_j. S and P stay in registers (the S accumulator fragment is the A
+// fragment of P V). Online softmax in fp32 with exp2 and scale * log2(e); LSE is written in
+// natural log: (m * scale * log2 e + log2 l) * ln 2. Shared memory: (128 + 2 * 64) rows of
+// D + 8 elements (69.6 KB for D = 128, 36.9 KB for D = 64).
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/cuda/attention_params.hpp>
+#include <zeppelin/cuda/detail/block_info.cuh>
+#include <zeppelin/cuda/detail/mma.cuh>
+#include <zeppelin/cuda/detail/tile.cuh>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+ZEPPELIN_NAMESPACE_BEGIN
+namespace device {
+namespace detail {
+
+template <int HeadDim>
+struct forward_traits {
+  static constexpr int block_m = 128;  // query rows per CTA: K/V tiles are reused by 128 rows
+  static constexpr int block_n = 64;   // keys per K/V tile
+  static constexpr int warps = block_m / 16;
+  static constexpr int threads = warps * 32;
+  static constexpr int smem_stride = HeadDim + 8;
+  static constexpr std::size_t smem_bytes = std::size_t{block_m + 2 * block_n} * smem_stride * 2;
+};
+
+inline constexpr float log2e = 1.4426950408889634f;
+inline constexpr float ln2 = 0.6931471805599453f;
+
+template <dtype T, int D>
+__global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads)
+    attention_forward_kernel(const attention_forward_params p) {
+  using traits = forward_traits<D>;
+  using E = cuda_type_t<T>;
+  constexpr int BM = traits::block_m;
+  constexpr int BN = traits::block_n;
+  constexpr int S = traits::smem_stride;
+  constexpr int threads = traits::threads;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  E* sq = reinterpret_cast<E*>(smem_raw);
+  E* sk = sq + BM * S;
+  E* sv = sk + BN * S;
+
+  const int h = static_cast<int>(blockIdx.y);
+  const block_info blk = load_block_info(p.cu_seqlens_q, p.cu_seqlens_k, p.q_offset, p.k_offset, p.masks, p.mask,
+                                         static_cast<int>(blockIdx.z));
+  const int m0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * BM;
+  if (m0 >= blk.q_len) return;
+  const int rows = min(BM, blk.q_len - m0);
+  const int kvh = h / (p.heads / p.kv_heads);
+
+  // Keys [0, k_end) can be visible to some query of the tile.
+  int k_end = 0;
+  if (blk.mask == block_mask::full) {
+    k_end = blk.k_len;
+  } else if (blk.mask == block_mask::causal) {
+    k_end = max(0, min(blk.k_len, m0 + rows - 1 + blk.delta + 1));
+  }
+  const int n_tiles = (k_end + BN - 1) / BN;
+
+  const std::int64_t q_row_stride = std::int64_t{p.heads} * D;
+  const std::int64_t kv_row_stride = std::int64_t{p.kv_heads} * D;
+  const E* q_base = static_cast<const E*>(p.q) + (std::int64_t{blk.q_begin} + m0) * q_row_stride + std::int64_t{h} * D;
+  const E* k_base = static_cast<const E*>(p.k) + std::int64_t{blk.k_begin} * kv_row_stride + std::int64_t{kvh} * D;
+  const E* v_base = static_cast<const E*>(p.v) + std::int64_t{blk.k_begin} * kv_row_stride + std::int64_t{kvh} * D;
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const float scale_log2 = p.softmax_scale * log2e;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY};
+  float row_sum[2] = {0.0f, 0.0f};
+  std::uint32_t qf[D / 16][4];
+
+  if (n_tiles > 0) {
+    load_tile_async<BM, D, S, threads>(sq, q_base, q_row_stride, rows);
+    load_tile_async<BN, D, S, threads>(sk, k_base, kv_row_stride, min(BN, blk.k_len));
+  }
+  cp_async_commit();
+
+  for (int n = 0; n < n_tiles; ++n) {
+    const int n0 = n * BN;
+    __syncthreads();  // every warp is done reading sv (previous P V)
+    load_tile_async<BN, D, S, threads>(sv, v_base + n0 * kv_row_stride, kv_row_stride, min(BN, blk.k_len - n0));
+    cp_async_commit();
+    cp_async_wait<1>();  // Q and K_n have landed (V_n may still be in flight)
+    __syncthreads();
+
+    if (n == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sq + (warp * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+    }
+
+    float s[BN / 8][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        std::uint32_t r[4];
+        ldmatrix_x4(r, sk + (np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+        mma_16816<T>(s[2 * np], qf[kk], r[0], r[1]);
+        mma_16816<T>(s[2 * np + 1], qf[kk], r[2], r[3]);
+      }
+    }
+
+    __syncthreads();  // every warp is done reading sk
+    if (n + 1 < n_tiles)
+      load_tile_async<BN, D, S, threads>(sk, k_base + (n0 + BN) * kv_row_stride, kv_row_stride, min(BN, blk.k_len - n0 - BN));
+    cp_async_commit();  // possibly empty: keeps the group count uniform
+
+    // Mask: keys past the block, and (causal) keys after the query. Warp-uniform test.
+    const int warp_row0 = m0 + warp * 16;
+    const bool causal = blk.mask == block_mask::causal;
+    if (n0 + BN > blk.k_len || (causal && n0 + BN - 1 > warp_row0 + blk.delta)) {
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = warp_row0 + g + (e >> 1) * 8;
+          const int col = n0 + j * 8 + 2 * t + (e & 1);
+          if (col >= blk.k_len || (causal && col > row + blk.delta)) s[j][e] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax over rows g (r = 0) and g + 8 (r = 1).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
+      mx = quad_max(mx);
+      const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+      const float correction = exp2f(row_max[r] * scale_log2 - m_scaled);
+      row_max[r] = mx;
+      row_sum[r] *= correction;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        o[d][2 * r] *= correction;
+        o[d][2 * r + 1] *= correction;
+      }
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        s[j][2 * r] = exp2f(fmaf(s[j][2 * r], scale_log2, -m_scaled));
+        s[j][2 * r + 1] = exp2f(fmaf(s[j][2 * r + 1], scale_log2, -m_scaled));
+        row_sum[r] += s[j][2 * r] + s[j][2 * r + 1];
+      }
+    }
+
+    cp_async_wait<1>();  // V_n has landed (K_{n+1} may still be in flight)
+    __syncthreads();
+
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const std::uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                  pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        std::uint32_t r[4];
+        ldmatrix_x4_trans(r, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + dp * 16 + (lane >> 4) * 8);
+        mma_16816<T>(o[2 * dp], a, r[0], r[1]);
+        mma_16816<T>(o[2 * dp + 1], a, r[2], r[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: normalise, write O (dtype and/or fp32) and LSE.
+  const std::int64_t lse_stride = p.lse_stride != 0 ? p.lse_stride : p.total_q;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(row_sum[r]);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int row = m0 + warp * 16 + g + r * 8;
+    if (row >= blk.q_len) continue;
+    const std::int64_t token = std::int64_t{blk.q_begin} + row;
+    const std::int64_t base = (token * p.heads + h) * D;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      const int col = d * 8 + 2 * t;
+      const float v0 = o[d][2 * r] * inv;
+      const float v1 = o[d][2 * r + 1] * inv;
+      if (p.o != nullptr) *reinterpret_cast<std::uint32_t*>(static_cast<E*>(p.o) + base + col) = pack2<T>(v0, v1);
+      if (p.o_f32 != nullptr) *reinterpret_cast<float2*>(p.o_f32 + base + col) = make_float2(v0, v1);
+    }
+    if (p.lse != nullptr && t == 0)
+      p.lse[std::int64_t{h} * lse_stride + token] = l > 0.0f ? (row_max[r] * scale_log2 + log2f(l)) * ln2 : -INFINITY;
+  }
+}
+
+}  // namespace detail
+
+template <dtype T, int HeadDim>
+cudaError_t launch_attention_forward(const attention_forward_params& p, cudaStream_t stream) {
+  static_assert(is_supported_attention_config<T, HeadDim>, "attention_forward: no kernel for this (dtype, head dim)");
+  using traits = detail::forward_traits<HeadDim>;
+  if (p.num_blocks == 0 || p.max_seqlen_q == 0) return cudaSuccess;
+  auto* kernel = &detail::attention_forward_kernel<T, HeadDim>;
+  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 static_cast<int>(traits::smem_bytes));
+      e != cudaSuccess)
+    return e;
+  const dim3 grid(static_cast<unsigned>((p.max_seqlen_q + traits::block_m - 1) / traits::block_m),
+                  static_cast<unsigned>(p.heads), static_cast<unsigned>(p.num_blocks));
+  kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace device
+ZEPPELIN_NAMESPACE_END
