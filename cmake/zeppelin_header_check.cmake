@@ -7,7 +7,7 @@
 #                               compiler with -Wall -Wextra -Wpedantic -Werror. Headers that
 #                               need CUDA (*.cuh, cuda/, nccl/, cuda.hpp, nccl.hpp) are not in it.
 #   zeppelin_header_check_cuda  only when ZEPPELIN_CUDA_ENABLED: one generated .cu per
-#                               nvcc-safe header (core/, cost/, cuda/, nccl/, their umbrella
+#                               nvcc-safe header (core/, cost/, schedule/, cuda/, nccl/, their umbrella
 #                               headers, every *.cuh), compiled by nvcc against zeppelin::cuda
 #                               with every warning an error, for one architecture (the newest
 #                               of CMAKE_CUDA_ARCHITECTURES: the headers are checked, not tuned).
@@ -27,7 +27,7 @@ endfunction()
 # True when `header` must also compile with nvcc.
 function(zeppelin_header_is_nvcc_safe header out)
   zeppelin_header_needs_cuda("${header}" needs_cuda)
-  if(needs_cuda OR header MATCHES "^(core|cost)(/|\\.hpp$)")
+  if(needs_cuda OR header MATCHES "^(core|cost|schedule)(/|\\.hpp$)")
     set(${out} TRUE PARENT_SCOPE)
   else()
     set(${out} FALSE PARENT_SCOPE)
