@@ -55,6 +55,24 @@
 //     GPU's work follows its tokens as it does for whole sequences.
 //   Never fails: every step only places tokens where a GPU has room and the node's tokens
 //     are <= P L by Alg. 1.
+// Metric allocation (hierarchical::metric_allocation = true; default false: the above, with
+//   only (c) using the metric). The metric's load replaces tokens wherever Alg. 1 and 2 balance:
+//   z2 = {|s| >= P L} (cross nodes only when they must). Each z2 ring starts with the fewest
+//     ranks that hold it, max(2, ceil(|s| / L)); then, D'Hondt on the metric, the ring of the
+//     largest per-rank load takes one more rank while that lowers the bottleneck
+//     max(largest ring load, lambda), lambda = the level at which the other sequences, as a
+//     fluid of their mean load per token poured lowest load first over every rank up to L,
+//     run out (capacity is a hard constraint; when the top ring does not improve, the
+//     longest is tried once). Rings take consecutive ranks, node-major; the streamed layout
+//     when even the fewest ranks exceed R.
+//   z01, longest first, whole to the node of least metric load with token room (ties lowest),
+//     else the spill by room above.
+//   (b) k = the fewest GPUs (>= 2, >= ceil(|s| / L), <= P) whose per-rank ring load is <= the
+//     node's load / P (the metric's c_avg, counting every fragment and sequence of the node),
+//     on the k GPUs of least load with room for the zigzag share; (c) unchanged.
+//   Measured in the simulator (bench/README.md "Hierarchical load metrics"): it balances
+//   causal pairs better (max / mean 1.27 -> 1.15 on dataset batches) but the simulated step
+//   is not faster on average, because wider rings make shorter attention launches.
 // Contiguous fallback (plan.notes says so): kept as a last resort should a rank exceed L
 //   (unreachable by the invariants above; 0 of 1440 dataset batches at 0-12.5 % slack, and
 //   the property tests require it never happens): rank r takes the stream tokens
@@ -107,6 +125,8 @@ struct hierarchical_trace {
   std::vector<sequence_index> intra_spilled;
   //! The proportional split needed more than L on a rank: z2 was laid end to end over the ranks.
   bool streamed = false;
+  //! The metric governed the allocation (hierarchical::metric_allocation).
+  bool metric_allocation = false;
   friend bool operator==(const hierarchical_trace&, const hierarchical_trace&) = default;
 };
 
@@ -115,8 +135,13 @@ struct hierarchical {
   static constexpr std::string_view name = "hierarchical";
   //! Tokens a GPU may hold (L).
   token_count capacity = 4096;
-  //! How Alg. 2 measures a GPU's load when placing local sequences.
+  //! How a GPU's load is measured (partition/load_metric.hpp).
   Metric metric{};
+  //! true: the metric governs the whole hierarchy (which sequences cross nodes, how many
+  //! ranks each ring gets, which nodes and GPUs take them, where locals go); false: the
+  //! paper's token-based Alg. 1 + 2, the metric only placing local sequences (default: it
+  //! simulated faster on average, bench/README.md "Hierarchical load metrics").
+  bool metric_allocation = false;
 
   [[nodiscard]] plan partition(const batch& b, const topology& t) const { return solve(b, t).first; }
 
@@ -134,11 +159,15 @@ namespace detail {
 template <class Metric>
 class hierarchical_solver {
  public:
-  hierarchical_solver(const batch& b, const topology& t, token_count capacity, const Metric& metric)
-      : b_(b), t_(t), L_(capacity), metric_(metric), N_(t.nodes()), P_(t.gpus_per_node()), R_(t.num_ranks()),
-        T_(b.total_tokens()), order_(by_length_descending(b)) {
+  hierarchical_solver(const batch& b, const topology& t, token_count capacity, const Metric& metric, bool by_metric)
+      : b_(b), t_(t), L_(capacity), metric_(metric), by_metric_(by_metric), N_(t.nodes()), P_(t.gpus_per_node()),
+        R_(t.num_ranks()), T_(b.total_tokens()), order_(by_length_descending(b)) {
     len_.resize(order_.size());
     for (std::size_t i = 0; i < order_.size(); ++i) len_[i] = b.length(order_[i]);
+    if (by_metric_) {
+      cost_.resize(len_.size());
+      for (std::size_t i = 0; i < len_.size(); ++i) cost_[i] = whole_cost(i);
+    }
   }
 
   std::pair<plan, hierarchical_trace> run() {
@@ -148,13 +177,17 @@ class hierarchical_solver {
     trace.inter_threshold = node_room;
     trace.inter_passes = 1;
     trace.local_threshold.assign(static_cast<std::size_t>(N_), L_);
-    const std::size_t m = prefix_at_least(0, node_room);  // |z2|: z2 is a prefix of the descending order
+    trace.metric_allocation = by_metric_;
+    // |z2|: z2 is a prefix of the descending order (metric costs do not fall with length)
+    const std::size_t m = by_metric_ ? metric_z2_size() : prefix_at_least(0, node_room);
+    if (by_metric_ && m > 0) trace.inter_threshold = std::min(node_room, len_[m - 1]);
     rank_tokens_.assign(static_cast<std::size_t>(R_), 0);
     rank_load_.assign(static_cast<std::size_t>(R_), 0.0);
     layout_.assign(len_.size(), {});
-    layout_z2(m, trace);
+    if (by_metric_) layout_z2_metric(m, trace);
+    else layout_z2(m, trace);
     place_on_nodes(m);
-    place_in_nodes(m);
+    place_in_nodes(m, trace);
     for (const token_count v : rank_tokens_)
       if (v > L_) return contiguous(std::move(trace), "the zone layouts");
     std::vector<std::string> notes;
@@ -175,6 +208,9 @@ class hierarchical_solver {
       notes.push_back(std::to_string(trace.inter_spilled.size()) +
                       " sequence(s) fit no node whole: split over the nodes with the most room (inter-node fragment "
                       "groups, shares by room)");
+    if (by_metric_)
+      notes.push_back(std::string("allocation by the ") + std::string(Metric::name) +
+                      " metric: ring sizes, nodes and GPUs balance the metric's load under the capacity");
     if (!trace.intra_spilled.empty())
       notes.push_back(std::to_string(trace.intra_spilled.size()) +
                       " sequence(s) fit no GPU whole (or no equal split): split over the GPUs of their node with the "
@@ -281,26 +317,144 @@ class hierarchical_solver {
                (g[i] < 2 || zigzag_tokens(len_[i], static_cast<std::int32_t>(g[i]), static_cast<std::int32_t>(g[i]) - 1) <= L_);
       }
       if (!fits) {
-        // Stream: z2 end to end over the ranks, ceil(T / R) <= L tokens per rank; each
-        // sequence is a weighted zigzag over the ranks its stretch covers.
-        trace.streamed = true;
-        const token_count per_rank = (T_ + R_ - 1) / R_;
-        token_count at = 0;
-        for (std::size_t i = 0; i < m; ++i) {
-          std::vector<rank_index> ranks;
-          std::vector<token_count> shares;
-          const token_count begin = at, end = at + len_[i];
-          for (token_count r = begin / per_rank; r * per_rank < end; ++r) {
-            ranks.push_back(static_cast<rank_index>(r));
-            shares.push_back(std::min(end, (r + 1) * per_rank) - std::max(begin, r * per_rank));
-          }
-          at = end;
-          commit(i, std::move(ranks), std::move(shares));
-        }
+        stream_z2(m, trace);
         return;
       }
     }
     for (std::size_t i = 0; i < m; ++i) commit(i, std::move(rings[i]), {});
+  }
+
+  // Stream: z2 end to end over the ranks, ceil(T / R) <= L tokens per rank; each sequence is
+  // a weighted zigzag over the ranks its stretch covers.
+  void stream_z2(std::size_t m, hierarchical_trace& trace) {
+    trace.streamed = true;
+    const token_count per_rank = (T_ + R_ - 1) / R_;
+    token_count at = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      std::vector<rank_index> ranks;
+      std::vector<token_count> shares;
+      const token_count begin = at, end = at + len_[i];
+      for (token_count r = begin / per_rank; r * per_rank < end; ++r) {
+        ranks.push_back(static_cast<rank_index>(r));
+        shares.push_back(std::min(end, (r + 1) * per_rank) - std::max(begin, r * per_rank));
+      }
+      at = end;
+      commit(i, std::move(ranks), std::move(shares));
+    }
+  }
+
+  // ---- metric allocation (hierarchical::metric_allocation) ----
+
+  // Metric load of position i whole on one GPU.
+  double whole_cost(std::size_t i) const { return static_cast<double>(metric_(len_[i], causal_pairs(len_[i]))); }
+
+  // Metric load of one rank of a g-rank ring of position i: ceil(|s| / g) rows (the largest
+  // zigzag share) and the mean pairs |s|(|s| + 1) / (2 g) (zigzag is balanced within
+  // zigzag_imbalance_bound).
+  double ring_cost(std::size_t i, token_count g) const {
+    const token_count len = len_[i];
+    return static_cast<double>(metric_((len + g - 1) / g, causal_pairs(len) / g));
+  }
+
+  // z2 under the metric: the sequences no node can hold (|s| >= P L), as in the paper.
+  // DECISION (measured, bench/README.md "Hierarchical load metrics"): also sending the
+  // sequences whose load exceeds a node's share C / N across nodes balanced the pairs better
+  // but made the simulated step slower (geomean step / te_cp+routing 0.901 vs 0.868 with the
+  // attention metric, 0.861 vs 0.846 with the cost model): a wider ring gives each rank a
+  // shorter block per round, and short attention launches run far below peak.
+  std::size_t metric_z2_size() const {
+    const token_count node_room = L_ * P_;
+    std::size_t m = 0;
+    while (m < len_.size() && len_[m] >= node_room) ++m;
+    return m;
+  }
+
+  // The step's bottleneck when the z2 rings hold g_i ranks each and every other sequence is a
+  // fluid of mean load density delta = C' / T' poured over all ranks up to the capacity,
+  // lowest load first (the level lambda where the fluid runs out). Returns {tokens that do
+  // not fit, max(lambda, largest ring load)}, compared lexicographically.
+  std::pair<double, double> bottleneck(std::size_t m, const std::vector<token_count>& g, double rest_tokens,
+                                       double rest_cost) const {
+    struct cls {
+      double n, tokens, load;
+    };
+    std::vector<cls> classes;
+    classes.reserve(m + 1);
+    token_count used = 0;
+    double ring_max = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      const double load = ring_cost(i, g[i]);
+      classes.push_back({static_cast<double>(g[i]), static_cast<double>(len_[i]) / static_cast<double>(g[i]), load});
+      ring_max = std::max(ring_max, load);
+      used += g[i];
+    }
+    classes.push_back({static_cast<double>(R_ - used), 0.0, 0.0});
+    if (rest_tokens <= 0) return {0.0, ring_max};
+    const double delta = rest_cost / rest_tokens;
+    const double cap = static_cast<double>(L_);
+    double room = 0, hi = 0;
+    for (const cls& c : classes) {
+      room += c.n * std::max(0.0, cap - c.tokens);
+      hi = std::max(hi, c.load + delta * std::max(0.0, cap - c.tokens));
+    }
+    if (room < rest_tokens) return {rest_tokens - room, hi};
+    if (delta <= 0) return {0.0, ring_max};
+    double lo = 0;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = (lo + hi) / 2;
+      double fill = 0;
+      for (const cls& c : classes) fill += c.n * std::clamp((mid - c.load) / delta, 0.0, std::max(0.0, cap - c.tokens));
+      (fill >= rest_tokens ? hi : lo) = mid;
+    }
+    return {0.0, std::max(hi, ring_max)};
+  }
+
+  // z2 rings under the metric: every z2 sequence starts with the fewest ranks that hold it
+  // (ceil(|s| / L), at least 2); then, D'Hondt on the metric, the ring of the largest per-rank
+  // load takes one more rank while that lowers the bottleneck (bottleneck()); when it does
+  // not, the longest ring (densest load per token: widening it frees the most room for
+  // lighter work) is tried once more. Rings take consecutive ranks, node-major. When even the
+  // fewest ranks exceed R, the z2 sequences are streamed (stream_z2).
+  void layout_z2_metric(std::size_t m, hierarchical_trace& trace) {
+    if (m == 0) return;
+    std::vector<token_count> g(m);
+    token_count used = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      g[i] = std::min(len_[i], std::max<token_count>(2, (len_[i] + L_ - 1) / L_));
+      used += g[i];
+    }
+    if (used > R_) {
+      stream_z2(m, trace);
+      return;
+    }
+    double rest_tokens = 0, rest_cost = 0;
+    for (std::size_t i = m; i < len_.size(); ++i) rest_tokens += static_cast<double>(len_[i]), rest_cost += cost_[i];
+    auto best = bottleneck(m, g, rest_tokens, rest_cost);
+    const auto widen = [&](std::size_t i) {
+      if (g[i] >= len_[i]) return false;
+      ++g[i];
+      const auto next = bottleneck(m, g, rest_tokens, rest_cost);
+      if (next < best) {
+        best = next;
+        return true;
+      }
+      --g[i];
+      return false;
+    };
+    while (used < R_) {
+      std::size_t top = 0;
+      for (std::size_t i = 1; i < m; ++i)
+        if (ring_cost(i, g[i]) > ring_cost(top, g[top])) top = i;
+      if (!widen(top) && (top == 0 || !widen(0))) break;
+      ++used;
+    }
+    rank_index next = 0;
+    for (std::size_t i = 0; i < m; ++i) {
+      std::vector<rank_index> ranks(static_cast<std::size_t>(g[i]));
+      std::iota(ranks.begin(), ranks.end(), next);
+      next += static_cast<rank_index>(g[i]);
+      commit(i, std::move(ranks), {});
+    }
   }
 
   // Alg. 1 lines 11-19: z01 to the node with the fewest tokens. DECISION: a sequence that
@@ -313,15 +467,33 @@ class hierarchical_solver {
     node_tokens_.assign(static_cast<std::size_t>(N_), 0);
     for (int n = 0; n < N_; ++n)
       for (int g = 0; g < P_; ++g) node_tokens_[static_cast<std::size_t>(n)] += rank_tokens_[static_cast<std::size_t>(n * P_ + g)];
+    std::vector<double> node_load(static_cast<std::size_t>(N_), 0.0);
+    for (int n = 0; n < N_; ++n)
+      for (int g = 0; g < P_; ++g) node_load[static_cast<std::size_t>(n)] += rank_load_[static_cast<std::size_t>(n * P_ + g)];
     std::vector<int> by_room(static_cast<std::size_t>(N_));
     for (std::size_t i = m; i < len_.size(); ++i) {
       int best = 0;
-      for (int n = 1; n < N_; ++n)
-        if (node_tokens_[static_cast<std::size_t>(n)] < node_tokens_[static_cast<std::size_t>(best)]) best = n;
-      if (len_[i] + node_tokens_[static_cast<std::size_t>(best)] <= node_cap) {
-        node_tokens_[static_cast<std::size_t>(best)] += len_[i];
-        node_of_[i] = best;
-        continue;
+      if (by_metric_) {
+        // the node of least metric load among those with room for it whole (ties lowest node)
+        best = -1;
+        for (int n = 0; n < N_; ++n)
+          if (len_[i] + node_tokens_[static_cast<std::size_t>(n)] <= node_cap &&
+              (best < 0 || node_load[static_cast<std::size_t>(n)] < node_load[static_cast<std::size_t>(best)]))
+            best = n;
+        if (best >= 0) {
+          node_tokens_[static_cast<std::size_t>(best)] += len_[i];
+          node_load[static_cast<std::size_t>(best)] += cost_[i];
+          node_of_[i] = best;
+          continue;
+        }
+      } else {
+        for (int n = 1; n < N_; ++n)
+          if (node_tokens_[static_cast<std::size_t>(n)] < node_tokens_[static_cast<std::size_t>(best)]) best = n;
+        if (len_[i] + node_tokens_[static_cast<std::size_t>(best)] <= node_cap) {
+          node_tokens_[static_cast<std::size_t>(best)] += len_[i];
+          node_of_[i] = best;
+          continue;
+        }
       }
       std::iota(by_room.begin(), by_room.end(), 0);
       std::stable_sort(by_room.begin(), by_room.end(), [&](int x, int y) {
@@ -337,12 +509,15 @@ class hierarchical_solver {
         if (amount[j] > 0) {
           spill_[i].push_back({by_room[j], amount[j]});
           node_tokens_[static_cast<std::size_t>(by_room[j])] += amount[j];
+          if (by_metric_)
+            node_load[static_cast<std::size_t>(by_room[j])] +=
+                cost_[i] * static_cast<double>(amount[j]) / static_cast<double>(len_[i]);
         }
     }
   }
 
   // Alg. 2 for every node, then the rings of the inter-node fragment groups.
-  void place_in_nodes(std::size_t m) {
+  void place_in_nodes(std::size_t m, hierarchical_trace& trace) {
     std::vector<std::vector<std::size_t>> at_node(static_cast<std::size_t>(N_));
     std::vector<std::vector<std::pair<std::size_t, token_count>>> fragments(static_cast<std::size_t>(N_));
     for (std::size_t i = m; i < len_.size(); ++i) {
@@ -351,7 +526,9 @@ class hierarchical_solver {
     }
     spill_ranks_.assign(len_.size(), {});
     spill_shares_.assign(len_.size(), {});
-    for (int n = 0; n < N_; ++n) place_in_node(n, fragments[static_cast<std::size_t>(n)], at_node[static_cast<std::size_t>(n)]);
+    for (int n = 0; n < N_; ++n)
+      trace.local_threshold[static_cast<std::size_t>(n)] =
+          place_in_node(n, fragments[static_cast<std::size_t>(n)], at_node[static_cast<std::size_t>(n)]);
     for (std::size_t i = m; i < len_.size(); ++i)
       if (node_of_[i] < 0) {
         // the node fragments were already added to rank_tokens_ by place_in_node
@@ -389,8 +566,16 @@ class hierarchical_solver {
   // L, else (DECISION) a fragment group by room; (c) z0 = the rest, longest first, whole to
   // the GPU of least metric load where it fits, else (DECISION, instead of lowering s0 for
   // every z0 sequence) a fragment group over the fewest GPUs whose room covers it.
-  void place_in_node(int node, const std::vector<std::pair<std::size_t, token_count>>& fragments,
-                     const std::vector<std::size_t>& seqs) {
+  // Returns the node's local threshold s0 (z1 = its sequences at least this long).
+  // Metric allocation (DECISION): z1 = {|s| >= L} as in the paper (also making rings of the
+  // locals whose load exceeds the node's per-GPU share changed no simulated step time and
+  // can put a ring share on an already loaded GPU); k = the fewest GPUs (>= 2,
+  // >= ceil(|s| / L), <= P) whose per-rank ring load is <= tau = (load of the node's
+  // fragments and sequences) / P, the metric's c_avg; the ring goes to the k GPUs of least
+  // load whose room takes the zigzag share (k grows when fewer have room; a fragment group by
+  // room when none fits).
+  token_count place_in_node(int node, const std::vector<std::pair<std::size_t, token_count>>& fragments,
+                            const std::vector<std::size_t>& seqs) {
     const auto base = static_cast<std::size_t>(node * P_);
     const auto P = static_cast<std::size_t>(P_);
     std::vector<token_count> tokens(P);
@@ -413,8 +598,18 @@ class hierarchical_solver {
     }
     int128 sum_sq = 0;
     for (const std::size_t i : seqs) sum_sq += static_cast<int128>(len_[i]) * len_[i];
+    double tau = 0;
+    if (by_metric_) {
+      for (std::size_t g = 0; g < P; ++g) tau += load[g];
+      for (const std::size_t i : seqs) tau += cost_[i];
+      tau /= static_cast<double>(P_);
+    }
     for (const std::size_t i : seqs) {
       const token_count len = len_[i];
+      if (by_metric_ && len >= L_) {  // (b) z1, ring size by the metric
+        place_ring_metric(i, base, tau, tokens, load, pick);
+        continue;
+      }
       if (len >= L_) {  // (b) z1
         const int128 want = (static_cast<int128>(len) * len * P_ + sum_sq - 1) / sum_sq;
         const token_count hi = std::min<token_count>(P_, len);
@@ -452,6 +647,32 @@ class hierarchical_solver {
       rank_load_[base + best] = load[best];
       layout_[i] = {{static_cast<rank_index>(base + best)}, {}, false};
     }
+    return L_;
+  }
+
+  // (b) under the metric allocation: see place_in_node.
+  void place_ring_metric(std::size_t i, std::size_t base, double tau, std::vector<token_count>& tokens,
+                         std::vector<double>& load, std::vector<std::size_t>& pick) {
+    const auto P = static_cast<std::size_t>(P_);
+    const token_count len = len_[i];
+    const token_count hi = std::min<token_count>(P_, len);
+    token_count k = std::min(hi, std::max<token_count>(2, (len + L_ - 1) / L_));
+    while (k < hi && ring_cost(i, k) > tau) ++k;
+    const std::size_t k_first = static_cast<std::size_t>(k);
+    std::iota(pick.begin(), pick.end(), std::size_t{0});
+    std::stable_sort(pick.begin(), pick.end(), [&](std::size_t x, std::size_t y) { return load[x] < load[y]; });
+    for (; k <= hi; ++k) {
+      const token_count share = (len + k - 1) / k;  // no zigzag position holds more
+      std::vector<rank_index> ranks;
+      for (std::size_t j = 0; j < P && ranks.size() < static_cast<std::size_t>(k); ++j)
+        if (tokens[pick[j]] + share <= L_) ranks.push_back(static_cast<rank_index>(base + pick[j]));
+      if (ranks.size() < static_cast<std::size_t>(k)) continue;
+      std::sort(ranks.begin(), ranks.end());
+      commit(i, std::move(ranks), {});
+      for (std::size_t g = 0; g < P; ++g) tokens[g] = rank_tokens_[base + g], load[g] = rank_load_[base + g];
+      return;
+    }
+    fill_in_node(i, base, k_first, tokens, load, pick);
   }
 
   plan build(std::vector<std::string> notes) const {
@@ -498,11 +719,13 @@ class hierarchical_solver {
   const topology& t_;
   token_count L_;
   Metric metric_;
+  bool by_metric_;
   int N_, P_;
   rank_index R_;
   token_count T_;
   std::vector<sequence_index> order_;
   std::vector<token_count> len_;                                    // lengths in `order_`
+  std::vector<double> cost_;                                        // metric load whole (metric allocation)
   std::vector<token_count> rank_tokens_;                            // tokens placed per rank
   std::vector<double> rank_load_;                                   // metric load per rank
   std::vector<layout> layout_;                                      // per position of `order_`
@@ -518,7 +741,7 @@ class hierarchical_solver {
 template <load_metric Metric>
 std::pair<plan, hierarchical_trace> hierarchical<Metric>::solve(const batch& b, const topology& t) const {
   detail::check_input(b, t, capacity, name);
-  return detail::hierarchical_solver<Metric>(b, t, capacity, metric).run();
+  return detail::hierarchical_solver<Metric>(b, t, capacity, metric, metric_allocation).run();
 }
 
 ZEPPELIN_NAMESPACE_END

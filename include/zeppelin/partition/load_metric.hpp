@@ -6,9 +6,14 @@
 //   out: a non-negative double; loads of one GPU add up
 // Models:
 //   token_metric            rows                       (Zeppelin Alg. 2 as published)
-//   attention_cost_metric   pairs                      (attention is quadratic)
-//   cost_model_metric<M>    M::forward_seconds(rows, pairs, heads, head_dim), e.g. the
-//                           tile-padded FlashAttention time of cost/attention_time_model.hpp
+//   attention_cost_metric   pairs + linear_pairs_per_token * rows   (attention is quadratic;
+//                           the optional linear term prices the per-token GEMM work in pair
+//                           units, for layouts whose linear modules are not remapped)
+//   cost_model_metric<M>    M::forward_seconds(rows, pairs, heads, head_dim)
+//                           + linear_seconds_per_token * rows, e.g. the tile-padded
+//                           FlashAttention time of cost/attention_time_model.hpp
+// The linear terms default to 0: with remapping (Zeppelin 3.4) the linear modules run on the
+// token-balanced layout, so only attention differs between ranks.
 // Host-only.
 #pragma once
 
@@ -40,11 +45,14 @@ struct token_metric {
 };
 static_assert(load_metric<token_metric>);
 
-//! Load = causal (query, key) pairs: the FLOPs of causal attention up to a constant.
+//! Load = causal (query, key) pairs: the FLOPs of causal attention up to a constant, plus
+//! `linear_pairs_per_token` per query row (the linear modules' work per token in pair units;
+//! for LLaMA-7B about linear_forward_flops_per_token / (4 * hidden) = 3 * 10^3; 0: attention only).
 struct attention_cost_metric {
   static constexpr std::string_view name = "attention";
-  [[nodiscard]] constexpr double operator()(token_count /*rows*/, std::int64_t pairs) const noexcept {
-    return static_cast<double>(pairs);
+  double linear_pairs_per_token = 0;
+  [[nodiscard]] constexpr double operator()(token_count rows, std::int64_t pairs) const noexcept {
+    return static_cast<double>(pairs) + linear_pairs_per_token * static_cast<double>(rows);
   }
   friend constexpr bool operator==(const attention_cost_metric&, const attention_cost_metric&) = default;
 };
@@ -52,15 +60,19 @@ static_assert(load_metric<attention_cost_metric>);
 
 //! Load = forward seconds predicted by an attention cost model (any attention_cost_model,
 //! default the FlashAttention-2 tile-padded model), for `heads` query heads of `head_dim`.
-//! Short blocks cost a whole 128-row tile, which the token and pair metrics ignore.
+//! Short blocks cost a whole 128-row tile and run at the lower throughput of a small launch,
+//! which the token and pair metrics ignore. `linear_seconds_per_token` adds the linear
+//! modules' time per query row (0: attention only, right when the linear layout is remapped).
 template <attention_cost_model Model = attention_time_model>
 struct cost_model_metric {
   static constexpr std::string_view name = "cost_model";
   Model model{};
   int heads = 32;
   int head_dim = 128;
+  double linear_seconds_per_token = 0;
   [[nodiscard]] double operator()(token_count rows, std::int64_t pairs) const {
-    return static_cast<double>(model.forward_seconds(rows, pairs, heads, head_dim));
+    return static_cast<double>(model.forward_seconds(rows, pairs, heads, head_dim)) +
+           linear_seconds_per_token * static_cast<double>(rows);
   }
   friend bool operator==(const cost_model_metric&, const cost_model_metric&) = default;
 };
