@@ -1,0 +1,40 @@
+// examples/quickstart/main.cpp
+// The README's API example, compiled and run by ctest so it cannot drift: plan a sampled
+// batch with Zeppelin's hierarchical partitioner, check and fingerprint the plan, build a
+// ring group's schedule and the remap to the token-balanced layout, and price the step.
+// Out: one line per stage on stdout; exit status 0.
+#include <zeppelin/zeppelin.hpp>
+
+#include <cstdio>
+
+int main() {
+  using namespace zeppelin;
+
+  // A 128K-token batch drawn from the GitHub length mix of Zeppelin's Table 2.
+  const batch b = sample_batch(datasets::github(), 128 * 1024, /*seed=*/1);
+  const topology cluster = clusters::cluster_c(/*nodes=*/4);  // 4 x 8 H200, one 400G NIC per GPU
+  const model_config model = models::llama_7b();
+
+  // Plan: which token ranges of which sequence live on which GPU, in which ring group.
+  const plan p = hierarchical<>{.capacity = 4608}.partition(b, cluster);
+  validate(p, b, cluster);  // throws invalid_plan naming the broken invariant
+  std::printf("plan %016llx: %zu ring groups\n", static_cast<unsigned long long>(fingerprint(p)), p.groups.size());
+
+  // The rounds of ring group 0: per rank, the blocks (query x key ranges, mask) and peers.
+  const ring_schedule ring = make_ring_schedule(p, b, /*group=*/0);
+  std::printf("group 0: %d ranks, %d forward rounds\n", ring.size(), ring.rounds());
+
+  // Remap to equal tokens per GPU for the linear modules (exact min-max solver) and back.
+  const remap_plan to_linear = plan_remap(p, /*intra_cost=*/1.0, /*inter_cost=*/8.0, exact_remap{});
+  const remap_plan back = inverse(to_linear);
+  std::printf("remap moves %lld tokens (%lld across nodes); inverse has %zu ranks\n",
+              static_cast<long long>(evaluate(make_remap_problem(p, 1.0, 8.0), to_linear.matrix).moved_tokens),
+              static_cast<long long>(evaluate(make_remap_problem(p, 1.0, 8.0), to_linear.matrix).inter_node_tokens),
+              back.ranks.size());
+
+  // Price one forward + backward step of the plan against the perfect-balance bound.
+  const method_run run = run_method("zeppelin", b, cluster, model);
+  std::printf("simulated step %.1f ms, %.0f tokens/s, efficiency %.2f\n", run.result.step_time_s * 1e3,
+              run.result.tokens_per_s, run.result.efficiency);
+  return 0;
+}
