@@ -1,5 +1,5 @@
 // bench/reproduce_zeppelin: the Zeppelin evaluation (EuroSys '26) on the step simulator.
-//   reproduce_zeppelin [--smoke | --quick | --full] [--seeds N]
+//   reproduce_zeppelin [--smoke | --quick | --full] [--seeds N] [--slack S] [--no-contention]
 // Prints, beside the numbers the paper reports, our simulated:
 //   Fig. 8   speedup over TE CP of LLaMA CP, Hybrid DP and Zeppelin: 7B (clusters A, C),
 //            13B (A, TP 2), 30B (C, TP 2), 8x550M (A, C) x ArXiv / GitHub / ProLong64k x
@@ -9,8 +9,11 @@
 //            engine, + remapping;
 //   Fig. 12  the case study, 3B, 16 GPUs, 64K: per-round transfer and compute times.
 // Modes: --smoke (a few configurations, for ctest), --quick (2 seeds, ~10 s in a Release
-// build), --full (8 seeds); --seeds N overrides. Nothing is fitted to the paper: the constants are
-// those of core/topology_presets.hpp and cost/ (public sources named there).
+// build), --full (8 seeds); --seeds N overrides. --slack S plans with S x 4K tokens of
+// headroom per GPU (default: method_setup's), --no-contention turns the SM contention model
+// (sim/sm_contention.hpp) off to show what it moves. Nothing is fitted to the paper: the
+// constants are those of core/topology_presets.hpp, cost/ and sim/sm_contention.hpp (public
+// sources named there).
 #include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
 
@@ -31,13 +34,25 @@ struct mode {
   int seeds = 1;
 };
 
+method_setup g_setup;  // slack and contention from the command line
+
 int paper_tp(const std::string& cluster, const std::string& model) {
   return (cluster == "a" && model == "13b") || (cluster == "c" && model == "30b") ? 2 : 1;
 }
 
-double step(const std::string& method, const batch& b, const topology& t, const model_config& m, int tp) {
-  method_setup s;
+method_setup setup_for(const topology& t, int tp) {
+  method_setup s = g_setup;
   s.tensor_parallel = tp;
+  if (g_setup.cost) {  // the contention switch on the cost model of this topology's CP view
+    sim_cost_model c = sim_cost_model::for_topology(tensor_parallel_view(t, tp));
+    c.contention = g_setup.cost->contention;
+    s.cost = c;
+  }
+  return s;
+}
+
+double step(const std::string& method, const batch& b, const topology& t, const model_config& m, int tp) {
+  const method_setup s = setup_for(t, tp);
   return run_method(method, b, t, m, s).result.step_time_s;
 }
 
@@ -122,10 +137,12 @@ void fig11(const mode& md) {
   std::printf("\n");
 }
 
-// Mean duration of the forward phase's inter-node K/V transfers (per route leg) and of the
-// attention calls of ring rounds, from a recorded trace.
+// Mean duration of the forward phase's inter-node K/V transfers (per route leg), of a
+// round's whole node-crossing communication (first leg of an inter-node edge to its last:
+// dispatch -> transfer -> combine when routed) and of the attention calls of ring rounds, from
+// a recorded trace (first simulated layer).
 struct round_figures {
-  double transfer_s = 0, compute_s = 0;
+  double transfer_s = 0, crossing_s = 0, compute_s = 0;
   int rounds = 0;
 };
 round_figures figures(const sim_result& r, flow_leg leg) {
@@ -133,10 +150,17 @@ round_figures figures(const sim_result& r, flow_leg leg) {
   const engine_run& run = r.trace.front().run;  // forward mb0
   double tsum = 0, csum = 0;
   int tn = 0, cn = 0, rounds = 0;
+  std::map<int, std::pair<double, double>> span;  // round -> first start, last end of its crossing legs
   for (const flow_record& x : run.flows) {
     const task_tag& g = run.tags[static_cast<std::size_t>(x.task)];
-    if (g.kind == task_kind::kv && x.link == link_class::inter_node && g.leg == leg) tsum += x.end - x.start, ++tn;
+    if (g.kind != task_kind::kv || g.layer != 0) continue;
+    if (x.link == link_class::inter_node && g.leg == leg) tsum += x.end - x.start, ++tn;
+    if (x.link == link_class::inter_node || g.leg != flow_leg::direct) {
+      auto [it, fresh] = span.try_emplace(g.round, x.start, x.end);
+      if (!fresh) it->second = {std::min(it->second.first, x.start), std::max(it->second.second, x.end)};
+    }
   }
+  for (const auto& [round, se] : span) f.crossing_s += (se.second - se.first) / static_cast<double>(span.size());
   for (const compute_segment& s : run.segments) {
     const task_tag& g = run.tags[static_cast<std::size_t>(s.task)];
     if (g.kind == task_kind::attention_forward && g.group >= 0) csum += s.end - s.start, ++cn, rounds = std::max(rounds, g.round + 1);
@@ -151,7 +175,7 @@ void fig12() {
   std::printf("== Fig. 12: case study, 3B, 16 GPUs of cluster A, 64K tokens (one layer, forward) ==\n");
   const model_config m = models::llama_3b();
   const topology t = clusters::cluster_a(2);
-  method_setup s;
+  method_setup s = setup_for(t, 1);
   s.record_trace = true;
   const batch one({64 * 1024});
   const method_run te = run_method("te_cp", one, t, m, s);
@@ -160,7 +184,9 @@ void fig12() {
   std::printf("TE CP, one 64K sequence: inter-node K/V transfer %.3f ms per round (paper 2.18 ms), attention %.3f ms per round "
               "(paper 4.41 ms), %d rounds -> %.2f ms (paper 16 x (2.18 + 4.41) = 105.44 ms)\n",
               a.transfer_s * 1e3, a.compute_s * 1e3, a.rounds, a.rounds * (a.transfer_s + a.compute_s) * 1e3);
-  std::printf("Zeppelin, one 64K sequence, routed: per-NIC transfer leg %.3f ms (paper 411 us)\n", b.transfer_s * 1e3);
+  std::printf("Zeppelin, one 64K sequence, routed: per-NIC transfer leg %.3f ms (paper 411 us), a round's node crossing "
+              "(dispatch -> combine) %.3f ms (paper 1.3 ms), attention %.3f ms per round\n",
+              b.transfer_s * 1e3, b.crossing_s * 1e3, b.compute_s * 1e3);
   const batch many = sample_batch(datasets::arxiv(), 64 * 1024, 1);
   const method_run zm = run_method("zeppelin", many, t, m, s);
   const round_figures c = figures(zm.result, flow_leg::direct);
@@ -180,8 +206,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick")) full = false;
     else if (!std::strcmp(argv[i], "--full")) full = true;
     else if (!std::strcmp(argv[i], "--seeds") && i + 1 < argc) md.seeds = std::max(1, std::atoi(argv[++i]));
-    else {
-      std::fprintf(stderr, "usage: reproduce_zeppelin [--smoke | --quick | --full] [--seeds N]\n");
+    else if (!std::strcmp(argv[i], "--slack") && i + 1 < argc) g_setup.capacity_slack = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--no-contention")) {
+      sim_cost_model c;
+      c.contention.enabled = false;
+      g_setup.cost = c;
+    } else {
+      std::fprintf(stderr, "usage: reproduce_zeppelin [--smoke | --quick | --full] [--seeds N] [--slack S] [--no-contention]\n");
       return 2;
     }
   }
@@ -196,7 +227,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "reproduce_zeppelin: %s\n", e.what());
     return 1;
   }
-  std::printf("(%s, %d seed(s), %.1f s)\n", md.smoke ? "smoke" : full ? "full" : "quick", md.seeds,
+  std::printf("(%s, %d seed(s), capacity slack %.4g, SM contention %s, %.1f s)\n", md.smoke ? "smoke" : full ? "full" : "quick",
+              md.seeds, g_setup.capacity_slack, g_setup.cost ? "off" : "on",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }

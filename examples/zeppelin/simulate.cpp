@@ -6,6 +6,8 @@
 //      time, tokens/s, speedup over TE CP, efficiency against the perfectly balanced lower
 //      bound, compute imbalance across ranks, bytes through the NICs; as a table or JSON.
 //      --trace writes the Chrome trace (Perfetto) of one method's simulated layers.
+//      --slack sets the planners' capacity headroom (method_setup::capacity_slack),
+//      --no-contention turns the SM contention model off (sim/sm_contention.hpp).
 // Defaults: GitHub, cluster C (4 nodes x 8 H200), 128K tokens, LLaMA-7B, every method.
 #include "commands.hpp"
 
@@ -38,6 +40,8 @@ struct simulate_options {
   std::string methods = "all";
   int tensor_parallel = 0;  // 0: the paper's choice (13B on A, 30B on C: 2)
   int chained_layers = 1;
+  double slack = zeppelin::method_setup{}.capacity_slack;
+  bool no_contention = false;
   std::string trace_file;
   std::string trace_method = "zeppelin";
   bool json = false;
@@ -85,6 +89,12 @@ void run_simulate(const simulate_options& o) {
   setup.tensor_parallel = o.tensor_parallel > 0 ? o.tensor_parallel : paper_tensor_parallel(o.cluster, model);
   setup.tokens_per_gpu = (b.total_tokens() + cluster.num_ranks() - 1) / cluster.num_ranks();
   setup.chained_layers = o.chained_layers;
+  setup.capacity_slack = o.slack;
+  if (o.no_contention) {
+    sim_cost_model cost = sim_cost_model::for_topology(tensor_parallel_view(cluster, setup.tensor_parallel));
+    cost.contention.enabled = false;
+    setup.cost = cost;
+  }
   const std::vector<std::string> names = split_methods(o.methods);
   for (const auto& n : names) (void)method_by_name(n);  // reject unknown names before any work
   if (!o.trace_file.empty()) (void)method_by_name(o.trace_method);
@@ -119,6 +129,8 @@ void run_simulate(const simulate_options& o) {
                     {"nics_per_node", cluster.nics_per_node()}};
     j["model"] = model.name;
     j["tensor_parallel"] = setup.tensor_parallel;
+    j["capacity_slack"] = setup.capacity_slack;
+    j["sm_contention"] = !o.no_contention;
     j["methods"] = nlohmann::json::array();
     for (const auto& r : runs) {
       const sim_result& s = r.result;
@@ -150,9 +162,9 @@ void run_simulate(const simulate_options& o) {
   }
   std::printf("batch   %s: %d sequences, %lld tokens, longest %lld\n", source.c_str(), b.size(),
               static_cast<long long>(b.total_tokens()), static_cast<long long>(b.max_length()));
-  std::printf("cluster %s: %d nodes x %d %s, %d NICs per node; model %s, TP %d\n\n", cluster.name().c_str(), cluster.nodes(),
-              cluster.gpus_per_node(), cluster.gpu().name.c_str(), cluster.nics_per_node(), model.name.c_str(),
-              setup.tensor_parallel);
+  std::printf("cluster %s: %d nodes x %d %s, %d NICs per node; model %s, TP %d; capacity slack %.4g, SM contention %s\n\n",
+              cluster.name().c_str(), cluster.nodes(), cluster.gpus_per_node(), cluster.gpu().name.c_str(), cluster.nics_per_node(),
+              model.name.c_str(), setup.tensor_parallel, setup.capacity_slack, o.no_contention ? "off" : "on");
   std::printf("%-22s %10s %10s %8s %6s %6s %8s %9s %9s\n", "method", "step ms", "tokens/s", "speedup", "eff", "imbal",
               "xnode GB", "comm ms", "idle ms");
   for (const auto& r : runs) {
@@ -193,6 +205,10 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--layers", options->chained_layers, "layers simulated back to back per phase (0 = all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--slack", options->slack, "capacity headroom over the average tokens per GPU (0 = exact fill)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-contention", options->no_contention, "no SM contention between NCCL kernels and compute");
   cmd->add_option("--trace", options->trace_file, "write a Chrome trace JSON (Perfetto) of --trace-method");
   cmd->add_option("--trace-method", options->trace_method, "method whose trace --trace writes")->capture_default_str();
   cmd->add_flag("--json", options->json, "print JSON");

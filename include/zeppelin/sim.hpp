@@ -1,7 +1,7 @@
 // zeppelin/sim.hpp
-// Umbrella header of the step simulator: the event engine, cost bundle, options, results,
-// lower bound, tensor-parallel view, simulate(), the evaluation's methods and the Chrome
-// trace writer. Host-only.
+// Umbrella header of the step simulator: the event engine, cost bundle (with the SM
+// contention model), options, results, lower bound, tensor-parallel view, simulate(), the
+// evaluation's methods and the Chrome trace writer. Host-only.
 #pragma once
 
 #include <zeppelin/sim/cost_model.hpp>
@@ -11,5 +11,6 @@
 #include <zeppelin/sim/options.hpp>
 #include <zeppelin/sim/result.hpp>
 #include <zeppelin/sim/simulate.hpp>
+#include <zeppelin/sim/sm_contention.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
 #include <zeppelin/sim/trace.hpp>

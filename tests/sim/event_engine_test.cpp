@@ -103,3 +103,52 @@ TEST_CASE("engine rejects bad tasks", "[sim][engine]") {
   CHECK_THROWS_AS(e.flow(0, 1, -2.0, flow_tag(), {}), invalid_argument);
   CHECK_THROWS_AS(e.join({3}), invalid_argument);
 }
+
+TEST_CASE("SM contention: compute slows while its rank communicates", "[sim][engine][contention]") {
+  const topology t = tiny();
+  SECTION("a 2 s task overlapping a 1 s flow for 1 s at f = 0.25 ends at 2.25 s") {
+    event_engine e(t, stream_policy::in_order, {}, 0.25);
+    const task_id c = e.compute(0, 2.0, compute_tag(), 0, {});
+    const task_id f = e.flow(0, 1, 100.0, flow_tag(), {});  // NVLink 100 B/s: [0, 1]
+    const task_id other = e.compute(2, 2.0, compute_tag(), 0, {});  // rank 2 does not communicate
+    const engine_run r = e.run();
+    CHECK(r.end[static_cast<std::size_t>(f)] == Approx(1.0));
+    // 0.75 s of work in the first second, 1.25 s at full speed after it
+    CHECK(r.end[static_cast<std::size_t>(c)] == Approx(2.25));
+    CHECK(r.end[static_cast<std::size_t>(other)] == Approx(2.0));
+    CHECK(r.ranks[0].busy_total() == Approx(2.25));
+  }
+  SECTION("the receiving end slows too, and a flow that starts mid-task slows the rest of it") {
+    event_engine e(t, stream_policy::in_order, {}, 0.5);
+    const task_id c = e.compute(1, 3.0, compute_tag(), 0, {});
+    const task_id a = e.compute(0, 1.0, compute_tag(), 0, {});
+    const task_id f = e.flow(0, 1, 100.0, flow_tag(), {a});  // [1, 2], rank 1 receives
+    const engine_run r = e.run();
+    CHECK(r.end[static_cast<std::size_t>(f)] == Approx(2.0));
+    // rank 1: 1 s of work by t = 1, 0.5 s during [1, 2], 1.5 s after: ends at 3.5
+    CHECK(r.end[static_cast<std::size_t>(c)] == Approx(3.5));
+    CHECK(r.end[static_cast<std::size_t>(a)] == Approx(1.0));
+  }
+  SECTION("a TP collective is communication itself and keeps its speed; link latency counts as in flight") {
+    event_engine e(t, stream_policy::in_order, {}, 0.5);
+    const task_id tp = e.compute(0, 1.0, {task_kind::tensor_parallel}, 0, {});
+    const task_id c = e.compute(0, 1.0, compute_tag(), 0, {tp});
+    const task_id f = e.flow(0, 2, 20.0, flow_tag(), {});  // NIC 10 B/s: [0, 2]
+    const engine_run r = e.run();
+    CHECK(r.end[static_cast<std::size_t>(tp)] == Approx(1.0));
+    CHECK(r.end[static_cast<std::size_t>(f)] == Approx(2.0));
+    CHECK(r.end[static_cast<std::size_t>(c)] == Approx(2.5));  // 0.5 s of work in [1, 2], 0.5 s after
+  }
+  SECTION("preempted work resumes with what is left in full-speed seconds") {
+    event_engine e(t, stream_policy::preemptive_priority, {}, 0.5);
+    const task_id lo = e.compute(0, 2.0, compute_tag(), 5, {});
+    const task_id f = e.flow(1, 0, 100.0, flow_tag(), {});         // [0, 1] into rank 0
+    const task_id hi = e.compute(0, 1.0, compute_tag(), 0, {f});    // preempts at 1
+    const engine_run r = e.run();
+    // lo: 0.5 s of work in [0, 1]; hi: [1, 2]; lo's 1.5 s left: [2, 3.5]
+    CHECK(r.end[static_cast<std::size_t>(hi)] == Approx(2.0));
+    CHECK(r.end[static_cast<std::size_t>(lo)] == Approx(3.5));
+  }
+  CHECK_THROWS_AS(event_engine(t, stream_policy::in_order, {}, 1.0), invalid_argument);
+  CHECK_THROWS_AS(event_engine(t, stream_policy::in_order, {}, -0.1), invalid_argument);
+}

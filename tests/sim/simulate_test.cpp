@@ -10,21 +10,27 @@
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/data/sampler.hpp>
 #include <zeppelin/partition/even_split.hpp>
+#include <zeppelin/route/proxy.hpp>
+#include <zeppelin/schedule/ring_schedule.hpp>
 #include <zeppelin/sim.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 using namespace zeppelin;
 
 namespace {
 
-// Flat kernels: no tile padding, one rate for every call, GEMMs at the peak.
+// Flat kernels: no tile padding, one rate for every call, GEMMs at the peak, no SM contention.
 sim_cost_model flat_cost(double attention_rate) {
   sim_cost_model c;
+  c.contention.enabled = false;
   c.attention.tile_rows = 1;
   c.attention.forward = throughput_table{{1, attention_rate}};
   c.attention.backward = throughput_table{{1, attention_rate}};
@@ -68,6 +74,46 @@ double ring_of_two_step(const model_config& m, const topology& t, double rate, t
   for (int p = 0; p < 2; ++p) home[p] = std::max(acc[p], d[p] + f) + f;  // arrives at the other rank
   double bwd = 0;
   for (int p = 0; p < 2; ++p) bwd = std::max(bwd, std::max(e1[p], home[1 - p]));
+  const double head = 2 * cd * (lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m)) / peak;
+  return m.layers * (fwd + bwd) + head;
+}
+
+//! End of `work` full-speed seconds started at `start` on a GPU whose communication is in
+//! flight during the disjoint, sorted `busy` intervals (speed 1 - phi there, 1 elsewhere).
+double finish(double start, double work, const std::vector<std::pair<double, double>>& busy, double phi) {
+  double t = start;
+  for (const auto& [b0, b1] : busy) {
+    if (b1 <= t) continue;
+    if (t < b0) {
+      if (t + work <= b0) return t + work;
+      work -= b0 - t;
+      t = b0;
+    }
+    const double slow = (b1 - t) * (1 - phi);
+    if (work <= slow) return t + work / (1 - phi);
+    work -= slow;
+    t = b1;
+  }
+  return t + work;
+}
+
+//! ring_of_two_step with SM contention phi: both positions have the same work (c0 and c1 are
+//! equal for the two positions), so they run in lockstep and each communicates exactly while
+//! its own send (and the mirror-image receive) is in flight.
+double ring_of_two_step_contended(const model_config& m, const topology& t, double rate, token_count c, double phi) {
+  const double a = 4.0 * m.heads * m.head_dim / rate;
+  const double cd = static_cast<double>(c);
+  const double peak = t.gpu().peak_flops;
+  const link_spec& link = t.nodes() == 2 ? t.nic_link() : t.intra_node_link();
+  const double f = link.latency + 2 * cd * kv_bytes_per_token(m) / link.bandwidth;
+  const double c0 = a * cd * (2 * cd + 1), c1 = a * 2 * cd * cd;
+  const double lin = 2 * cd * linear_forward_flops_per_token(m) / peak;
+  const double fwd = std::max(finish(0, c0, {{0, f}}, phi), f) + c1 + lin;
+  const double s = 2 * lin;
+  const double e0 = finish(s, 2.5 * c0, {{s, s + f}}, phi);
+  const double d = std::max(e0, s + f);  // dK/dV of round 1 leave; round 1 starts
+  const double e1 = finish(d, 2.5 * c1, {{s, s + f}, {d, d + f}}, phi);
+  const double bwd = std::max(e1, d + f) + f;  // the accumulators go home
   const double head = 2 * cd * (lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m)) / peak;
   return m.layers * (fwd + bwd) + head;
 }
@@ -202,4 +248,140 @@ TEST_CASE("method names and bad input", "[sim][methods]") {
   plan broken = p;
   broken.placements[0].shards[0].range.end = 9;  // loses a token
   CHECK_THROWS(simulate(broken, b, t, small_model()));
+}
+
+TEST_CASE("SM contention: the cited constant, and where it applies", "[sim][contention]") {
+  CHECK(sm_contention{}.slowdown(clusters::cluster_c(1).gpu()) == Approx(16.0 / 132));  // H200
+  CHECK(sm_contention{}.slowdown(clusters::cluster_a(1).gpu()) == Approx(16.0 / 108));  // A800
+  CHECK(streaming_multiprocessors(clusters::cluster_b(1).gpu()) == 132);                // H800
+  CHECK(sm_contention{.enabled = false}.slowdown(clusters::cluster_c(1).gpu()) == 0.0);
+  CHECK(sm_contention{.nccl_ctas = 33, .gpu_sms = 132}.slowdown(one_gpu().gpu()) == Approx(0.25));
+  const sm_contention all_sms{.nccl_ctas = 132, .gpu_sms = 132};
+  CHECK_THROWS_AS(all_sms.slowdown(one_gpu().gpu()), invalid_argument);
+  const sm_contention negative{.nccl_ctas = -1};
+  CHECK_THROWS_AS(negative.slowdown(one_gpu().gpu()), invalid_argument);
+  CHECK(sim_cost_model::for_topology(clusters::cluster_a(1)).contention.enabled);  // on by default
+
+  const model_config m = small_model();
+  const double rate = 5e10;
+  SECTION("no communication, no effect") {
+    const batch b({1000});
+    plan p{"manual", 1, 1, 1000, {placement{{shard{0, {0, 1000}, no_group, 0}}}}, {}, {}};
+    sim_cost_model on = flat_cost(rate), off = flat_cost(rate);
+    on.contention = {.nccl_ctas = 33, .gpu_sms = 132};
+    CHECK(simulate(p, b, one_gpu(), m, {}, on).step_time_s == simulate(p, b, one_gpu(), m, {}, off).step_time_s);
+  }
+  SECTION("a ring of two, hand-computed with f = 0.25") {
+    const token_count c = 256;
+    const batch b({4 * c});
+    for (const bool across : {false, true})
+      for (const double bw : {1e9, 2e10, 2e11}) {  // exposed, partly hidden, hidden
+        CAPTURE(across, bw);
+        const topology t = ring_of_two(across, bw, across ? 1e-5 : 2e-6);
+        const plan p = even_split{2 * c}.partition(b, t);
+        sim_cost_model cost = flat_cost(rate);
+        cost.contention = {.nccl_ctas = 33, .gpu_sms = 132};
+        const sim_result r = simulate(p, b, t, m, {}, cost);
+        CHECK(r.step_time_s == Approx(ring_of_two_step_contended(m, t, rate, c, 0.25)).epsilon(1e-9));
+        CHECK(r.step_time_s >= simulate(p, b, t, m, {}, flat_cost(rate)).step_time_s);
+        for (const auto& br : r.ranks) CHECK(br.total_s() == Approx(r.step_time_s));
+      }
+  }
+}
+
+TEST_CASE("with routing, the simulator's flows are proxy_router's messages, chained per piece", "[sim][route]") {
+  const model_config m = models::llama_3b();
+  const topology t = clusters::cluster_a(2);  // 4 NICs per node, two GPUs on each
+  const batch b = random_batch(5, 16 * 4096);
+  const plan p = even_split{4608}.partition(b, t);
+  REQUIRE(p.groups.size() == 1);
+  sim_options o;
+  o.routing = true;
+  o.record_trace = true;
+  const sim_result r = simulate(p, b, t, m, o);
+  const engine_run& fwd = r.trace.front().run;  // forward mb0
+
+  // expected: round k of the global ring, routed by the same router
+  const ring_schedule s = make_ring_schedule(p, b, p.groups.front().id, 0);
+  const std::int64_t G = s.size();
+  using row = std::tuple<std::int32_t, rank_index, rank_index, double, int>;  // round, src, dst, bytes, leg
+  std::vector<row> expected, actual;
+  int routed_edges = 0;
+  for (std::int64_t k = 0; k + 1 < G; ++k) {
+    std::vector<ring_edge> edges;
+    for (std::int64_t pos = 0; pos < G; ++pos) {
+      const token_count tokens = s.buffer_tokens[static_cast<std::size_t>(((pos - k) % G + G) % G)];
+      edges.push_back({s.ranks[static_cast<std::size_t>(pos)], s.ranks[static_cast<std::size_t>((pos + 1) % G)],
+                       static_cast<std::int64_t>(std::llround(static_cast<double>(tokens) * kv_bytes_per_token(m)))});
+    }
+    for (const route_message& msg : o.proxy.route(edges, t)) {
+      expected.emplace_back(static_cast<std::int32_t>(k), msg.src, msg.dst, static_cast<double>(msg.bytes),
+                            static_cast<int>(msg.step == route_step::direct ? flow_leg::direct
+                                              : msg.step == route_step::dispatch ? flow_leg::dispatch
+                                              : msg.step == route_step::transfer ? flow_leg::transfer
+                                                                                 : flow_leg::combine));
+      routed_edges += msg.step == route_step::transfer;
+    }
+  }
+  CHECK(routed_edges > 0);  // the router did split some edges over several NICs
+  for (const flow_record& f : fwd.flows) {
+    const task_tag& g = fwd.tags[static_cast<std::size_t>(f.task)];
+    if (g.kind == task_kind::kv && g.layer == 0)
+      actual.emplace_back(g.round, f.source, f.destination, f.bytes, static_cast<int>(g.leg));
+  }
+  std::sort(expected.begin(), expected.end());
+  std::sort(actual.begin(), actual.end());
+  CHECK(actual == expected);
+
+  // dispatch -> transfer -> combine: a leg starts only after a leg of the same round that
+  // delivered to its source has ended
+  // (on this cluster no send proxy is itself the source of a routed edge, so a transfer
+  // leaving a GPU that received a dispatch in its round carries that dispatch)
+  const auto feeders = [&](const flow_record& f, flow_leg feeder, bool ended) {
+    const task_tag& g = fwd.tags[static_cast<std::size_t>(f.task)];
+    int n = 0;
+    for (const flow_record& x : fwd.flows) {
+      const task_tag& h = fwd.tags[static_cast<std::size_t>(x.task)];
+      if (h.leg == feeder && h.round == g.round && h.layer == g.layer && x.destination == f.source &&
+          (!ended || x.end <= f.start + 1e-15))
+        ++n;
+    }
+    return n;
+  };
+  int combines = 0, transfers = 0;
+  for (const flow_record& f : fwd.flows) {
+    const task_tag& g = fwd.tags[static_cast<std::size_t>(f.task)];
+    if (g.leg == flow_leg::combine) {
+      CHECK(feeders(f, flow_leg::transfer, true) > 0);
+      ++combines;
+    }
+    if (g.leg == flow_leg::transfer && feeders(f, flow_leg::dispatch, false) > 0) {
+      CHECK(feeders(f, flow_leg::dispatch, true) == feeders(f, flow_leg::dispatch, false));
+      ++transfers;
+    }
+  }
+  CHECK(combines > 0);
+  CHECK(transfers > 0);
+  // routing moves the same bytes across nodes as the direct ring, plus NVLink legs
+  sim_options direct = o;
+  direct.routing = false;
+  const sim_result d = simulate(p, b, t, m, direct);
+  CHECK(r.cross_node_bytes == Approx(d.cross_node_bytes));
+  CHECK(r.intra_node_bytes > d.intra_node_bytes);
+}
+
+TEST_CASE("exact fill (capacity slack 0): every method plans, and remapping has nothing to move", "[sim][methods]") {
+  const model_config m = models::llama_3b();
+  const topology t = clusters::cluster_a(2);
+  const batch b = random_batch(21, 16 * 4096);
+  method_setup setup;
+  setup.capacity_slack = 0;
+  for (const method_spec& spec : method_specs) {
+    CAPTURE(spec.name);
+    const method_run run = run_method(spec, b, t, m, setup);
+    if (spec.kind == method_kind::hybrid_dp) continue;  // extra micro-batches split the step otherwise
+    for (const rank_breakdown& br : run.result.ranks) CHECK(br.attention_tokens == 4096);
+  }
+  CHECK(run_method("zeppelin", b, t, m, setup).result.step_time_s ==
+        Approx(run_method("te_cp+routing+engine", b, t, m, setup).result.step_time_s));
 }

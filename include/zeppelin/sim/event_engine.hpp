@@ -20,6 +20,11 @@
 // preemptive_priority also suspends a running task when a task of strictly smaller priority
 // becomes ready (CUDA stream priorities, which reschedule at thread-block granularity) and
 // resumes it later with its remaining time.
+// SM contention (sim/sm_contention.hpp): with comm_slowdown f > 0, a compute task other than
+// a TP collective runs at (1 - f) of its speed while its rank is the source or the
+// destination of a flow in flight (released, last byte not yet delivered); the rate is
+// re-evaluated whenever a flow touching the rank starts or completes, and a task's busy time
+// is the wall-clock time it held the stream.
 // A rank is "stalled" while its stream is free and some of its compute tasks are unfinished
 // (waiting on communication or on another rank), "idle" when it has nothing left to do.
 // Deterministic: ties in time are broken by rank and task index. Host-only.
@@ -146,9 +151,14 @@ struct engine_run {
 
 class event_engine {
  public:
-  event_engine(const topology& t, stream_policy policy = stream_policy::in_order, link_model link = {})
-      : t_(t), policy_(policy), link_(link), R_(t.num_ranks()), M_(t.num_nics()),
+  //! `comm_slowdown` in [0, 1): compute speed lost while the rank communicates (see the
+  //! file comment; 0 = no contention). Throws invalid_argument outside that range.
+  event_engine(const topology& t, stream_policy policy = stream_policy::in_order, link_model link = {},
+               double comm_slowdown = 0)
+      : t_(t), policy_(policy), link_(link), slowdown_(comm_slowdown), R_(t.num_ranks()), M_(t.num_nics()),
         program_(static_cast<std::size_t>(R_)) {
+    ZEPPELIN_EXPECTS(std::isfinite(comm_slowdown) && comm_slowdown >= 0 && comm_slowdown < 1,
+                     "the compute slowdown while communicating must lie in [0, 1)", {{"comm_slowdown", comm_slowdown}});
     fair_.capacity.assign(2 * static_cast<std::size_t>(R_) + 2 * static_cast<std::size_t>(M_), t.nic_link().bandwidth);
     std::fill_n(fair_.capacity.begin(), 2 * static_cast<std::size_t>(R_), t.intra_node_link().bandwidth);
   }
@@ -248,6 +258,7 @@ class event_engine {
   const topology& t_;
   stream_policy policy_;
   link_model link_;
+  double slowdown_;
   rank_index R_;
   int M_;
   std::vector<node> nodes_;
@@ -270,6 +281,7 @@ inline engine_run event_engine::run() {
   struct stream {
     task_id running = no_task;
     double run_start = 0, run_end = 0;
+    double mark = 0, work_left = 0, rate = 1;  // full-speed seconds left at `mark`, current speed
     std::int32_t generation = 0;
     std::int32_t next = 0;     // in_order: index into the program
     std::int32_t pending = 0;  // compute tasks not finished
@@ -279,6 +291,20 @@ inline engine_run event_engine::run() {
   std::vector<stream> st(R);
   for (size_t r = 0; r < R; ++r) st[r].pending = static_cast<std::int32_t>(program_[r].size());
   std::vector<char> released(T, 0);
+  std::vector<std::int32_t> comm(R, 0);  // flows in flight with the rank as an end
+  std::vector<char> comm_changed(R, 0);
+  auto touch = [&](rank_index r, std::int32_t d) {
+    auto& c = comm[static_cast<size_t>(r)];
+    const bool was = c > 0;
+    c += d;
+    if (was != (c > 0)) comm_changed[static_cast<size_t>(r)] = 1;
+  };
+  auto speed = [&](rank_index r, task_id id) {
+    return slowdown_ > 0 && comm[static_cast<size_t>(r)] > 0 &&
+                   nodes_[static_cast<size_t>(id)].tag.kind != task_kind::tensor_parallel
+               ? 1.0 - slowdown_
+               : 1.0;
+  };
   std::vector<double> remaining_time(T, 0.0);
   for (size_t i = 0; i < T; ++i)
     if (nodes_[i].type == 0) remaining_time[i] = nodes_[i].amount;
@@ -323,6 +349,8 @@ inline engine_run event_engine::run() {
           left_bytes[i] = n.amount;
           active.push_back(id);
           rates_dirty = true;
+          touch(n.a, 1);
+          touch(n.b, 1);
         }
       } else {
         auto& s = st[static_cast<size_t>(n.a)];
@@ -340,7 +368,10 @@ inline engine_run event_engine::run() {
     account_gap(s, r, now);
     s.running = id;
     s.run_start = now;
-    s.run_end = now + remaining_time[static_cast<size_t>(id)];
+    s.mark = now;
+    s.work_left = remaining_time[static_cast<size_t>(id)];
+    s.rate = speed(r, id);
+    s.run_end = now + s.work_left / s.rate;
     if (out.start[static_cast<size_t>(id)] < 0) out.start[static_cast<size_t>(id)] = now;
     compute_done.push({s.run_end, r, s.generation});
   };
@@ -366,7 +397,7 @@ inline engine_run event_engine::run() {
         out.segments.push_back({s.running, r, s.run_start, now});
         out.ranks[static_cast<size_t>(r)].busy[static_cast<int>(cur.tag.kind)] += now - s.run_start;
       }
-      remaining_time[i] = s.run_end - now;
+      remaining_time[i] = std::max(0.0, s.work_left - (now - s.mark) * s.rate);
       q.push({cur.priority, cur.order, s.running});
       ++s.generation;
       s.running = no_task;
@@ -376,11 +407,30 @@ inline engine_run event_engine::run() {
     q.pop();
     start_task(r, id);
   };
+  // a rank whose communication started or stopped: its running task changes speed now
+  auto reprice = [&] {
+    if (slowdown_ == 0) return;
+    for (size_t r = 0; r < R; ++r) {
+      if (!comm_changed[r]) continue;
+      comm_changed[r] = 0;
+      auto& s = st[r];
+      if (s.running == no_task) continue;
+      const double v = speed(static_cast<rank_index>(r), s.running);
+      if (v == s.rate) continue;
+      s.work_left = std::max(0.0, s.work_left - (now - s.mark) * s.rate);
+      s.mark = now;
+      s.rate = v;
+      s.run_end = now + s.work_left / v;
+      ++s.generation;
+      compute_done.push({s.run_end, static_cast<std::int32_t>(r), s.generation});
+    }
+  };
 
   for (size_t i = 0; i < T; ++i)
     if (nodes_[i].waiting == 0) work.push_back(static_cast<task_id>(i));
   std::reverse(work.begin(), work.end());  // release in index order
   release_all();
+  std::fill(comm_changed.begin(), comm_changed.end(), 0);  // nothing runs yet
   for (rank_index r = 0; r < R_; ++r) try_start(r);
 
   std::vector<task_id> drained;
@@ -463,9 +513,12 @@ inline engine_run event_engine::run() {
       latency_done.pop();
       const node& n = nodes_[static_cast<size_t>(id)];
       out.flows.push_back({id, n.a, n.b, n.amount, n.link, out.start[static_cast<size_t>(id)], now});
+      touch(n.a, -1);
+      touch(n.b, -1);
       complete(id);
     }
     release_all();
+    reprice();
     for (rank_index r = 0; r < R_; ++r)
       if (st[static_cast<size_t>(r)].dirty) try_start(r);
   }

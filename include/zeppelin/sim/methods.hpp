@@ -16,11 +16,14 @@
 // each K/V block through the one NIC of the sending GPU.
 // The ablations follow Fig. 11: TE CP + routing; + partitioner and engine; + remapping (the
 // full Zeppelin). Capacity: setup.tokens_per_gpu x (1 + capacity_slack) tokens per GPU (x TP
-// per CP rank): a layout of uneven chunks or whole sequences cannot hit the exact average.
-// 1/8 (4608 tokens for 4K per GPU) is the smallest power-of-two headroom with which
-// hierarchical<> never took its contiguous fallback on 5 seeds x {arxiv, github, prolong64k}
-// x {2, 4, 8} nodes of cluster C (at 1/32 it fell back on up to 5 of 5 seeds); every method
-// gets the same headroom. Host-only.
+// per CP rank), the same for every method. The paper's L is a token CAPACITY per GPU, not
+// the 4K tokens per GPU of the workload, and its remapping layer moves tokens (Table 3:
+// 14-16 ms per forward; Fig. 11: 3.51x -> 3.64x on ArXiv), which needs attention-balanced
+// layouts holding more than the average on some GPUs: L > 4K. At slack 0 (exact fill) every
+// partitioner now plans, but every plan then holds exactly L tokens per GPU by construction:
+// hierarchical<> cannot trade tokens for attention balance and remapping moves nothing. The
+// paper does not give L; 1/8 (4608 tokens for 4K per GPU) is the headroom kept by default
+// (bench/README.md, "Reproduction", shows both; reproduce_zeppelin --slack 0). Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
@@ -88,7 +91,7 @@ enum class zeppelin_metric : std::uint8_t { tokens = 0, attention = 1, cost_mode
 
 struct method_setup {
   token_count tokens_per_gpu = 4096;  //!< the paper's 4K per GPU
-  double capacity_slack = 1.0 / 8;    //!< headroom over tokens_per_gpu (see the file comment)
+  double capacity_slack = 1.0 / 8;    //!< headroom over tokens_per_gpu; 0 = exact fill (see the file comment)
   int tensor_parallel = 1;            //!< TP inside CP (13B on cluster A, 30B on cluster C: 2)
   int chained_layers = 1;             //!< sim_options::chained_layers
   zeppelin_metric metric = zeppelin_metric::attention;  //!< for te_cp+routing+engine and zeppelin

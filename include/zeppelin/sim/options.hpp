@@ -10,6 +10,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/route/proxy.hpp>
 #include <zeppelin/sim/event_engine.hpp>
 
 #include <cstdint>
@@ -34,10 +35,15 @@ enum class engine_policy : std::uint8_t {
 
 struct sim_options {
   attention_collective collective = attention_collective::from_plan;
-  //! Proxy routing (Zeppelin 3.3): every inter-node transfer is split over one proxy GPU per
-  //! NIC of the source and the destination node (dispatch over NVLink, multi-NIC transfer,
-  //! combine over NVLink). Also what NCCL's multi-channel rings do for an all-gather.
+  //! Proxy routing (Zeppelin 3.3): the transfers of every round go through `proxy`
+  //! (route/proxy.hpp), which splits an inter-node edge over proxy GPUs on distinct NICs of
+  //! both nodes (dispatch over NVLink, multi-NIC transfer, combine over NVLink) when
+  //! equation (1) says that is cheaper. Also what NCCL's multi-channel rings do for an
+  //! all-gather. Off: direct_router, every transfer on its source GPU's own path.
   bool routing = false;
+  //! The router used when `routing` is on: restrict the proxies (`proxies`), cap the pairs
+  //! per edge (`max_proxies`), keep or drop the never-lose guard (`fallback_to_direct`).
+  proxy_router proxy{};
   //! Remapping (Zeppelin 3.4): before the linear modules move every rank to the
   //! token-balanced layout (exact min-max remap solver) and back before attention, forward
   //! and backward (two alltoallv per layer and direction, hidden-state sized).
@@ -54,7 +60,7 @@ struct sim_options {
   int chained_layers = 1;
   //! Keep every task's timing for a trace (sim_result::trace); costs memory.
   bool record_trace = false;
-  friend constexpr bool operator==(const sim_options&, const sim_options&) = default;
+  friend bool operator==(const sim_options&, const sim_options&) = default;
 };
 
 ZEPPELIN_NAMESPACE_END

@@ -24,16 +24,21 @@
 //     the token-balanced layout with remapping, else on the attention layout; the LM head
 //     runs once per micro-batch after the layers (forward + backward, max over ranks).
 //   - links: every transfer is a flow on the ports of sim/event_engine.hpp (NVLink per GPU,
-//     NIC send / receive shared by the GPUs mapped to it, max-min fair); with routing,
-//     inter-node transfers take the three-step proxy route (sim/detail/proxy_legs.hpp).
+//     NIC send / receive shared by the GPUs mapped to it, max-min fair). The transfers of a
+//     round go through a router (route/router.hpp): direct_router, or sim_options::proxy
+//     (proxy_router, three-step routing) with routing on; a routed piece runs dispatch ->
+//     transfer -> combine (sim/detail/phase_builder.hpp).
+//   - SM contention (sim_cost_model::contention, sim/sm_contention.hpp, on by default): a
+//     GPU's compute runs at (1 - f) while its own NCCL sends / receives / proxy legs are in
+//     flight, f = NCCL CTAs / SMs (16 / 132 on H100 / H200).
 //   - tensor parallelism: TP collectives block the stream after the linear modules.
 // Layers are identical: sim_options::chained_layers of them are simulated back to back and
 // the phase time is scaled to all layers. The step time is the sum over micro-batches of
 // the scaled forward and backward phases and the LM head; the four parts of every rank's
 // breakdown are scaled the same way and add up to it.
 // Not modelled: the optimizer and the gradient all-reduce (the same for every method),
-// SM contention between communication kernels and attention (the paper's "bubbles"),
-// activation recomputation. Host-only.
+// communication kernels waiting for SMs held by attention (the other side of the paper's
+// "bubbles"), activation recomputation. Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
@@ -59,7 +64,8 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 //! Simulates one training step of `p`; see the file comment. Throws invalid_plan when the
 //! plan fails validate(p, b, t), invalid_argument for a bad model, cost model or options
-//! (chained_layers < 0, tensor_parallel < 1).
+//! (chained_layers < 0, tensor_parallel < 1, NCCL CTAs not below the GPU's SMs, a proxy
+//! outside the topology).
 [[nodiscard]] inline sim_result simulate(const plan& p, const batch& b, const topology& t, const model_config& m,
                                          const sim_options& o, const sim_cost_model& cost) {
   validate(m);
@@ -74,6 +80,7 @@ ZEPPELIN_NAMESPACE_BEGIN
   const stream_policy policy =
       o.engine == engine_policy::prioritized ? stream_policy::preemptive_priority : stream_policy::in_order;
   const auto R = static_cast<std::size_t>(t.num_ranks());
+  const double slowdown = cost.contention.slowdown(t.gpu());
   const double head_flops = lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m);
 
   sim_result res;
@@ -85,7 +92,7 @@ ZEPPELIN_NAMESPACE_BEGIN
     const detail::mb_layout L = detail::make_mb_layout(p, b, t, m, cost, o.remap, mb);
     for (int direction = 0; direction < 2; ++direction) {
       const bool forward = direction == 0;
-      event_engine e(t, policy, cost.link);
+      event_engine e(t, policy, cost.link, slowdown);
       detail::phase_builder builder(e, t, m, cost, o, L, all_gather);
       std::vector<task_id> prev(R, no_task);
       for (int l = 0; l < chained; ++l) {
