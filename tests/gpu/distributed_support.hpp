@@ -1,0 +1,232 @@
+// tests/gpu/distributed_support.hpp
+// Harness of the distributed [gpu] tests: a random fp16 attention problem over a batch, its
+// single-GPU reference (the device kernels on the whole packed batch, one causal CSR block per
+// sequence), plans of every partitioner, and one distributed run on a device loopback world:
+// loader layout -> device dispatch -> device attention engine forward + backward -> inverse
+// dispatch, gathered back into the packed order.
+#pragma once
+
+#include "gpu_support.hpp"
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/cuda/attention.hpp>
+#include <zeppelin/cuda/device_loopback.hpp>
+#include <zeppelin/cuda/executor/attention_engine.hpp>
+#include <zeppelin/cuda/executor/remap.hpp>
+#include <zeppelin/exec/relayout.hpp>
+#include <zeppelin/partition.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace zeppelin_test {
+
+using namespace zeppelin;
+
+inline topology gpu_topology(int nodes, int gpus, int nics = 1) {
+  topology_config c;
+  c.nodes = nodes;
+  c.gpus_per_node = gpus;
+  c.nics_per_node = nics;
+  c.intra_node = {300e9, 3e-6};
+  c.nic = {48e9, 10e-6};
+  c.gpu = {"test", 1e15, 80e9, 3e12};
+  return topology(c);
+}
+
+//! A partitioner's plan, raising the capacity until the method finds a layout.
+template <class P>
+plan plan_with(P method, const batch& b, const topology& t, token_count capacity) {
+  for (int tries = 0;; ++tries) {
+    method.capacity = capacity;
+    try {
+      return method.partition(b, t);
+    } catch (const infeasible&) {
+      if (tries > 40) throw;
+      capacity += capacity / 4 + 1;
+    }
+  }
+}
+
+//! 0 hierarchical, 1 even_split, 2 allgather, 3 hybrid_dp, 4 per_document.
+inline plan make_plan(int method, const batch& b, const topology& t, token_count capacity) {
+  switch (method) {
+    case 0: return plan_with(hierarchical<>{}, b, t, capacity);
+    case 1: return plan_with(even_split{}, b, t, capacity);
+    case 2: return plan_with(allgather{}, b, t, capacity);
+    case 3: return plan_with(hybrid_dp{}, b, t, capacity);
+    default: return plan_with(per_document{}, b, t, capacity);
+  }
+}
+
+//! Packed fp16 inputs and the single-GPU reference outputs (as floats).
+struct gpu_problem {
+  attention_dims dims;
+  device::dtype type = device::dtype::fp16;
+  std::vector<std::uint16_t> q, k, v, d_o;  // [T][H or KV][D] bits
+  std::vector<float> o, lse, dq, dk, dv;    // lse [H][T]
+};
+
+inline gpu_problem make_gpu_problem(const batch& b, attention_dims dims, std::uint64_t seed) {
+  gpu_problem g;
+  g.dims = dims;
+  random_generator rng(seed, 3);
+  const auto T = static_cast<std::size_t>(b.total_tokens());
+  const auto fill = [&](std::vector<std::uint16_t>& x, std::size_t n) {
+    x.resize(n);
+    for (auto& e : x) e = to_bits(static_cast<float>(2 * rng.uniform() - 1), g.type);
+  };
+  const auto qn = T * static_cast<std::size_t>(dims.q_row()), kn = T * static_cast<std::size_t>(dims.kv_row());
+  fill(g.q, qn), fill(g.k, kn), fill(g.v, kn), fill(g.d_o, qn);
+  // the reference: one causal block per sequence on one GPU
+  std::vector<std::int32_t> cu;
+  for (const token_count x : b.cu_seqlens()) cu.push_back(static_cast<std::int32_t>(x));
+  device_buffer<std::int32_t> cu_dev(cu);
+  device_buffer<std::uint16_t> q(g.q), k(g.k), v(g.v), d_o(g.d_o), o(qn);
+  device_buffer<float> lse(T * static_cast<std::size_t>(dims.heads)), delta(T * static_cast<std::size_t>(dims.heads));
+  device_buffer<float> dq(qn), dk(kn), dv(kn);
+  dq.fill_bytes(0), dk.fill_bytes(0), dv.fill_bytes(0);
+  device::attention_forward_params f;
+  f.q = q.get(), f.k = k.get(), f.v = v.get(), f.o = o.get(), f.lse = lse.get();
+  f.cu_seqlens_q = cu_dev.get(), f.cu_seqlens_k = cu_dev.get();
+  f.mask = block_mask::causal;
+  f.num_blocks = b.size(), f.heads = dims.heads, f.kv_heads = dims.kv_heads, f.head_dim = dims.head_dim;
+  f.max_seqlen_q = static_cast<std::int32_t>(b.max_length());
+  f.total_q = static_cast<std::int64_t>(T);
+  f.softmax_scale = static_cast<float>(dims.softmax_scale());
+  f.type = g.type;
+  ZEPPELIN_CUDA_CHECK(device::attention_forward(f, nullptr));
+  device::attention_preprocess_params pp;
+  pp.o = o.get(), pp.dout = d_o.get(), pp.delta = delta.get(), pp.rows = static_cast<std::int64_t>(T);
+  pp.heads = dims.heads, pp.head_dim = dims.head_dim, pp.type = g.type;
+  ZEPPELIN_CUDA_CHECK(device::attention_backward_preprocess(pp, nullptr));
+  device::attention_backward_params bp;
+  bp.q = q.get(), bp.k = k.get(), bp.v = v.get(), bp.dout = d_o.get(), bp.lse = lse.get(), bp.delta = delta.get();
+  bp.dq_accum = dq.get(), bp.dk_accum = dk.get(), bp.dv_accum = dv.get();
+  bp.cu_seqlens_q = cu_dev.get(), bp.cu_seqlens_k = cu_dev.get();
+  bp.mask = block_mask::causal;
+  bp.num_blocks = b.size(), bp.heads = dims.heads, bp.kv_heads = dims.kv_heads, bp.head_dim = dims.head_dim;
+  bp.max_seqlen_k = static_cast<std::int32_t>(b.max_length());
+  bp.total_q = static_cast<std::int64_t>(T);
+  bp.softmax_scale = f.softmax_scale;
+  bp.type = g.type;
+  ZEPPELIN_CUDA_CHECK(device::attention_backward(bp, nullptr));
+  ZEPPELIN_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto o_bits = o.download();
+  g.o.resize(qn);
+  for (std::size_t i = 0; i < qn; ++i) g.o[i] = from_bits(o_bits[i], g.type);
+  g.lse = lse.download(), g.dq = dq.download(), g.dk = dk.download(), g.dv = dv.download();
+  return g;
+}
+
+//! The rows of `pl` (a layout of b) cut out of a packed [T][w] array.
+template <class T>
+std::vector<T> layout_rows(const std::vector<T>& packed, const placement& pl, const batch& b, std::size_t w) {
+  std::vector<T> out;
+  for (const shard& s : pl.shards) {
+    const auto from = packed.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b.offset(s.seq) + s.range.begin) * w);
+    out.insert(out.end(), from, from + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.range.size()) * w));
+  }
+  return out;
+}
+
+//! The distributed results in packed order (as floats).
+struct gpu_results {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+//! One distributed run of plan p (see the file comment).
+template <class Transport = device_direct_transport>
+gpu_results run_device_distributed(const plan& p, const batch& b, const gpu_problem& g, Transport transport = {}) {
+  const attention_dims dims = g.dims;
+  const device_attention_engine<Transport> engine(p, b, dims, g.type, transport);
+  const rank_index R = p.num_ranks();
+  const auto loader = loader_layout(b, R);
+  const remap_plan disp = make_dispatch_plan(loader, p.placements);
+  const remap_plan back = inverse(disp);
+  const auto T = static_cast<std::size_t>(b.total_tokens());
+  const auto qw = static_cast<std::size_t>(dims.q_row()), kw = static_cast<std::size_t>(dims.kv_row());
+  const auto H = static_cast<std::size_t>(dims.heads);
+  gpu_results out{std::vector<float>(T * qw, NAN), std::vector<float>(T * H, NAN), std::vector<float>(T * qw, NAN),
+                  std::vector<float>(T * kw, NAN), std::vector<float>(T * kw, NAN)};
+  std::mutex out_mutex;
+  device_loopback_world world{.ranks = R, .gpus_per_node = p.gpus_per_node, .timeout = std::chrono::milliseconds(60000)};
+  world.run([&](device_loopback_comm& c) {
+    const rank_index me = c.rank();
+    const cudaStream_t s = c.compute_stream();
+    const placement& lp = loader[static_cast<std::size_t>(me)];
+    const auto nl = static_cast<std::size_t>(disp.ranks[static_cast<std::size_t>(me)].source_tokens);
+    const auto n = static_cast<std::size_t>(engine.rows(me));
+    const std::size_t e = 2;  // fp16
+    device_buffer<std::uint16_t> lq(layout_rows(g.q, lp, b, qw)), lk(layout_rows(g.k, lp, b, kw)), lv(layout_rows(g.v, lp, b, kw)),
+        ldo(layout_rows(g.d_o, lp, b, qw));
+    device_buffer<std::uint16_t> q(n * qw), k(n * kw), v(n * kw), d_o(n * qw), o(n * qw), dq(n * qw), dk(n * kw), dv(n * kw);
+    device_buffer<float> lse(n * H);
+    device_buffer<std::uint16_t> bo(nl * qw), bdq(nl * qw), bdk(nl * kw), bdv(nl * kw);
+    for (auto* x : {&o, &dq, &dk, &dv, &bo, &bdq, &bdk, &bdv}) x->fill_bytes(0xff);  // poison: NaN in fp16
+    lse.fill_bytes(0xff);
+    execute_remap_device(c, disp, lq.get(), q.get(), qw * e, s, "dispatch q", transport);
+    execute_remap_device(c, disp, lk.get(), k.get(), kw * e, s, "dispatch k", transport);
+    execute_remap_device(c, disp, lv.get(), v.get(), kw * e, s, "dispatch v", transport);
+    execute_remap_device(c, disp, ldo.get(), d_o.get(), qw * e, s, "dispatch do", transport);
+    engine.forward(c, device_forward_io{q.get(), k.get(), v.get(), o.get(), lse.get()}, s);
+    engine.backward(c, device_backward_io{q.get(), k.get(), v.get(), o.get(), d_o.get(), lse.get(), dq.get(), dk.get(), dv.get()}, s);
+    execute_remap_device(c, back, o.get(), bo.get(), qw * e, s, "return o", transport);
+    execute_remap_device(c, back, dq.get(), bdq.get(), qw * e, s, "return dq", transport);
+    execute_remap_device(c, back, dk.get(), bdk.get(), kw * e, s, "return dk", transport);
+    execute_remap_device(c, back, dv.get(), bdv.get(), kw * e, s, "return dv", transport);
+    ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+    c.synchronize("end");
+    const auto ho = bo.download(), hdq = bdq.download(), hdk = bdk.download(), hdv = bdv.download();
+    const auto hl = lse.download();
+    std::lock_guard lock(out_mutex);
+    std::size_t row = 0;
+    for (const shard& sh : lp.shards) {  // loader layout rows -> packed rows
+      const auto at = static_cast<std::size_t>(b.offset(sh.seq) + sh.range.begin);
+      for (token_count i = 0; i < sh.range.size(); ++i, ++row) {
+        for (std::size_t x = 0; x < qw; ++x) {
+          out.o[(at + i) * qw + x] = from_bits(ho[row * qw + x], g.type);
+          out.dq[(at + i) * qw + x] = from_bits(hdq[row * qw + x], g.type);
+        }
+        for (std::size_t x = 0; x < kw; ++x) {
+          out.dk[(at + i) * kw + x] = from_bits(hdk[row * kw + x], g.type);
+          out.dv[(at + i) * kw + x] = from_bits(hdv[row * kw + x], g.type);
+        }
+      }
+    }
+    row = 0;
+    for (const shard& sh : p.placements[static_cast<std::size_t>(me)].shards) {  // plan rows -> packed LSE
+      const auto at = static_cast<std::size_t>(b.offset(sh.seq) + sh.range.begin);
+      for (token_count i = 0; i < sh.range.size(); ++i, ++row)
+        for (std::size_t h = 0; h < H; ++h) out.lse[h * T + at + i] = hl[h * n + row];
+    }
+  });
+  return out;
+}
+
+//! Largest |a - b| (NaN in a counts as infinite).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return INFINITY;
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return INFINITY;
+      continue;
+    }
+    m = std::max(m, std::abs(double(a[i]) - double(b[i])));
+  }
+  return m;
+}
+
+inline bool any_nan(const std::vector<float>& a) {
+  return std::any_of(a.begin(), a.end(), [](float x) { return std::isnan(x); });
+}
+
+}  // namespace zeppelin_test
