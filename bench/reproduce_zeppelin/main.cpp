@@ -1,5 +1,5 @@
 // bench/reproduce_zeppelin: the Zeppelin evaluation (EuroSys '26) on the step simulator.
-//   reproduce_zeppelin [--smoke | --quick | --full] [--seeds N] [--slack S] [--no-contention]
+//   reproduce_zeppelin [--smoke | --quick | --full] [--seeds N] [--slack S] [--no-contention] [--per-group]
 // Prints, beside the numbers the paper reports, our simulated:
 //   Fig. 8   speedup over TE CP of LLaMA CP, Hybrid DP and Zeppelin: 7B (clusters A, C),
 //            13B (A, TP 2), 30B (C, TP 2), 8x550M (A, C) x ArXiv / GitHub / ProLong64k x
@@ -11,7 +11,10 @@
 // Modes: --smoke (a few configurations, for ctest), --quick (2 seeds, ~10 s in a Release
 // build), --full (8 seeds); --seeds N overrides. --slack S plans with S x 4K tokens of
 // headroom per GPU (default: method_setup's), --no-contention turns the SM contention model
-// (sim/sm_contention.hpp) off to show what it moves. Nothing is fitted to the paper: the
+// (sim/sm_contention.hpp) off to show what it moves, --per-group makes every method launch
+// one attention kernel per ring group and round (sim_options::launch; by default Zeppelin's
+// engine fuses round k of all the rings of a queue into one launch per GPU, sim/methods.hpp)
+// to show what fusing moves. Nothing is fitted to the paper: the
 // constants are those of core/topology_presets.hpp, cost/ and sim/sm_contention.hpp (public
 // sources named there).
 #include <zeppelin/sim.hpp>
@@ -139,7 +142,8 @@ void fig11(const mode& md) {
 
 // Mean duration of the forward phase's inter-node K/V transfers (per route leg), of a
 // round's whole node-crossing communication (first leg of an inter-node edge to its last:
-// dispatch -> transfer -> combine when routed) and of the attention calls of ring rounds, from
+// dispatch -> transfer -> combine when routed) and of the attention launches of ring rounds
+// (a fused launch is a GPU's round over all its rings of one queue), from
 // a recorded trace (first simulated layer).
 struct round_figures {
   double transfer_s = 0, crossing_s = 0, compute_s = 0;
@@ -190,7 +194,7 @@ void fig12() {
   const batch many = sample_batch(datasets::arxiv(), 64 * 1024, 1);
   const method_run zm = run_method("zeppelin", many, t, m, s);
   const round_figures c = figures(zm.result, flow_leg::direct);
-  std::printf("Zeppelin, ArXiv 64K (%d sequences): ring rounds per layer %d, attention %.3f ms per round "
+  std::printf("Zeppelin, ArXiv 64K (%d sequences): ring rounds per layer %d, attention %.3f ms per ring launch "
               "(paper 8 x (738 us + 1.95 ms) = 21.5 ms)\n\n",
               many.size(), c.rounds, c.compute_s * 1e3);
 }
@@ -207,12 +211,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--full")) full = true;
     else if (!std::strcmp(argv[i], "--seeds") && i + 1 < argc) md.seeds = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--slack") && i + 1 < argc) g_setup.capacity_slack = std::atof(argv[++i]);
+    else if (!std::strcmp(argv[i], "--per-group")) g_setup.launch = launch_policy::per_group;
     else if (!std::strcmp(argv[i], "--no-contention")) {
       sim_cost_model c;
       c.contention.enabled = false;
       g_setup.cost = c;
     } else {
-      std::fprintf(stderr, "usage: reproduce_zeppelin [--smoke | --quick | --full] [--seeds N] [--slack S] [--no-contention]\n");
+      std::fprintf(stderr,
+                   "usage: reproduce_zeppelin [--smoke | --quick | --full] [--seeds N] [--slack S] [--no-contention] [--per-group]\n");
       return 2;
     }
   }
@@ -227,8 +233,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "reproduce_zeppelin: %s\n", e.what());
     return 1;
   }
-  std::printf("(%s, %d seed(s), capacity slack %.4g, SM contention %s, %.1f s)\n", md.smoke ? "smoke" : full ? "full" : "quick",
-              md.seeds, g_setup.capacity_slack, g_setup.cost ? "off" : "on",
+  std::printf("(%s, %d seed(s), capacity slack %.4g, SM contention %s, launches %s, %.1f s)\n",
+              md.smoke ? "smoke" : full ? "full" : "quick", md.seeds, g_setup.capacity_slack, g_setup.cost ? "off" : "on", g_setup.launch ? "per group" : "the methods'",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }

@@ -7,7 +7,9 @@
 //      bound, compute imbalance across ranks, bytes through the NICs; as a table or JSON.
 //      --trace writes the Chrome trace (Perfetto) of one method's simulated layers.
 //      --slack sets the planners' capacity headroom (method_setup::capacity_slack),
-//      --no-contention turns the SM contention model off (sim/sm_contention.hpp).
+//      --no-contention turns the SM contention model off (sim/sm_contention.hpp),
+//      --launch per_group|fused_round overrides every method's attention launch policy
+//      (sim_options::launch; default: each method's own, sim/methods.hpp).
 // Defaults: GitHub, cluster C (4 nodes x 8 H200), 128K tokens, LLaMA-7B, every method.
 #include "commands.hpp"
 
@@ -42,6 +44,7 @@ struct simulate_options {
   int chained_layers = 1;
   double slack = zeppelin::method_setup{}.capacity_slack;
   bool no_contention = false;
+  std::string launch = "method";
   std::string trace_file;
   std::string trace_method = "zeppelin";
   bool json = false;
@@ -90,6 +93,8 @@ void run_simulate(const simulate_options& o) {
   setup.tokens_per_gpu = (b.total_tokens() + cluster.num_ranks() - 1) / cluster.num_ranks();
   setup.chained_layers = o.chained_layers;
   setup.capacity_slack = o.slack;
+  if (o.launch == "per_group") setup.launch = launch_policy::per_group;
+  if (o.launch == "fused_round") setup.launch = launch_policy::fused_round;
   if (o.no_contention) {
     sim_cost_model cost = sim_cost_model::for_topology(tensor_parallel_view(cluster, setup.tensor_parallel));
     cost.contention.enabled = false;
@@ -131,6 +136,7 @@ void run_simulate(const simulate_options& o) {
     j["tensor_parallel"] = setup.tensor_parallel;
     j["capacity_slack"] = setup.capacity_slack;
     j["sm_contention"] = !o.no_contention;
+    j["launch"] = o.launch;
     j["methods"] = nlohmann::json::array();
     for (const auto& r : runs) {
       const sim_result& s = r.result;
@@ -149,6 +155,8 @@ void run_simulate(const simulate_options& o) {
                               {"forward_s", s.forward_s},
                               {"backward_s", s.backward_s},
                               {"lm_head_s", s.lm_head_s},
+                              {"attention_launches", s.attention_launches},
+                              {"attention_flops", s.attention_flops},
                               {"micro_batches", s.micro_batches},
                               {"mean_attention_s", attention / n},
                               {"mean_linear_s", linear / n},
@@ -162,9 +170,11 @@ void run_simulate(const simulate_options& o) {
   }
   std::printf("batch   %s: %d sequences, %lld tokens, longest %lld\n", source.c_str(), b.size(),
               static_cast<long long>(b.total_tokens()), static_cast<long long>(b.max_length()));
-  std::printf("cluster %s: %d nodes x %d %s, %d NICs per node; model %s, TP %d; capacity slack %.4g, SM contention %s\n\n",
+  std::printf("cluster %s: %d nodes x %d %s, %d NICs per node; model %s, TP %d; capacity slack %.4g, SM contention %s, "
+              "launches %s\n\n",
               cluster.name().c_str(), cluster.nodes(), cluster.gpus_per_node(), cluster.gpu().name.c_str(), cluster.nics_per_node(),
-              model.name.c_str(), setup.tensor_parallel, setup.capacity_slack, o.no_contention ? "off" : "on");
+              model.name.c_str(), setup.tensor_parallel, setup.capacity_slack, o.no_contention ? "off" : "on",
+              o.launch == "method" ? "the method's" : o.launch.c_str());
   std::printf("%-22s %10s %10s %8s %6s %6s %8s %9s %9s\n", "method", "step ms", "tokens/s", "speedup", "eff", "imbal",
               "xnode GB", "comm ms", "idle ms");
   for (const auto& r : runs) {
@@ -209,6 +219,11 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-contention", options->no_contention, "no SM contention between NCCL kernels and compute");
+  cmd->add_option("--launch", options->launch,
+                  "attention launches: method (each method's own), per_group (one per ring group and round) or fused_round "
+                  "(one per GPU, queue and round over all its rings)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"method", "per_group", "fused_round"}));
   cmd->add_option("--trace", options->trace_file, "write a Chrome trace JSON (Perfetto) of --trace-method");
   cmd->add_option("--trace-method", options->trace_method, "method whose trace --trace writes")->capture_default_str();
   cmd->add_flag("--json", options->json, "print JSON");

@@ -152,3 +152,17 @@ TEST_CASE("SM contention: compute slows while its rank communicates", "[sim][eng
   CHECK_THROWS_AS(event_engine(t, stream_policy::in_order, {}, 1.0), invalid_argument);
   CHECK_THROWS_AS(event_engine(t, stream_policy::in_order, {}, -0.1), invalid_argument);
 }
+
+TEST_CASE("a flow shorter than the clock's resolution still completes", "[sim][engine]") {
+  // 1 byte at 1e30 B/s after 1 s of compute: now + bytes / rate == now in double precision;
+  // the engine must still drain the flow instead of looping at a standstill
+  const topology t({"fast", 1, 2, 1, {}, {1e30, 0}, {1e30, 0}, {"G", 1e12, 1e9, 1e12}});
+  event_engine e(t);
+  const task_id a = e.compute(0, 1.0, compute_tag(), 0, {});
+  const task_id f = e.flow(0, 1, 1.0, flow_tag(), {a});
+  const task_id b = e.compute(1, 1.0, compute_tag(), 0, {f});
+  const engine_run r = e.run();
+  CHECK(r.end[static_cast<std::size_t>(f)] == Approx(1.0));
+  CHECK(r.end[static_cast<std::size_t>(b)] == Approx(2.0));
+  CHECK(r.intra_node_bytes == 1.0);
+}

@@ -474,7 +474,9 @@ inline engine_run event_engine::run() {
     for (size_t k = 0; k < active.size(); ++k) {
       const task_id id = active[k];
       double& left = left_bytes[static_cast<size_t>(id)];
-      if (left <= rate[k] * dt * (1 + 1e-12) + 1e-9 * nodes_[static_cast<size_t>(id)].amount) {
+      // the flow that set `next` drains even when dt is below the clock's resolution at `now`
+      // (a tiny flow late in a phase: now + dt == now), else time would never advance
+      if (left <= rate[k] * dt * (1 + 1e-12) + 1e-9 * nodes_[static_cast<size_t>(id)].amount || now + left / rate[k] <= next) {
         drained.push_back(id);
       } else {
         left -= rate[k] * dt;

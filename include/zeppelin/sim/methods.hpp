@@ -3,17 +3,27 @@
 // runner that plans and simulates one of them.
 //   in : a method name, a batch, the PHYSICAL topology, a model, method_setup
 //   out: method_run: the plan (on the tensor_parallel_view when TP > 1) and its sim_result
-// | name                  | partitioner              | collective | routing | engine      | remap |
-// |-----------------------|--------------------------|------------|---------|-------------|-------|
-// | te_cp                 | even_split (global ring) | ring       | no      | in order    | no    |
-// | llama_cp              | allgather (one group)    | all-gather | NCCL*   | in order    | no    |
-// | hybrid_dp             | hybrid_dp (micro-batches)| ring       | no      | in order    | no    |
-// | te_cp+routing         | even_split               | ring       | yes     | in order    | no    |
-// | te_cp+routing+engine  | hierarchical             | ring       | yes     | prioritized | no    |
-// | zeppelin              | hierarchical             | ring       | yes     | prioritized | yes   |
+// | name                  | partitioner              | collective | routing | engine      | launches    | remap |
+// |-----------------------|--------------------------|------------|---------|-------------|-------------|-------|
+// | te_cp                 | even_split (global ring) | ring       | no      | in order    | per group   | no    |
+// | llama_cp              | allgather (one group)    | all-gather | NCCL*   | in order    | per group   | no    |
+// | hybrid_dp             | hybrid_dp (micro-batches)| ring       | no      | in order    | per group   | no    |
+// | te_cp+routing         | even_split               | ring       | yes     | in order    | per group   | no    |
+// | te_cp+routing+engine  | hierarchical             | ring       | yes     | prioritized | fused round | no    |
+// | zeppelin              | hierarchical             | ring       | yes     | prioritized | fused round | yes   |
 // (*) NCCL runs an all-gather over several rings (channels) whose node crossings use every
 // NIC, which the simulator expresses as routed inter-node transfers; TE CP's P2P ring sends
 // each K/V block through the one NIC of the sending GPU.
+// Launches (sim_options::launch) follow what each method's implementation does. TE CP runs
+// ring attention per CP group (AttnFuncWithCPAndKVP2P: one kernel call per round for its
+// group); with all sequences in ONE global ring that is already one launch per rank and
+// round, so per_group and fused_round give the same step for te_cp, te_cp+routing and
+// llama_cp (one group each). Hybrid DP (ByteScale-like) runs each CP group's ring on its own:
+// per_group. Zeppelin's engine runs a queue's ring groups round by round in lockstep and its
+// kernels take a CSR list of blocks with per-block offsets and masks, so round k of every
+// group of a queue is one launch per rank (exec/attention_engine.hpp, cuda/attention_params.hpp):
+// fused_round for te_cp+routing+engine and zeppelin. Without it, a rank in many small rings
+// issues many small launches that the throughput tables price at a low rate.
 // The ablations follow Fig. 11: TE CP + routing; + partitioner and engine; + remapping (the
 // full Zeppelin). Capacity: setup.tokens_per_gpu x (1 + capacity_slack) tokens per GPU (x TP
 // per CP rank), the same for every method. The paper's L is a token CAPACITY per GPU, not
@@ -61,6 +71,7 @@ struct method_spec {
   bool routing = false;
   bool prioritized_engine = false;
   bool remap = false;
+  launch_policy launch = launch_policy::per_group;  //!< see the file comment
 };
 
 //! Every method, baselines first, then the ablations and Zeppelin.
@@ -71,8 +82,9 @@ inline constexpr std::array<method_spec, 6> method_specs{{
      false, false},
     {method_kind::te_cp_routing, "te_cp+routing", "TE CP with proxy routing over every NIC", true, false, false},
     {method_kind::te_cp_routing_engine, "te_cp+routing+engine",
-     "routing + hierarchical partitioner + attention engine (no remapping)", true, true, false},
-    {method_kind::zeppelin, "zeppelin", "Zeppelin: hierarchical partitioner, engine, routing, remapping", true, true, true},
+     "routing + hierarchical partitioner + attention engine (no remapping)", true, true, false, launch_policy::fused_round},
+    {method_kind::zeppelin, "zeppelin", "Zeppelin: hierarchical partitioner, engine, routing, remapping", true, true, true,
+     launch_policy::fused_round},
 }};
 
 //! The method called `name` (a method_specs name). Throws invalid_argument listing the names.
@@ -96,6 +108,7 @@ struct method_setup {
   int chained_layers = 1;             //!< sim_options::chained_layers
   zeppelin_metric metric = zeppelin_metric::attention;  //!< for te_cp+routing+engine and zeppelin
   bool record_trace = false;
+  std::optional<launch_policy> launch{};  //!< default: the method's (method_spec::launch)
   std::optional<sim_cost_model> cost{};  //!< default: sim_cost_model::for_topology(view)
 };
 
@@ -144,6 +157,7 @@ struct method_run {
   o.routing = spec.routing;
   o.remap = spec.remap;
   o.engine = spec.prioritized_engine ? engine_policy::prioritized : engine_policy::in_order;
+  o.launch = setup.launch ? *setup.launch : spec.launch;
   o.tensor_parallel = setup.tensor_parallel;
   o.chained_layers = setup.chained_layers;
   o.record_trace = setup.record_trace;

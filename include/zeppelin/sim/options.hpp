@@ -5,8 +5,8 @@
 // The partitioner decides WHERE tokens live (the plan); these options decide HOW the step
 // runs on that layout: the attention collective (ring or all-gather, read from the plan's
 // method by default), proxy routing of inter-node transfers, remapping to the
-// token-balanced layout for the linear modules, the attention engine's stream policy and
-// tensor parallelism inside every CP rank. Host-only.
+// token-balanced layout for the linear modules, the attention engine's stream policy, how
+// ring blocks become kernel launches, and tensor parallelism inside every CP rank. Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -14,6 +14,7 @@
 #include <zeppelin/sim/event_engine.hpp>
 
 #include <cstdint>
+#include <string_view>
 
 ZEPPELIN_NAMESPACE_BEGIN
 
@@ -33,6 +34,31 @@ enum class engine_policy : std::uint8_t {
                     //!< gaps while ring K/V are in flight)
 };
 
+//! How a rank's ring attention blocks become kernel launches. Both compute the same blocks
+//! (the same pairs and executed FLOPs, sim/detail/attention_call.hpp); they differ in how
+//! many launches there are, the rows each is priced at and what each waits for.
+enum class launch_policy : std::uint8_t {
+  per_group = 0,    //!< one varlen launch per (ring group, round) on each member: it starts once
+                    //!< that group's K/V for the round has arrived and is priced at the
+                    //!< throughput of that group's rows alone (ring attention run per group, as
+                    //!< TE CP's attention does for its one CP group)
+  fused_round = 1,  //!< one varlen launch per (rank, queue, round index): the blocks of round k
+                    //!< of EVERY ring group of the queue (inter-node, then intra-node) the rank is
+                    //!< a member of, as one CSR block list (cuda/attention_params.hpp); it starts
+                    //!< when the K/V of all of them have arrived and is priced over the union
+                    //!< of its blocks (each block keeps its own tile padding; the table is read
+                    //!< at the launch's total rows). Groups with fewer than k + 1 rounds have
+                    //!< left the launch. What the executor does: exec/attention_engine.hpp
+                    //!< runs a queue's groups in lockstep, round k of all of them as one phase.
+                    //!< With the local queue already one launch per rank, a rank then issues at
+                    //!< most (rounds of its inter queue + rounds of its intra queue + 1)
+                    //!< attention launches per layer and direction.
+};
+
+[[nodiscard]] constexpr std::string_view to_string(launch_policy l) noexcept {
+  return l == launch_policy::fused_round ? "fused_round" : "per_group";
+}
+
 struct sim_options {
   attention_collective collective = attention_collective::from_plan;
   //! Proxy routing (Zeppelin 3.3): the transfers of every round go through `proxy`
@@ -49,6 +75,10 @@ struct sim_options {
   //! and backward (two alltoallv per layer and direction, hidden-state sized).
   bool remap = false;
   engine_policy engine = engine_policy::in_order;
+  //! Kernel launches of ring rounds; the methods choose theirs (sim/methods.hpp). The
+  //! all-gather collective follows it too: fused_round makes one launch per rank and queue
+  //! over the gathered K/V of all its groups. Local sequences are always one launch per rank.
+  launch_policy launch = launch_policy::per_group;
   //! TP group size inside each CP rank (the plan and topology are then the
   //! tensor_parallel_view, sim/tensor_parallel.hpp): adds the sequence-parallel collectives.
   int tensor_parallel = 1;

@@ -3,8 +3,9 @@
 //   step_time_s, tokens_per_s, lower_bound_s (sim/lower_bound.hpp), efficiency = bound / time,
 //   imbalance = max / mean over ranks of compute time (attention + linear),
 //   per rank: attention, linear, exposed communication and idle seconds (they add up to
-//   step_time_s), the bytes that crossed nodes and NVLink, and optionally the phases' task
-//   timings for a Chrome trace (sim/trace.hpp). Ranks are CP ranks (a TP group when
+//   step_time_s), the bytes that crossed nodes and NVLink, the attention kernels' launches,
+//   executed FLOPs and pairs (sim_options::launch changes the launches only), and optionally
+//   the phases' task timings for a Chrome trace (sim/trace.hpp). Ranks are CP ranks (a TP group when
 //   tensor_parallel > 1). Host-only.
 #pragma once
 
@@ -53,6 +54,11 @@ struct sim_result {
   double cross_node_bytes = 0;  //!< bytes through NICs in the whole step
   double intra_node_bytes = 0;  //!< bytes over NVLink in the whole step
   double max_port_utilization = 0;  //!< largest port load seen (<= 1: no link double-booked)
+  double attention_launches = 0;    //!< attention kernel launches with work: every rank, layer, direction
+  double attention_flops = 0;       //!< FLOPs the attention kernels execute in the step (forward +
+                                    //!< backward, every layer and rank, tile padding included)
+  std::int64_t attention_pairs = 0; //!< (query, key) pairs per head of ONE layer's forward, all
+                                    //!< micro-batches: the batch's causal pairs for a valid plan
   std::int32_t micro_batches = 1;
   std::vector<rank_breakdown> ranks;
   std::vector<sim_phase> trace;  //!< filled when sim_options::record_trace

@@ -16,6 +16,10 @@
 //     block is added and the partial from r + 1 arrived); the last dK/dV return home.
 //   - attention, all-gather (LLaMA CP): the ring all-gather of K/V precedes one call; the
 //     backward gathers again, computes, and reduce-scatters dK/dV: all on the critical path.
+//   - kernel launches (sim_options::launch): per_group = one varlen call per ring group,
+//     round and position, after that group's K/V; fused_round = one call per rank, queue
+//     and round over the blocks of all the rank's groups in the queue, after all their K/V
+//     (priced over the union of the blocks, sim/detail/attention_call.hpp).
 //   - sequences held whole by one rank: one varlen call per rank and direction.
 //   - engine (sim_options::engine): in_order = one stream in queue order (inter -> intra ->
 //     local, round by round); prioritized = Zeppelin's engine, preemptive stream priorities
@@ -89,7 +93,7 @@ ZEPPELIN_NAMESPACE_BEGIN
   res.ranks.assign(R, {});
   double clock = 0;  // trace time axis
   for (std::int32_t mb = 0; mb < res.micro_batches; ++mb) {
-    const detail::mb_layout L = detail::make_mb_layout(p, b, t, m, cost, o.remap, mb);
+    const detail::mb_layout L = detail::make_mb_layout(p, b, t, m, cost, o, mb);
     for (int direction = 0; direction < 2; ++direction) {
       const bool forward = direction == 0;
       event_engine e(t, policy, cost.link, slowdown);
@@ -106,6 +110,10 @@ ZEPPELIN_NAMESPACE_BEGIN
       res.cross_node_bytes += scale * run.inter_node_bytes;
       res.intra_node_bytes += scale * run.intra_node_bytes;
       res.max_port_utilization = std::max(res.max_port_utilization, run.max_port_utilization);
+      const auto& launched = builder.stats();
+      res.attention_launches += scale * launched.launches;
+      res.attention_flops += scale * launched.flops;
+      if (forward) res.attention_pairs += launched.pairs / chained;  // every chained layer computes the same pairs
       for (std::size_t r = 0; r < R; ++r) {
         const stream_accounting& a = run.ranks[r];
         rank_breakdown& br = res.ranks[r];

@@ -13,7 +13,14 @@
 // engine flows: a direct message after the edge's dependencies, and per routed piece
 // dispatch -> transfer -> combine (a transfer waits for the dispatch that filled its send
 // proxy, a combine for the transfer that reached its receive proxy). The edge has arrived
-// when every message ending at its destination has. Host-only.
+// when every message ending at its destination has.
+// Launches (sim_options::launch): per_group builds the ring groups one after another; round
+// k of group g on position p is one compute task, after that group's K/V arrived, priced
+// over its own blocks. fused_round builds the groups of one queue (inter-node, then
+// intra-node) round by round together; round k of the queue on rank r is ONE compute task
+// over the blocks of round k of every group of the queue r belongs to (mb_layout::queues
+// prices it), after all their K/V arrived; backward, its end is each group's "block done"
+// for the dK/dV that follow. The transfers are the same under both. Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
@@ -46,6 +53,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -59,10 +67,22 @@ struct priced_ring {
   std::vector<call_cost> gathered_cost;            //!< all-gather: one call per position
 };
 
+//! The ring groups of one queue and, under launch_policy::fused_round, the price of every
+//! fused launch (the union of the blocks of round k of the rank's groups in the queue).
+struct queue_rings {
+  int queue = 0;                                  //!< queue_order of the groups' zone
+  std::size_t first = 0, last = 0;                //!< mb_layout::rings[first, last)
+  std::int64_t rounds = 0;                        //!< the most rounds of its groups
+  std::vector<std::vector<call_cost>> forward;    //!< [round k][rank]: forward round k (fused_round)
+  std::vector<std::vector<call_cost>> backward;   //!< [round k][rank]: backward round k (fused_round)
+  std::vector<call_cost> gathered;                //!< [rank]: all-gather, every group's K/V (fused_round)
+};
+
 //! Everything about one micro-batch that does not depend on the direction.
 struct mb_layout {
   std::int32_t micro_batch = 0;
   std::vector<priced_ring> rings;           //!< inter first, then intra, by group id
+  std::vector<queue_rings> queues;          //!< the rings by queue, in queue order
   std::vector<call_cost> local_cost;        //!< per rank: its one call over its local sequences
   std::vector<token_count> attention_tokens;  //!< A_r
   std::vector<token_count> linear_tokens;     //!< B_r with remap, else A_r
@@ -73,8 +93,57 @@ inline std::int64_t priority_key(int queue, std::int64_t group, std::int64_t rou
   return (static_cast<std::int64_t>(queue) << 40) | (group << 20) | round;
 }
 
+//! The fused launches of queue `q` (launch_policy::fused_round): per round k and rank, the
+//! blocks of round k of every group of the queue the rank is a member of, each group a part
+//! of its own (its blocks keep their tile padding); backward round k holds the blocks of
+//! forward round (G - k) mod G of each group (schedule/ring_schedule.hpp).
+inline void price_fused(queue_rings& q, const std::vector<priced_ring>& rings, std::size_t R, const sim_cost_model& cost,
+                        const model_config& m) {
+  std::vector<std::vector<call_item>> per_rank(R);
+  const auto price_all = [&](std::vector<call_cost>& out) {
+    out.assign(R, {});
+    for (std::size_t r = 0; r < R; ++r) {
+      out[r] = price_call(per_rank[r], cost.attention, m.heads, m.head_dim);
+      per_rank[r].clear();
+    }
+  };
+  const auto add_blocks = [&](std::size_t i, std::int64_t pos, const std::vector<attention_block>& blocks) {
+    const ring_schedule& s = rings[i].schedule;
+    auto& out = per_rank[static_cast<std::size_t>(s.ranks[static_cast<std::size_t>(pos)])];
+    for (const attention_block& blk : blocks)
+      out.push_back({static_cast<std::int32_t>(i), blk.seq, blk.q, block_pairs(blk.q, blk.k, blk.mask)});
+  };
+  q.forward.resize(static_cast<std::size_t>(q.rounds));
+  q.backward.resize(static_cast<std::size_t>(q.rounds));
+  for (std::int64_t k = 0; k < q.rounds; ++k) {
+    for (std::size_t i = q.first; i < q.last; ++i) {
+      const ring_schedule& s = rings[i].schedule;
+      if (k < s.size())
+        for (std::int64_t pos = 0; pos < s.size(); ++pos)
+          add_blocks(i, pos, s.forward[static_cast<std::size_t>(k)][static_cast<std::size_t>(pos)].blocks);
+    }
+    price_all(q.forward[static_cast<std::size_t>(k)]);
+    for (std::size_t i = q.first; i < q.last; ++i) {
+      const ring_schedule& s = rings[i].schedule;
+      const std::int64_t G = s.size();
+      if (k < G)
+        for (std::int64_t pos = 0; pos < G; ++pos)
+          add_blocks(i, pos, s.forward[static_cast<std::size_t>((G - k) % G)][static_cast<std::size_t>(pos)].blocks);
+    }
+    price_all(q.backward[static_cast<std::size_t>(k)]);
+  }
+  for (std::size_t i = q.first; i < q.last; ++i) {
+    const ring_schedule& s = rings[i].schedule;
+    for (std::size_t pos = 0; pos < s.layout.size(); ++pos)
+      for (const group_shard& gs : s.layout[pos])
+        per_rank[static_cast<std::size_t>(s.ranks[pos])].push_back(
+            {static_cast<std::int32_t>(i), gs.seq, gs.range, causal_pairs(gs.range, token_range{0, gs.range.end})});
+  }
+  price_all(q.gathered);
+}
+
 inline mb_layout make_mb_layout(const plan& p, const batch& b, const topology& t, const model_config& m,
-                                const sim_cost_model& cost, bool remap, std::int32_t mb) {
+                                const sim_cost_model& cost, const sim_options& o, std::int32_t mb) {
   const auto R = static_cast<std::size_t>(p.num_ranks());
   mb_layout L;
   L.micro_batch = mb;
@@ -91,7 +160,7 @@ inline mb_layout make_mb_layout(const plan& p, const batch& b, const topology& t
       if (ring) {
         groups.insert({queue_order(p.groups[static_cast<std::size_t>(s.group)].zone), s.group});
       } else {
-        items.push_back({s.seq, s.range, causal_pairs(s.range, token_range{0, s.range.end})});
+        items.push_back({0, s.seq, s.range, causal_pairs(s.range, token_range{0, s.range.end})});
       }
     }
     L.local_cost[r] = price_call(items, cost.attention, m.heads, m.head_dim);
@@ -103,18 +172,25 @@ inline mb_layout make_mb_layout(const plan& p, const batch& b, const topology& t
     for (std::size_t k = 0; k < s.forward.size(); ++k)
       for (const forward_step& st : s.forward[k]) {
         items.clear();
-        for (const attention_block& blk : st.blocks) items.push_back({blk.seq, blk.q, block_pairs(blk.q, blk.k, blk.mask)});
+        for (const attention_block& blk : st.blocks) items.push_back({0, blk.seq, blk.q, block_pairs(blk.q, blk.k, blk.mask)});
         pr.round_cost[k].push_back(price_call(items, cost.attention, m.heads, m.head_dim));
       }
     for (const auto& layout : s.layout) {
       items.clear();
-      for (const group_shard& gs : layout) items.push_back({gs.seq, gs.range, causal_pairs(gs.range, token_range{0, gs.range.end})});
+      for (const group_shard& gs : layout)
+        items.push_back({0, gs.seq, gs.range, causal_pairs(gs.range, token_range{0, gs.range.end})});
       pr.gathered_cost.push_back(price_call(items, cost.attention, m.heads, m.head_dim));
     }
+    if (L.queues.empty() || L.queues.back().queue != queue)
+      L.queues.push_back({queue, L.rings.size(), L.rings.size(), 0, {}, {}, {}});
+    L.queues.back().last = L.rings.size() + 1;
+    L.queues.back().rounds = std::max<std::int64_t>(L.queues.back().rounds, s.size());
     L.rings.push_back(std::move(pr));
   }
+  if (o.launch == launch_policy::fused_round)
+    for (queue_rings& q : L.queues) price_fused(q, L.rings, R, cost, m);
   L.linear_tokens = L.attention_tokens;
-  if (remap) {
+  if (o.remap) {
     const remap_problem problem =
         make_remap_problem(L.attention_tokens, t.gpus_per_node(), link_model::inverse_bandwidth(link_class::intra_node, t),
                            link_model::inverse_bandwidth(link_class::inter_node, t));
@@ -140,10 +216,10 @@ class phase_builder {
     std::vector<task_id> start = prev;
     if (o_.remap) start = remap_flows(prev, /*to_attention=*/true);
     std::vector<std::vector<task_id>> parts(R_);
-    for (const priced_ring& ring : L_.rings) {
-      if (all_gather_) gather_forward(ring, start, parts);
-      else ring_forward(ring, start, parts);
-    }
+    for_each_launch_set([&](const queue_rings* fused, std::span<const priced_ring> rings) {
+      if (all_gather_) gather_forward(fused, rings, start, parts);
+      else ring_forward(fused, rings, start, parts);
+    });
     local_calls(start, parts, true);
     std::vector<task_id> done = finish(start, parts);
     if (o_.remap) done = remap_flows(done, /*to_attention=*/false);
@@ -158,17 +234,37 @@ class phase_builder {
     for (std::size_t r = 0; r < R_; ++r) start[r] = linear(static_cast<rank_index>(r), prev[r], false);
     if (o_.remap) start = remap_flows(start, /*to_attention=*/true);
     std::vector<std::vector<task_id>> parts(R_);
-    for (const priced_ring& ring : L_.rings) {
-      if (all_gather_) gather_backward(ring, start, parts);
-      else ring_backward(ring, start, parts);
-    }
+    for_each_launch_set([&](const queue_rings* fused, std::span<const priced_ring> rings) {
+      if (all_gather_) gather_backward(fused, rings, start, parts);
+      else ring_backward(fused, rings, start, parts);
+    });
     local_calls(start, parts, false);
     std::vector<task_id> done = finish(start, parts);
     if (o_.remap) done = remap_flows(done, /*to_attention=*/false);
     prev = std::move(done);
   }
 
+  //! What the attention tasks added so far compute.
+  struct launch_stats {
+    double launches = 0;      //!< compute tasks with work (kernel launches)
+    double flops = 0;         //!< executed FLOPs, forward + backward, tile padding included
+    std::int64_t pairs = 0;   //!< (query, key) pairs per head, every task
+  };
+  [[nodiscard]] const launch_stats& stats() const noexcept { return stats_; }
+
  private:
+  //! Calls f(fused, rings) per set of rings built together: under fused_round one call per
+  //! queue (fused = its queue_rings), under per_group one per ring (fused = nullptr).
+  template <class F>
+  void for_each_launch_set(F&& f) const {
+    for (const queue_rings& q : L_.queues) {
+      const std::span<const priced_ring> all(L_.rings.data() + q.first, q.last - q.first);
+      if (o_.launch == launch_policy::fused_round) f(&q, all);
+      else
+        for (std::size_t i = 0; i < all.size(); ++i) f(nullptr, all.subspan(i, 1));
+    }
+  }
+
   task_tag tag(task_kind k, std::int32_t group = -1, std::int32_t round = -1, flow_leg leg = flow_leg::direct) const {
     return {k, leg, group, round, layer_, L_.micro_batch};
   }
@@ -330,19 +426,61 @@ class phase_builder {
     return done;
   }
 
-  task_id attention(rank_index r, double seconds, bool forward, std::int64_t priority, std::int32_t group, std::int32_t round,
+  //! One attention launch priced `c` (its forward or backward part).
+  task_id attention(rank_index r, const call_cost& c, bool forward, std::int64_t priority, std::int32_t group, std::int32_t round,
+                    std::span<const task_id> deps) {
+    if (c.flops > 0) {
+      stats_.launches += 1;
+      stats_.flops += forward ? c.flops : attention_backward_ratio * c.flops;
+      stats_.pairs += c.pairs;
+    }
+    return e_.compute(r, forward ? c.forward_s : c.backward_s,
+                      tag(forward ? task_kind::attention_forward : task_kind::attention_backward, group, round), priority, deps);
+  }
+  task_id attention(rank_index r, const call_cost& c, bool forward, std::int64_t priority, std::int32_t group, std::int32_t round,
                     std::initializer_list<task_id> deps) {
-    return e_.compute(r, seconds, tag(forward ? task_kind::attention_forward : task_kind::attention_backward, group, round),
-                      priority, deps);
+    return attention(r, c, forward, priority, group, round, std::span<const task_id>(deps.begin(), deps.size()));
   }
 
   void local_calls(const std::vector<task_id>& start, std::vector<std::vector<task_id>>& parts, bool forward) {
     for (std::size_t r = 0; r < R_; ++r) {
       const call_cost& c = L_.local_cost[r];
-      const double s = forward ? c.forward_s : c.backward_s;
-      if (s == 0) continue;
-      parts[r].push_back(attention(static_cast<rank_index>(r), s, forward, priority_key(2, 0, 0), -1, -1, {start[r]}));
+      if ((forward ? c.forward_s : c.backward_s) == 0) continue;
+      parts[r].push_back(attention(static_cast<rank_index>(r), c, forward, priority_key(2, 0, 0), -1, -1, {start[r]}));
     }
+  }
+
+  //! The fused launches of round k of a queue (launch_policy::fused_round): collects, per
+  //! member rank, `start` and the arrival of every group's K/V (arrival(i, pos), no_task in
+  //! round 0), then adds one task per member rank, lowest rank first. Returns per rank its
+  //! task (no_task for ranks outside every group still running in round k).
+  template <class Arrival>
+  std::vector<task_id>& fused_round(const queue_rings& q, std::span<const priced_ring> rings, std::int64_t k, bool forward,
+                                    const std::vector<task_id>& start, std::vector<std::vector<task_id>>& parts,
+                                    Arrival&& arrival) {
+    deps_.resize(R_);
+    group_.assign(R_, -1);
+    for (std::size_t i = 0; i < rings.size(); ++i) {
+      const ring_schedule& s = rings[i].schedule;
+      if (k >= s.size()) continue;
+      for (std::int64_t pos = 0; pos < s.size(); ++pos) {
+        const auto r = static_cast<std::size_t>(s.ranks[static_cast<std::size_t>(pos)]);
+        if (group_[r] < 0) {
+          group_[r] = s.group;  // groups ascend within a queue: the lowest one labels the launch
+          deps_[r].assign(1, start[r]);
+        }
+        deps_[r].push_back(arrival(i, pos));
+      }
+    }
+    launch_.assign(R_, no_task);
+    const auto& cost = forward ? q.forward[static_cast<std::size_t>(k)] : q.backward[static_cast<std::size_t>(k)];
+    for (std::size_t r = 0; r < R_; ++r) {
+      if (group_[r] < 0) continue;
+      launch_[r] = attention(static_cast<rank_index>(r), cost[r], forward, priority_key(q.queue, 0, k), group_[r],
+                             static_cast<std::int32_t>(k), deps_[r]);
+      parts[r].push_back(launch_[r]);
+    }
+    return launch_;
   }
 
   task_id linear(rank_index r, task_id after, bool forward) {
@@ -362,76 +500,139 @@ class phase_builder {
   int queue(const ring_schedule& s) const { return queue_order(s.zone); }
   std::int32_t ring_index(const priced_ring& ring) const { return static_cast<std::int32_t>(&ring - L_.rings.data()); }
 
-  void ring_forward(const priced_ring& ring, const std::vector<task_id>& start, std::vector<std::vector<task_id>>& parts) {
-    const ring_schedule& s = ring.schedule;
-    const std::int64_t G = s.size();
-    const auto rk = [&](std::int64_t pos) { return s.ranks[wrap(pos, G)]; };
-    std::vector<task_id> flow_prev(static_cast<std::size_t>(G), no_task), flow_cur(static_cast<std::size_t>(G), no_task);
-    for (std::int64_t k = 0; k < G; ++k) {
-      // K/V for round k + 1, sent while round k computes
-      if (k + 1 < G)
+  //! The rings of `rings` forward, round by round together: per_group (fused == nullptr, one
+  //! ring) one task per position and round, fused_round one per member rank and round.
+  void ring_forward(const queue_rings* fused, std::span<const priced_ring> rings, const std::vector<task_id>& start,
+                    std::vector<std::vector<task_id>>& parts) {
+    struct state {
+      std::vector<task_id> prev, cur;  // per position: arrival of the K/V sent in the previous / this round
+    };
+    std::vector<state> st(rings.size());
+    std::int64_t rounds = 0;
+    for (std::size_t i = 0; i < rings.size(); ++i) {
+      const auto n = static_cast<std::size_t>(rings[i].schedule.size());
+      st[i].prev.assign(n, no_task);
+      st[i].cur.assign(n, no_task);
+      rounds = std::max<std::int64_t>(rounds, rings[i].schedule.size());
+    }
+    for (std::int64_t k = 0; k < rounds; ++k) {
+      for (std::size_t i = 0; i < rings.size(); ++i) {
+        const ring_schedule& s = rings[i].schedule;
+        const std::int64_t G = s.size();
+        if (k + 1 >= G) continue;
+        // K/V for round k + 1, sent while round k computes
         for (std::int64_t pos = 0; pos < G; ++pos) {
           // after the K/V arrived and after this rank's previous send (NCCL serialises a
           // rank's point-to-point groups on its communicator)
-          const task_id dep = k == 0 ? start[static_cast<std::size_t>(rk(pos))] : flow_prev[wrap(pos - 1, G)];
-          const task_id own = k == 0 ? no_task : flow_prev[static_cast<std::size_t>(pos)];
-          flow_cur[static_cast<std::size_t>(pos)] =
-              send({ring_index(ring), send_kind::forward_kv, k, pos}, tag(task_kind::kv, s.group, static_cast<std::int32_t>(k)), {dep, own});
+          const task_id dep =
+              k == 0 ? start[static_cast<std::size_t>(s.ranks[static_cast<std::size_t>(pos)])] : st[i].prev[wrap(pos - 1, G)];
+          const task_id own = k == 0 ? no_task : st[i].prev[static_cast<std::size_t>(pos)];
+          st[i].cur[static_cast<std::size_t>(pos)] = send({ring_index(rings[i]), send_kind::forward_kv, k, pos},
+                                                          tag(task_kind::kv, s.group, static_cast<std::int32_t>(k)), {dep, own});
         }
-      for (std::int64_t pos = 0; pos < G; ++pos) {
-        const rank_index r = rk(pos);
-        const task_id arrival = k == 0 ? no_task : flow_prev[wrap(pos - 1, G)];
-        parts[static_cast<std::size_t>(r)].push_back(attention(r, ring.round_cost[static_cast<std::size_t>(k)][static_cast<std::size_t>(pos)].forward_s, true,
-                                                               priority_key(queue(s), s.group, k), s.group, static_cast<std::int32_t>(k),
-                                                               {start[static_cast<std::size_t>(r)], arrival}));
       }
-      std::swap(flow_prev, flow_cur);
+      if (fused) {
+        fused_round(*fused, rings, k, true, start, parts, [&](std::size_t i, std::int64_t pos) {
+          return k == 0 ? no_task : st[i].prev[wrap(pos - 1, rings[i].schedule.size())];
+        });
+      } else {
+        const priced_ring& ring = rings.front();
+        const ring_schedule& s = ring.schedule;
+        const std::int64_t G = s.size();
+        for (std::int64_t pos = 0; pos < G; ++pos) {
+          const rank_index r = s.ranks[static_cast<std::size_t>(pos)];
+          const task_id arrival = k == 0 ? no_task : st.front().prev[wrap(pos - 1, G)];
+          parts[static_cast<std::size_t>(r)].push_back(
+              attention(r, ring.round_cost[static_cast<std::size_t>(k)][static_cast<std::size_t>(pos)], true,
+                        priority_key(queue(s), s.group, k), s.group, static_cast<std::int32_t>(k),
+                        {start[static_cast<std::size_t>(r)], arrival}));
+        }
+      }
+      for (state& x : st) std::swap(x.prev, x.cur);
     }
   }
 
-  void ring_backward(const priced_ring& ring, const std::vector<task_id>& start, std::vector<std::vector<task_id>>& parts) {
-    const ring_schedule& s = ring.schedule;
-    const std::int64_t G = s.size();
-    const auto rk = [&](std::int64_t pos) { return s.ranks[wrap(pos, G)]; };
-    const auto n = static_cast<std::size_t>(G);
-    std::vector<task_id> kv_prev(n, no_task), kv_cur(n, no_task), acc(n, no_task), dkv(n, no_task), dkv_prev(n, no_task),
-        comp(n, no_task);
-    for (std::int64_t k = 0; k < G; ++k) {
+  //! The rings of `rings` backward, round by round together (see ring_forward).
+  void ring_backward(const queue_rings* fused, std::span<const priced_ring> rings, const std::vector<task_id>& start,
+                     std::vector<std::vector<task_id>>& parts) {
+    struct state {
+      std::vector<task_id> kv_prev, kv_cur, acc, dkv, dkv_prev, comp;  // per position
+    };
+    std::vector<state> st(rings.size());
+    std::int64_t rounds = 0;
+    for (std::size_t i = 0; i < rings.size(); ++i) {
+      const auto n = static_cast<std::size_t>(rings[i].schedule.size());
+      for (auto* v : {&st[i].kv_prev, &st[i].kv_cur, &st[i].acc, &st[i].dkv, &st[i].dkv_prev, &st[i].comp}) v->assign(n, no_task);
+      rounds = std::max<std::int64_t>(rounds, rings[i].schedule.size());
+    }
+    for (std::int64_t k = 0; k < rounds; ++k) {
       const auto ki = static_cast<std::int32_t>(k);
-      if (k + 1 < G)
+      for (std::size_t i = 0; i < rings.size(); ++i) {
+        const ring_schedule& s = rings[i].schedule;
+        const std::int64_t G = s.size();
+        if (k + 1 >= G) continue;
+        state& x = st[i];
         for (std::int64_t pos = 0; pos < G; ++pos) {
-          const auto i = static_cast<std::size_t>(pos);
-          const task_id dep = k == 0 ? start[static_cast<std::size_t>(rk(pos))] : kv_prev[wrap(pos + 1, G)];
-          kv_cur[i] = send({ring_index(ring), send_kind::backward_kv, k, pos}, tag(task_kind::kv, s.group, ki), {dep, kv_prev[i], dkv_prev[i]});
+          const auto p = static_cast<std::size_t>(pos);
+          const task_id dep = k == 0 ? start[static_cast<std::size_t>(s.ranks[p])] : x.kv_prev[wrap(pos + 1, G)];
+          x.kv_cur[p] = send({ring_index(rings[i]), send_kind::backward_kv, k, pos}, tag(task_kind::kv, s.group, ki),
+                             {dep, x.kv_prev[p], x.dkv_prev[p]});
         }
-      const std::size_t fwd_round = wrap(G - k, G);
-      for (std::int64_t pos = 0; pos < G; ++pos) {
-        const rank_index r = rk(pos);
-        const task_id arrival = k == 0 ? no_task : kv_prev[wrap(pos + 1, G)];
-        comp[static_cast<std::size_t>(pos)] =
-            attention(r, ring.round_cost[fwd_round][static_cast<std::size_t>(pos)].backward_s, false,
-                      priority_key(queue(s), s.group, k), s.group, ki, {start[static_cast<std::size_t>(r)], arrival});
-        parts[static_cast<std::size_t>(r)].push_back(comp[static_cast<std::size_t>(pos)]);
       }
-      if (k >= 1)  // the dK/dV finished last round travel on (after this rank's previous sends)
-        for (std::int64_t pos = 0; pos < G; ++pos) {
-          const auto i = static_cast<std::size_t>(pos);
-          dkv[i] = send({ring_index(ring), send_kind::backward_dkv, k, pos}, tag(task_kind::dkv, s.group, ki), {acc[i], kv_prev[i], dkv_prev[i]});
+      if (fused) {
+        const auto arrival = [&](std::size_t i, std::int64_t pos) {
+          return k == 0 ? no_task : st[i].kv_prev[wrap(pos + 1, rings[i].schedule.size())];
+        };
+        const std::vector<task_id>& launch = fused_round(*fused, rings, k, false, start, parts, arrival);
+        for (std::size_t i = 0; i < rings.size(); ++i) {
+          const ring_schedule& s = rings[i].schedule;
+          if (k < s.size())
+            for (std::size_t p = 0; p < static_cast<std::size_t>(s.size()); ++p)
+              st[i].comp[p] = launch[static_cast<std::size_t>(s.ranks[p])];
         }
-      for (std::int64_t pos = 0; pos < G; ++pos)
-        acc[static_cast<std::size_t>(pos)] = k == 0 ? comp[static_cast<std::size_t>(pos)]
-                                                    : e_.join({comp[static_cast<std::size_t>(pos)], dkv[wrap(pos + 1, G)]});
-      std::swap(kv_prev, kv_cur);
-      if (k >= 1) dkv_prev = dkv;
+      } else {
+        const priced_ring& ring = rings.front();
+        const ring_schedule& s = ring.schedule;
+        const std::int64_t G = s.size();
+        const std::size_t fwd_round = wrap(G - k, G);
+        for (std::int64_t pos = 0; pos < G; ++pos) {
+          const auto p = static_cast<std::size_t>(pos);
+          const rank_index r = s.ranks[p];
+          const task_id arrival = k == 0 ? no_task : st.front().kv_prev[wrap(pos + 1, G)];
+          st.front().comp[p] = attention(r, ring.round_cost[fwd_round][p], false, priority_key(queue(s), s.group, k), s.group, ki,
+                                         {start[static_cast<std::size_t>(r)], arrival});
+          parts[static_cast<std::size_t>(r)].push_back(st.front().comp[p]);
+        }
+      }
+      for (std::size_t i = 0; i < rings.size(); ++i) {
+        const ring_schedule& s = rings[i].schedule;
+        const std::int64_t G = s.size();
+        if (k >= G) continue;
+        state& x = st[i];
+        if (k >= 1)  // the dK/dV finished last round travel on (after this rank's previous sends)
+          for (std::int64_t pos = 0; pos < G; ++pos) {
+            const auto p = static_cast<std::size_t>(pos);
+            x.dkv[p] = send({ring_index(rings[i]), send_kind::backward_dkv, k, pos}, tag(task_kind::dkv, s.group, ki),
+                            {x.acc[p], x.kv_prev[p], x.dkv_prev[p]});
+          }
+        for (std::int64_t pos = 0; pos < G; ++pos) {
+          const auto p = static_cast<std::size_t>(pos);
+          x.acc[p] = k == 0 ? x.comp[p] : e_.join({x.comp[p], x.dkv[wrap(pos + 1, G)]});
+        }
+        std::swap(x.kv_prev, x.kv_cur);
+        if (k >= 1) x.dkv_prev = x.dkv;
+        if (k + 1 == G) {  // the last accumulators go home
+          std::vector<task_id> home(static_cast<std::size_t>(G));
+          for (std::int64_t pos = 0; pos < G; ++pos) {
+            const auto p = static_cast<std::size_t>(pos);
+            home[p] = send({ring_index(rings[i]), send_kind::backward_home, G, pos},
+                           tag(task_kind::dkv, s.group, static_cast<std::int32_t>(G)), {x.acc[p], x.kv_prev[p], x.dkv_prev[p]});
+          }
+          for (std::int64_t pos = 0; pos < G; ++pos)
+            parts[static_cast<std::size_t>(s.ranks[static_cast<std::size_t>(pos)])].push_back(home[wrap(pos + 1, G)]);
+        }
+      }
     }
-    // the last accumulators go home
-    std::vector<task_id> home(n);
-    for (std::int64_t pos = 0; pos < G; ++pos) {
-      const auto i = static_cast<std::size_t>(pos);
-      home[i] = send({ring_index(ring), send_kind::backward_home, G, pos}, tag(task_kind::dkv, s.group, static_cast<std::int32_t>(G)),
-                     {acc[i], kv_prev[i], dkv_prev[i]});
-    }
-    for (std::int64_t pos = 0; pos < G; ++pos) parts[static_cast<std::size_t>(rk(pos))].push_back(home[wrap(pos + 1, G)]);
   }
 
   //! Ring all-gather of K/V (G - 1 steps); returns per position the steps' arrivals.
@@ -454,46 +655,76 @@ class phase_builder {
     return arrivals;
   }
 
-  void gather_forward(const priced_ring& ring, const std::vector<task_id>& start, std::vector<std::vector<task_id>>& parts) {
+  //! The gathered calls of `rings`: per_group one per position after its group's gather,
+  //! fused_round one per member rank after the gathers of all its groups. Returns per ring and
+  //! position the task that computed there.
+  std::vector<std::vector<task_id>> gathered_calls(const queue_rings* fused, std::span<const priced_ring> rings, bool forward,
+                                                   const std::vector<task_id>& start, std::vector<std::vector<task_id>>& parts) {
+    std::vector<std::vector<std::vector<task_id>>> arrivals;
+    for (const priced_ring& ring : rings) arrivals.push_back(gather(ring, start));
+    std::vector<std::vector<task_id>> comp(rings.size());
+    if (fused) {
+      std::vector<std::vector<task_id>> deps(R_);
+      std::vector<std::int32_t> group(R_, -1);
+      for (std::size_t i = 0; i < rings.size(); ++i) {
+        const ring_schedule& s = rings[i].schedule;
+        for (std::size_t p = 0; p < static_cast<std::size_t>(s.size()); ++p) {
+          const auto r = static_cast<std::size_t>(s.ranks[p]);
+          if (group[r] < 0) group[r] = s.group, deps[r].push_back(start[r]);
+          deps[r].insert(deps[r].end(), arrivals[i][p].begin(), arrivals[i][p].end());
+        }
+      }
+      std::vector<task_id> launch(R_, no_task);
+      for (std::size_t r = 0; r < R_; ++r) {
+        if (group[r] < 0) continue;
+        const task_id ready = e_.join(deps[r]);
+        launch[r] = attention(static_cast<rank_index>(r), fused->gathered[r], forward, priority_key(fused->queue, 0, 0), group[r],
+                              0, {ready});
+        parts[r].push_back(launch[r]);
+      }
+      for (std::size_t i = 0; i < rings.size(); ++i)
+        for (const rank_index r : rings[i].schedule.ranks) comp[i].push_back(launch[static_cast<std::size_t>(r)]);
+      return comp;
+    }
+    const priced_ring& ring = rings.front();
     const ring_schedule& s = ring.schedule;
-    auto arrivals = gather(ring, start);
-    for (std::int32_t pos = 0; pos < s.size(); ++pos) {
-      const rank_index r = s.ranks[static_cast<std::size_t>(pos)];
-      auto& deps = arrivals[static_cast<std::size_t>(pos)];
+    for (std::size_t p = 0; p < static_cast<std::size_t>(s.size()); ++p) {
+      const rank_index r = s.ranks[p];
+      auto& deps = arrivals.front()[p];
       deps.push_back(start[static_cast<std::size_t>(r)]);
       const task_id ready = e_.join(deps);
-      parts[static_cast<std::size_t>(r)].push_back(attention(r, ring.gathered_cost[static_cast<std::size_t>(pos)].forward_s, true,
-                                                             priority_key(queue(s), s.group, 0), s.group, 0, {ready}));
+      comp.front().push_back(
+          attention(r, ring.gathered_cost[p], forward, priority_key(queue(s), s.group, 0), s.group, 0, {ready}));
+      parts[static_cast<std::size_t>(r)].push_back(comp.front().back());
     }
+    return comp;
   }
 
-  void gather_backward(const priced_ring& ring, const std::vector<task_id>& start, std::vector<std::vector<task_id>>& parts) {
-    const ring_schedule& s = ring.schedule;
-    const std::int64_t G = s.size();
-    const auto rk = [&](std::int64_t pos) { return s.ranks[wrap(pos, G)]; };
-    auto arrivals = gather(ring, start);  // K/V are gathered again for the backward
-    std::vector<task_id> comp(static_cast<std::size_t>(G));
-    for (std::int64_t pos = 0; pos < G; ++pos) {
-      const rank_index r = rk(pos);
-      auto& deps = arrivals[static_cast<std::size_t>(pos)];
-      deps.push_back(start[static_cast<std::size_t>(r)]);
-      const task_id ready = e_.join(deps);
-      comp[static_cast<std::size_t>(pos)] = attention(r, ring.gathered_cost[static_cast<std::size_t>(pos)].backward_s, false,
-                                                      priority_key(queue(s), s.group, 0), s.group, 0, {ready});
-      parts[static_cast<std::size_t>(r)].push_back(comp[static_cast<std::size_t>(pos)]);
+  void gather_forward(const queue_rings* fused, std::span<const priced_ring> rings, const std::vector<task_id>& start,
+                      std::vector<std::vector<task_id>>& parts) {
+    (void)gathered_calls(fused, rings, true, start, parts);
+  }
+
+  void gather_backward(const queue_rings* fused, std::span<const priced_ring> rings, const std::vector<task_id>& start,
+                       std::vector<std::vector<task_id>>& parts) {
+    const std::vector<std::vector<task_id>> comp = gathered_calls(fused, rings, false, start, parts);  // K/V are gathered again
+    for (std::size_t i = 0; i < rings.size(); ++i) {
+      const ring_schedule& s = rings[i].schedule;
+      const std::int64_t G = s.size();
+      const auto rk = [&](std::int64_t pos) { return s.ranks[wrap(pos, G)]; };
+      // ring reduce-scatter of dK/dV: step k, position pos sends the partial sum of origin pos - k - 1
+      std::vector<task_id> prev(static_cast<std::size_t>(G), no_task), cur(prev);
+      for (std::int64_t k = 0; k + 1 < G; ++k) {
+        for (std::int64_t pos = 0; pos < G; ++pos)
+          cur[static_cast<std::size_t>(pos)] =
+              send({ring_index(rings[i]), send_kind::reduce_scatter, k, pos}, tag(task_kind::dkv, s.group, static_cast<std::int32_t>(k)),
+                   {comp[i][static_cast<std::size_t>(pos)], k == 0 ? no_task : prev[wrap(pos - 1, G)],
+                    k == 0 ? no_task : prev[static_cast<std::size_t>(pos)]});
+        std::swap(prev, cur);
+      }
+      if (G > 1)
+        for (std::int64_t pos = 0; pos < G; ++pos) parts[static_cast<std::size_t>(rk(pos + 1))].push_back(prev[static_cast<std::size_t>(pos)]);
     }
-    // ring reduce-scatter of dK/dV: step k, position pos sends the partial sum of origin pos - k - 1
-    std::vector<task_id> prev(static_cast<std::size_t>(G), no_task), cur(prev);
-    for (std::int64_t k = 0; k + 1 < G; ++k) {
-      for (std::int64_t pos = 0; pos < G; ++pos)
-        cur[static_cast<std::size_t>(pos)] =
-            send({ring_index(ring), send_kind::reduce_scatter, k, pos}, tag(task_kind::dkv, s.group, static_cast<std::int32_t>(k)),
-                 {comp[static_cast<std::size_t>(pos)], k == 0 ? no_task : prev[wrap(pos - 1, G)],
-                  k == 0 ? no_task : prev[static_cast<std::size_t>(pos)]});
-      std::swap(prev, cur);
-    }
-    if (G > 1)
-      for (std::int64_t pos = 0; pos < G; ++pos) parts[static_cast<std::size_t>(rk(pos + 1))].push_back(prev[static_cast<std::size_t>(pos)]);
   }
 
   event_engine& e_;
@@ -508,6 +739,10 @@ class phase_builder {
   std::int32_t layer_ = 0;
   std::map<send_key, routed_edge> routes_;  //!< every send of the phase with its messages
   int routed_forward_ = -1;                 //!< direction routes_ was built for (1 forward, 0 backward)
+  launch_stats stats_{};
+  std::vector<std::vector<task_id>> deps_;  //!< fused_round scratch: per rank, what its launch waits for
+  std::vector<std::int32_t> group_;         //!< fused_round scratch: per rank, the launch's label (-1: no launch)
+  std::vector<task_id> launch_;             //!< fused_round: per rank, the launch of the round
 };
 
 }  // namespace detail
