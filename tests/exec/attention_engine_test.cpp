@@ -4,8 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include "exec_test_support.hpp"
+#include "plan_support.hpp"
 
-#include <zeppelin/partition.hpp>
 #include <zeppelin/route/proxy.hpp>
 
 #include <mutex>
@@ -18,51 +18,12 @@
 using namespace zeppelin;
 using namespace zeppelin_test;
 
-namespace {
-
-// a partitioner's plan, raising the capacity until the method finds a layout
-template <class P>
-plan plan_with(P method, const batch& b, const topology& t, token_count capacity) {
-  for (int tries = 0;; ++tries) {
-    method.capacity = capacity;
-    try {
-      return method.partition(b, t);
-    } catch (const infeasible&) {
-      if (tries > 40) throw;
-      capacity += capacity / 4 + 1;
-    }
-  }
-}
-
-plan make_plan(int method, const batch& b, const topology& t, token_count capacity) {
-  switch (method) {
-    case 0: return plan_with(hierarchical<>{}, b, t, capacity);
-    case 1: return plan_with(even_split{}, b, t, capacity);
-    case 2: return plan_with(allgather{}, b, t, capacity);
-    case 3: return plan_with(hybrid_dp{}, b, t, capacity);
-    default: return plan_with(per_document{}, b, t, capacity);
-  }
-}
-
-batch random_lengths(random_generator& rng, rank_index ranks) {
-  // lengths 1, shorter than a group, not divisible by 2G, and a few longer ones
-  std::vector<token_count> lengths;
-  const auto n = static_cast<int>(rng.between(1, 6));
-  for (int i = 0; i < n; ++i) {
-    const auto kind = rng.below(4);
-    lengths.push_back(kind == 0 ? 1 : kind == 1 ? rng.between(2, ranks + 1) : rng.between(2, 12 + 2 * ranks));
-  }
-  return batch(lengths);
-}
-
-}  // namespace
-
 TEST_CASE("distributed attention equals the dense reference (fp64, every method and topology)", "[exec]") {
   const std::vector<std::pair<int, int>> topologies{{1, 1}, {1, 2}, {2, 1}, {1, 3}, {2, 2}, {3, 2}, {2, 4}, {4, 4}};
   random_generator rng(2024);
   int cases = 0;
   for (const auto& [nodes, gpus] : topologies) {
-    const topology t = exec_topology(nodes, gpus);
+    const topology t = test_topology(nodes, gpus);
     for (int trial = 0; trial < 15; ++trial) {
       const int method = trial % 5;
       const batch b = random_lengths(rng, t.num_ranks());
@@ -88,7 +49,7 @@ TEST_CASE("distributed attention equals the dense reference (fp64, every method 
 TEST_CASE("the ring and all-gather exchanges agree on the same plan (fp32 within 1e-4)", "[exec]") {
   random_generator rng(7);
   for (const auto& [nodes, gpus] : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 2}}) {
-    const topology t = exec_topology(nodes, gpus);
+    const topology t = test_topology(nodes, gpus);
     for (int method = 0; method < 5; ++method) {
       const batch b = random_lengths(rng, t.num_ranks());
       const attention_dims dims{.heads = 4, .kv_heads = 2, .head_dim = 4};
@@ -106,7 +67,7 @@ TEST_CASE("the ring and all-gather exchanges agree on the same plan (fp32 within
 }
 
 TEST_CASE("one long sequence over a 4x4 global ring, lengths around 2G", "[exec]") {
-  const topology t = exec_topology(4, 4);
+  const topology t = test_topology(4, 4);
   for (const token_count len : {token_count{1}, token_count{15}, token_count{31}, token_count{32}, token_count{33}, token_count{70}}) {
     const batch b({len, 3});
     const plan p = make_plan(1, b, t, b.total_tokens());  // even_split: every sequence over all 16 ranks
@@ -120,7 +81,7 @@ TEST_CASE("one long sequence over a 4x4 global ring, lengths around 2G", "[exec]
 }
 
 TEST_CASE("the engine rejects buffers and communicators that do not match the plan", "[exec]") {
-  const topology t = exec_topology(1, 2);
+  const topology t = test_topology(1, 2);
   const batch b({5, 3});
   const plan p = even_split{.capacity = 8}.partition(b, t);
   const attention_engine<double> engine(p, b, attention_dims{.heads = 1, .kv_heads = 1, .head_dim = 2});
@@ -144,7 +105,7 @@ TEST_CASE("the engine rejects buffers and communicators that do not match the pl
 TEST_CASE("proxy routing (route/proxy.hpp) gives the same results as direct sends", "[exec][route]") {
   random_generator rng(31);
   for (const auto& [nodes, gpus, nics] : std::vector<std::tuple<int, int, int>>{{2, 2, 2}, {2, 4, 2}, {4, 4, 4}, {3, 2, 1}}) {
-    const topology t = exec_topology(nodes, gpus, nics);
+    const topology t = test_topology(nodes, gpus, nics);
     const routed_transport<proxy_router> proxy{proxy_router{.fallback_to_direct = false}, t};
     for (int method = 0; method < 5; ++method) {
       const batch b = random_lengths(rng, t.num_ranks());
@@ -161,7 +122,7 @@ TEST_CASE("proxy routing (route/proxy.hpp) gives the same results as direct send
 }
 
 TEST_CASE("routed hops get consecutive byte ranges and really pass through proxies", "[exec][route]") {
-  const topology t = exec_topology(2, 4, 2);
+  const topology t = test_topology(2, 4, 2);
   const std::vector<ring_edge> edges{{1, 6, 1 << 20}, {0, 2, 5}};
   const auto route = proxy_router{.fallback_to_direct = false}.route(std::span<const ring_edge>(edges), t);
   const auto hops = to_routed_messages(edges, route);

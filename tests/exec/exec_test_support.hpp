@@ -7,7 +7,6 @@
 
 #include <zeppelin/comm.hpp>
 #include <zeppelin/core/random.hpp>
-#include <zeppelin/core/topology.hpp>
 #include <zeppelin/exec.hpp>
 #include <zeppelin/remap/exact.hpp>
 
@@ -21,17 +20,6 @@
 namespace zeppelin_test {
 
 using namespace zeppelin;
-
-inline topology exec_topology(int nodes, int gpus, int nics = 1) {
-  topology_config c;
-  c.nodes = nodes;
-  c.gpus_per_node = gpus;
-  c.nics_per_node = nics;
-  c.intra_node = {300e9, 3e-6};
-  c.nic = {48e9, 10e-6};
-  c.gpu = {"test", 1e15, 80e9, 3e12};
-  return topology(c);
-}
 
 struct run_errors {
   double out = 0, lse = 0, grad = 0;  // max |distributed - reference|

@@ -67,7 +67,7 @@ TEST_CASE("block waves: every ring round of every partitioner's plan is covered 
   random_generator rng(5);
   std::size_t total = 0;
   for (const auto& [nodes, gpus] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {2, 4}, {4, 4}}) {
-    const topology t = gpu_topology(nodes, gpus);
+    const topology t = test_topology(nodes, gpus);
     for (int method = 0; method < 5; ++method) {
       std::vector<token_count> lengths;
       for (int i = 0, n = static_cast<int>(rng.between(1, 6)); i < n; ++i) lengths.push_back(rng.between(1, 40 * t.num_ranks()));
@@ -107,7 +107,7 @@ TEST_CASE("block waves: random overlapping blocks, fillers and the launch limit"
 }
 
 TEST_CASE("device engine rejects head dims without kernels", "[executor]") {
-  const topology t = gpu_topology(1, 2);
+  const topology t = test_topology(1, 2);
   const batch b({10, 7});
   const plan p = make_plan(1, b, t, 9);
   CHECK_THROWS_AS(device_attention_engine<>(p, b, {.heads = 2, .kv_heads = 1, .head_dim = 96}, device::dtype::bf16),

@@ -47,7 +47,7 @@ TEST_CASE("device engine: distributed attention equals the single-GPU reference 
   random_generator rng(808);
   int cases = 0;
   for (const auto& [nodes, gpus] : topologies) {
-    const topology t = gpu_topology(nodes, gpus);
+    const topology t = test_topology(nodes, gpus);
     for (int method = 0; method < 5; ++method) {
       const batch b = gpu_lengths(rng, t.num_ranks());
       const attention_dims dims{.heads = 4, .kv_heads = rng.below(2) ? 2 : 4, .head_dim = rng.below(2) ? 64 : 128};
@@ -65,7 +65,7 @@ TEST_CASE("device engine: distributed attention equals the single-GPU reference 
 
 TEST_CASE("device engine: one long sequence over a 16-rank global ring (zigzag, uneven chunks)", "[gpu][executor]") {
   ZEPPELIN_REQUIRE_GPU();
-  const topology t = gpu_topology(4, 4);
+  const topology t = test_topology(4, 4);
   for (const token_count len : {token_count{31}, token_count{33}, token_count{1000}}) {
     const batch b({len});
     const attention_dims dims{.heads = 2, .kv_heads = 1, .head_dim = 64};
@@ -78,7 +78,7 @@ TEST_CASE("device engine: one long sequence over a 16-rank global ring (zigzag, 
 
 TEST_CASE("device engine: proxy-routed transport gives the same result", "[gpu][executor]") {
   ZEPPELIN_REQUIRE_GPU();
-  const topology t = gpu_topology(2, 4, 2);
+  const topology t = test_topology(2, 4, 2);
   random_generator rng(31);
   for (int method = 0; method < 2; ++method) {
     const batch b = gpu_lengths(rng, t.num_ranks());

@@ -6,17 +6,16 @@
 // dispatch, gathered back into the packed order.
 #pragma once
 
+#include "../exec/plan_support.hpp"
 #include "gpu_support.hpp"
 
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/random.hpp>
-#include <zeppelin/core/topology.hpp>
 #include <zeppelin/cuda/attention.hpp>
 #include <zeppelin/cuda/device_loopback.hpp>
 #include <zeppelin/cuda/executor/attention_engine.hpp>
 #include <zeppelin/cuda/executor/remap.hpp>
 #include <zeppelin/exec/relayout.hpp>
-#include <zeppelin/partition.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -29,42 +28,6 @@
 namespace zeppelin_test {
 
 using namespace zeppelin;
-
-inline topology gpu_topology(int nodes, int gpus, int nics = 1) {
-  topology_config c;
-  c.nodes = nodes;
-  c.gpus_per_node = gpus;
-  c.nics_per_node = nics;
-  c.intra_node = {300e9, 3e-6};
-  c.nic = {48e9, 10e-6};
-  c.gpu = {"test", 1e15, 80e9, 3e12};
-  return topology(c);
-}
-
-//! A partitioner's plan, raising the capacity until the method finds a layout.
-template <class P>
-plan plan_with(P method, const batch& b, const topology& t, token_count capacity) {
-  for (int tries = 0;; ++tries) {
-    method.capacity = capacity;
-    try {
-      return method.partition(b, t);
-    } catch (const infeasible&) {
-      if (tries > 40) throw;
-      capacity += capacity / 4 + 1;
-    }
-  }
-}
-
-//! 0 hierarchical, 1 even_split, 2 allgather, 3 hybrid_dp, 4 per_document.
-inline plan make_plan(int method, const batch& b, const topology& t, token_count capacity) {
-  switch (method) {
-    case 0: return plan_with(hierarchical<>{}, b, t, capacity);
-    case 1: return plan_with(even_split{}, b, t, capacity);
-    case 2: return plan_with(allgather{}, b, t, capacity);
-    case 3: return plan_with(hybrid_dp{}, b, t, capacity);
-    default: return plan_with(per_document{}, b, t, capacity);
-  }
-}
 
 //! Packed fp16 inputs and the single-GPU reference outputs (as floats).
 struct gpu_problem {

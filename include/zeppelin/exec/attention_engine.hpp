@@ -22,6 +22,7 @@
 // one phase gathers every member's KV, the rank computes the blocks of all rounds, and in the
 // backward a second phase sends each partial dK/dV to its owner, which sums them.
 // A KV buffer travels as [rows][kv_heads][D] keys followed by the values in the same layout.
+// The phases and per-rank work come from exec/round_program.hpp (shared with the CUDA engine).
 // Host executor: per-block scratch on the heap; kernels run on the calling thread.
 #pragma once
 
@@ -34,92 +35,49 @@
 #include <zeppelin/exec/attention_kernel.hpp>
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
+#include <zeppelin/exec/round_program.hpp>
 #include <zeppelin/exec/transport.hpp>
-#include <zeppelin/schedule/engine_queue.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-//! How a ring group's KV reaches its members.
-enum class kv_exchange : std::uint8_t {
-  automatic = 0,   //!< all_gather for plans of method "allgather", ring otherwise
-  ring = 1,        //!< G rounds of point-to-point KV passing (TE CP "P2P")
-  all_gather = 2,  //!< one all-gather of KV, one reduce of dK/dV (LLaMA-3 CP)
-};
-
 template <class T, class Kernel = host_attention, class Transport = direct_transport>
   requires attention_kernel<Kernel, T>
 class attention_engine {
  public:
-  //! Builds the schedules of every (ring group, micro-batch) of `p`. Throws invalid_argument
-  //! for bad dims or a plan the ring schedules reject (schedule/ring_schedule.hpp), and when
-  //! the plan does not match the batch.
+  //! Builds the round program of `p` (exec/round_program.hpp). Throws invalid_argument for bad
+  //! dims or a plan the ring schedules reject (schedule/ring_schedule.hpp), and when the plan
+  //! does not match the batch.
   attention_engine(plan p, const batch& b, attention_dims dims, Kernel kernel = {}, Transport transport = {},
                    kv_exchange exchange = kv_exchange::automatic)
       : plan_(std::move(p)), dims_(dims), kernel_(std::move(kernel)), transport_(std::move(transport)) {
     validate(dims_);
-    all_gather_ = exchange == kv_exchange::all_gather || (exchange == kv_exchange::automatic && plan_.method == "allgather");
-    const auto R = static_cast<std::size_t>(plan_.num_ranks());
-    shard_row_.resize(R);
-    rows_.assign(R, 0);
-    for (std::size_t r = 0; r < R; ++r) {
-      for (const shard& s : plan_.placements[r].shards) {
-        ZEPPELIN_EXPECTS(s.seq >= 0 && s.seq < b.size() && s.range.begin >= 0 && s.range.end <= b.length(s.seq) &&
-                             !s.range.empty(),
-                         "attention engine: a shard does not fit the batch",
-                         {{"rank", double(r)}, {"seq", double(s.seq)}, {"begin", double(s.range.begin)},
-                          {"end", double(s.range.end)}});
-        shard_row_[r].push_back(rows_[r]);
-        rows_[r] += s.range.size();
-      }
-      queues_.push_back(make_engine_queue(plan_, static_cast<rank_index>(r)));
-    }
-    // one schedule per (group of zone intra/inter, micro-batch) that has shards
-    std::vector<std::pair<std::int32_t, group_index>> keys;
-    for (const auto& pl : plan_.placements)
-      for (const shard& s : pl.shards)
-        if (s.group != no_group && plan_.groups.at(static_cast<std::size_t>(s.group)).zone != zone_kind::local)
-          keys.emplace_back(s.micro_batch, s.group);
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-    for (const auto& [mb, g] : keys) schedules_.push_back(make_ring_schedule(plan_, b, g, mb));
-    // levels: (micro-batch, inter before intra), schedules by group id
-    std::vector<std::size_t> order(schedules_.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-      const auto& a = schedules_[x];
-      const auto& c = schedules_[y];
-      return std::tuple(a.micro_batch, queue_order(a.zone), a.group) < std::tuple(c.micro_batch, queue_order(c.zone), c.group);
-    });
-    for (const std::size_t i : order) {
-      const auto& s = schedules_[i];
-      if (levels_.empty() || levels_.back().micro_batch != s.micro_batch || levels_.back().zone != s.zone)
-        levels_.push_back({s.micro_batch, s.zone, {}, 0});
-      levels_.back().schedules.push_back(i);
-      levels_.back().rounds = std::max(levels_.back().rounds, s.rounds());
-    }
-    micro_batches_ = plan_.micro_batches();
+    program_ = make_round_program(plan_, b, exchange);
   }
 
   [[nodiscard]] const plan& layout() const noexcept { return plan_; }
   [[nodiscard]] const attention_dims& dims() const noexcept { return dims_; }
-  [[nodiscard]] bool uses_all_gather() const noexcept { return all_gather_; }
+  [[nodiscard]] bool uses_all_gather() const noexcept { return program_.all_gather; }
   //! Tokens (rows) rank r holds: the size of its buffers.
-  [[nodiscard]] token_count rows(rank_index r) const { return rows_.at(static_cast<std::size_t>(r)); }
+  [[nodiscard]] token_count rows(rank_index r) const { return program_.rows.at(static_cast<std::size_t>(r)); }
   //! First row of shard i of rank r in the rank's buffers.
-  [[nodiscard]] token_count shard_row(rank_index r, std::size_t i) const { return shard_row_.at(static_cast<std::size_t>(r)).at(i); }
+  [[nodiscard]] token_count shard_row(rank_index r, std::size_t i) const {
+    return program_.shard_row.at(static_cast<std::size_t>(r)).at(i);
+  }
   //! The schedules the engine runs (one per ring group and micro-batch).
-  [[nodiscard]] const std::vector<ring_schedule>& schedules() const noexcept { return schedules_; }
+  [[nodiscard]] const std::vector<ring_schedule>& schedules() const noexcept { return program_.schedules; }
+  //! The phases and per-rank work the engine executes.
+  [[nodiscard]] const round_program& program() const noexcept { return program_; }
 
   //! Forward on the calling rank (every rank of `c` must call it). Sizes: q, o rows * H * D;
   //! k, v rows * KV * D; lse H * rows. Throws invalid_argument on a size mismatch or a
@@ -128,12 +86,8 @@ class attention_engine {
     requires transport_for<Transport, C>
   void forward(C& c, std::span<const T> q, std::span<const T> k, std::span<const T> v, std::span<T> o,
                std::span<T> lse) const {
-    const rank_index me = check_rank(c);
-    const token_count n = rows_[static_cast<std::size_t>(me)];
-    check_size(q.size(), n * dims_.q_row(), "q");
-    check_size(k.size(), n * dims_.kv_row(), "k");
-    check_size(v.size(), n * dims_.kv_row(), "v");
-    check_size(o.size(), n * dims_.q_row(), "o");
+    const token_count n = rows(check_rank(c));
+    check_sizes(n, {{"q", q.size(), false}, {"k", k.size(), true}, {"v", v.size(), true}, {"o", o.size(), false}});
     check_size(lse.size(), n * dims_.heads, "lse");
     std::fill(o.begin(), o.end(), T(0));
     std::fill(lse.begin(), lse.end(), -std::numeric_limits<T>::infinity());
@@ -147,17 +101,11 @@ class attention_engine {
     requires transport_for<Transport, C>
   void backward(C& c, std::span<const T> q, std::span<const T> k, std::span<const T> v, std::span<const T> o,
                 std::span<const T> d_o, std::span<const T> lse, std::span<T> dq, std::span<T> dk, std::span<T> dv) const {
-    const rank_index me = check_rank(c);
-    const token_count n = rows_[static_cast<std::size_t>(me)];
-    check_size(q.size(), n * dims_.q_row(), "q");
-    check_size(k.size(), n * dims_.kv_row(), "k");
-    check_size(v.size(), n * dims_.kv_row(), "v");
-    check_size(o.size(), n * dims_.q_row(), "o");
-    check_size(d_o.size(), n * dims_.q_row(), "d_o");
+    const token_count n = rows(check_rank(c));
+    check_sizes(n, {{"q", q.size(), false}, {"k", k.size(), true}, {"v", v.size(), true}, {"o", o.size(), false},
+                    {"d_o", d_o.size(), false}});
     check_size(lse.size(), n * dims_.heads, "lse");
-    check_size(dq.size(), n * dims_.q_row(), "dq");
-    check_size(dk.size(), n * dims_.kv_row(), "dk");
-    check_size(dv.size(), n * dims_.kv_row(), "dv");
+    check_sizes(n, {{"dq", dq.size(), false}, {"dk", dk.size(), true}, {"dv", dv.size(), true}});
     std::fill(dq.begin(), dq.end(), T(0));
     std::fill(dk.begin(), dk.end(), T(0));
     std::fill(dv.begin(), dv.end(), T(0));
@@ -169,12 +117,6 @@ class attention_engine {
   }
 
  private:
-  struct level {
-    std::int32_t micro_batch;
-    zone_kind zone;
-    std::vector<std::size_t> schedules;
-    std::int32_t rounds;
-  };
   // the calling rank's tensors; forward fills o/lse, backward reads go/glse/gdo, fills d*
   struct tensors {
     std::span<const T> q, k, v;
@@ -184,12 +126,17 @@ class attention_engine {
     token_count rows;
     std::span<T> dk{}, dv{};
   };
-  // one ring group the calling rank belongs to, within a level
+  // the calling rank's buffers of one member of a level
   struct member {
-    const ring_schedule* s;
-    std::int32_t pos;
+    const level_member* m;
     std::vector<T> cur, next, acc, done;  // KV held, KV arriving, dKV of the held origin, dKV finished
-    std::vector<std::vector<T>> origin;   // all-gather: KV (then partial dKV) per origin
+    std::vector<std::vector<T>> origin;   // all-gather: KV per origin
+    std::vector<std::vector<T>> part, in; // all-gather backward: partial dKV per origin, arriving dKV per source
+  };
+  struct sized {
+    const char* what;
+    std::size_t size;
+    bool kv;  // rows * kv_row elements, else rows * q_row
   };
 
   rank_index check_rank(const auto& c) const {
@@ -201,52 +148,41 @@ class attention_engine {
     ZEPPELIN_EXPECTS(static_cast<std::int64_t>(got) == want, std::string("attention engine: buffer ") + what + " has the wrong size",
                      {{"size", double(got)}, {"expected", double(want)}});
   }
+  void check_sizes(token_count n, std::initializer_list<sized> buffers) const {
+    for (const sized& b : buffers) check_size(b.size, n * (b.kv ? dims_.kv_row() : dims_.q_row()), b.what);
+  }
   [[nodiscard]] std::int64_t kv_elems(token_count rows) const noexcept { return 2 * rows * dims_.kv_row(); }
-  [[nodiscard]] std::int64_t kv_bytes(token_count rows) const noexcept {
-    return kv_elems(rows) * static_cast<std::int64_t>(sizeof(T));
+  // a buffer of `rows` KV (or dKV) rows, zeroed, as the destination of a transfer
+  std::span<std::byte> receive_into(std::vector<T>& buf, token_count rows) const {
+    buf.assign(static_cast<std::size_t>(kv_elems(rows)), T(0));
+    return std::as_writable_bytes(std::span<T>(buf));
   }
-  // rank row of group-buffer row `row` of position `pos` (blocks never cross a shard)
-  [[nodiscard]] token_count rank_row(const ring_schedule& s, std::int32_t pos, token_count row) const {
-    const auto& lay = s.layout[static_cast<std::size_t>(pos)];
-    const rank_index r = s.ranks[static_cast<std::size_t>(pos)];
-    for (const group_shard& g : lay)
-      if (row >= g.row && row < g.row + g.range.size())
-        return shard_row_[static_cast<std::size_t>(r)][static_cast<std::size_t>(g.shard)] + (row - g.row);
-    ZEPPELIN_THROW(invalid_argument, "attention engine: a block row outside the group buffer", {{"row", double(row)}});
-  }
-  // the calling rank's KV group buffer (keys then values) of position pos
-  std::vector<T> gather_kv(const ring_schedule& s, std::int32_t pos, const tensors& t) const {
-    const token_count n = s.buffer_tokens[static_cast<std::size_t>(pos)];
+  // the calling rank's KV group buffer (keys then values) of member m
+  std::vector<T> gather_kv(const level_member& m, const tensors& t) const {
     const std::int64_t w = dims_.kv_row();
-    std::vector<T> buf(static_cast<std::size_t>(kv_elems(n)));
-    const rank_index r = s.ranks[static_cast<std::size_t>(pos)];
-    for (const group_shard& g : s.layout[static_cast<std::size_t>(pos)]) {
-      const token_count from = shard_row_[static_cast<std::size_t>(r)][static_cast<std::size_t>(g.shard)];
-      const auto count = static_cast<std::ptrdiff_t>(g.range.size() * w);
-      std::copy_n(t.k.begin() + from * w, count, buf.begin() + g.row * w);
-      std::copy_n(t.v.begin() + from * w, count, buf.begin() + (n + g.row) * w);
+    std::vector<T> buf(static_cast<std::size_t>(kv_elems(m.own_rows)));
+    for (const row_run& g : m.shards) {
+      const auto count = static_cast<std::ptrdiff_t>(g.rows * w);
+      std::copy_n(t.k.begin() + g.rank_row * w, count, buf.begin() + g.buffer_row * w);
+      std::copy_n(t.v.begin() + g.rank_row * w, count, buf.begin() + (m.own_rows + g.buffer_row) * w);
     }
     return buf;
   }
-  // adds / writes a finished dKV group buffer into the rank's dK, dV rows
-  void scatter_dkv(const ring_schedule& s, std::int32_t pos, const std::vector<T>& buf, const tensors& t) const {
-    const token_count n = s.buffer_tokens[static_cast<std::size_t>(pos)];
+  // adds a finished dKV group buffer into the rank's dK, dV rows
+  void scatter_dkv(const level_member& m, const std::vector<T>& buf, const tensors& t) const {
     const std::int64_t w = dims_.kv_row();
-    const rank_index r = s.ranks[static_cast<std::size_t>(pos)];
-    for (const group_shard& g : s.layout[static_cast<std::size_t>(pos)]) {
-      const token_count to = shard_row_[static_cast<std::size_t>(r)][static_cast<std::size_t>(g.shard)];
-      for (std::int64_t x = 0; x < g.range.size() * w; ++x) {
-        t.dk[static_cast<std::size_t>(to * w + x)] += buf[static_cast<std::size_t>(g.row * w + x)];
-        t.dv[static_cast<std::size_t>(to * w + x)] += buf[static_cast<std::size_t>((n + g.row) * w + x)];
+    for (const row_run& g : m.shards)
+      for (std::int64_t x = 0; x < g.rows * w; ++x) {
+        t.dk[static_cast<std::size_t>(g.rank_row * w + x)] += buf[static_cast<std::size_t>(g.buffer_row * w + x)];
+        t.dv[static_cast<std::size_t>(g.rank_row * w + x)] += buf[static_cast<std::size_t>((m.own_rows + g.buffer_row) * w + x)];
       }
-    }
   }
 
-  // one block: q rows at rank row qr (rank buffers), keys at row kr of a KV buffer of kv_rows
+  // one block: q rows at rank row blk.q_row, keys at row blk.kv_row of a KV buffer of kv_rows
   // rows (keys then values); backward adds dK/dV into dkv (same layout) when given
-  void compute(const attention_block& blk, token_count qr, const T* kv, token_count kv_rows, token_count kr, T* dkv,
-               const tensors& t, bool backward) const {
+  void compute(const attention_block& blk, const T* kv, token_count kv_rows, T* dkv, const tensors& t, bool backward) const {
     const std::int64_t qw = dims_.q_row(), kw = dims_.kv_row();
+    const token_count qr = blk.q_row, kr = blk.kv_row;
     const T* key = kv + kr * kw;
     const T* value = kv + (kv_rows + kr) * kw;
     const token_count m = blk.q.size();
@@ -263,54 +199,48 @@ class attention_engine {
                                                 t.dq.data() + qr * qw, dkv + kr * kw, dkv + (kv_rows + kr) * kw});
   }
 
-  template <class C>
-  void exchange(C& c, const std::vector<transfer>& all, const std::vector<std::span<const std::byte>>& send,
-                const std::vector<std::span<std::byte>>& recv, const std::string& label) const {
-    transport_.exchange(c, std::span<const transfer>(all), std::span<const std::span<const std::byte>>(send),
-                        std::span<const std::span<std::byte>>(recv), label);
+  // binds phase `phase` of `lv` to the members' buffers (buffer_of(member, transfer, sending))
+  // and runs it through the transport
+  template <class C, class BufferOf>
+  void exchange(C& c, const round_level& lv, std::vector<member>& mine, const std::vector<round_transfer>& phase,
+                BufferOf&& buffer_of, const std::string& label) const {
+    const auto state = [&](const level_member& m) -> member& {
+      for (member& x : mine)
+        if (x.m == &m) return x;
+      ZEPPELIN_THROW(invalid_argument, "attention engine: a transfer of a group the rank is not in", {{"group", double(m.group)}});
+    };
+    const auto bytes = kv_elems(1) * static_cast<std::int64_t>(sizeof(T));
+    bound_phase bp;
+    bind_phase(
+        bp, lv, c.rank(), std::span<const round_transfer>(phase), bytes, bytes,
+        [&](const level_member& m, const round_transfer& x) { return std::as_bytes(std::span<const T>(buffer_of(state(m), x, true))); },
+        [&](const level_member& m, const round_transfer& x) { return receive_into(buffer_of(state(m), x, false), x.tokens); });
+    transport_.exchange(c, std::span<const transfer>(bp.all), std::span<const std::span<const std::byte>>(bp.send),
+                        std::span<const std::span<std::byte>>(bp.recv), label);
   }
 
   template <class C>
   void run(C& c, tensors& t, bool backward) const {
-    const rank_index me = c.rank();
-    const std::string pass = backward ? "backward" : "forward";
+    const auto me = static_cast<std::size_t>(c.rank());
     std::vector<T> local_kv, local_dkv;
-    for (std::int32_t mb = 0; mb < micro_batches_; ++mb) {
-      for (const level& lv : levels_) {
+    for (std::int32_t mb = 0; mb < program_.micro_batches; ++mb) {
+      for (const round_level& lv : program_.levels) {
         if (lv.micro_batch != mb) continue;
-        const std::string label = pass + " micro-batch " + std::to_string(mb) + " " + std::string(to_string(lv.zone)) + " queue";
         std::vector<member> mine;
-        for (const std::size_t i : lv.schedules) {
-          const auto& s = schedules_[i];
-          for (std::int32_t p = 0; p < s.size(); ++p)
-            if (s.ranks[static_cast<std::size_t>(p)] == me) mine.push_back(member{&s, p, {}, {}, {}, {}, {}});
-        }
-        if (all_gather_) run_all_gather(c, lv, mine, t, backward, label);
-        else run_ring(c, lv, mine, t, backward, label);
+        for (const level_member& m : lv.members[me]) mine.push_back(member{&m, {}, {}, {}, {}, {}, {}, {}});
+        if (program_.all_gather) run_all_gather(c, lv, mine, t, backward, level_label(lv, backward));
+        else run_ring(c, lv, mine, t, backward, level_label(lv, backward));
       }
       // local queue: sequences this rank holds alone
-      for (const engine_task& task : queues_[static_cast<std::size_t>(me)].tasks) {
-        if (task.micro_batch != mb || task.zone != zone_kind::local) continue;
-        const auto& shards = plan_.placements[static_cast<std::size_t>(me)].shards;
-        std::vector<attention_block> blocks;
-        for (const std::int32_t qi : task.shards)
-          for (const std::int32_t ki : task.shards) {
-            const shard& qs = shards[static_cast<std::size_t>(qi)];
-            const shard& ks = shards[static_cast<std::size_t>(ki)];
-            append_blocks(group_shard{qs.seq, qs.range, qi, shard_row_[static_cast<std::size_t>(me)][static_cast<std::size_t>(qi)]},
-                          group_shard{ks.seq, ks.range, ki, shard_row_[static_cast<std::size_t>(me)][static_cast<std::size_t>(ki)]},
-                          blocks);
-          }
-        if (blocks.empty()) continue;
-        if (local_kv.empty()) {  // the rank's K/V as one buffer (keys then values), built once
-          local_kv.resize(static_cast<std::size_t>(kv_elems(t.rows)));
-          std::copy(t.k.begin(), t.k.end(), local_kv.begin());
-          std::copy(t.v.begin(), t.v.end(), local_kv.begin() + t.rows * dims_.kv_row());
-          if (backward) local_dkv.assign(local_kv.size(), T(0));
-        }
-        for (const attention_block& blk : blocks)
-          compute(blk, blk.q_row, local_kv.data(), t.rows, blk.kv_row, local_dkv.data(), t, backward);
+      const auto& blocks = program_.local[me][static_cast<std::size_t>(mb)];
+      if (blocks.empty()) continue;
+      if (local_kv.empty()) {  // the rank's K/V as one buffer (keys then values), built once
+        local_kv.resize(static_cast<std::size_t>(kv_elems(t.rows)));
+        std::copy(t.k.begin(), t.k.end(), local_kv.begin());
+        std::copy(t.v.begin(), t.v.end(), local_kv.begin() + t.rows * dims_.kv_row());
+        if (backward) local_dkv.assign(local_kv.size(), T(0));
       }
+      for (const attention_block& blk : blocks) compute(blk, local_kv.data(), t.rows, local_dkv.data(), t, backward);
     }
     if (backward && !local_dkv.empty()) {
       const std::int64_t w = dims_.kv_row();
@@ -322,178 +252,73 @@ class attention_engine {
   }
 
   template <class C>
-  void run_ring(C& c, const level& lv, std::vector<member>& mine, tensors& t, bool backward, const std::string& label) const {
-    const rank_index me = c.rank();
+  void run_ring(C& c, const round_level& lv, std::vector<member>& mine, tensors& t, bool backward, const std::string& label) const {
     for (member& m : mine) {
-      m.cur = gather_kv(*m.s, m.pos, t);
+      m.cur = gather_kv(*m.m, t);
       if (backward) m.acc.assign(m.cur.size(), T(0));
     }
-    std::vector<transfer> all;
-    std::vector<std::span<const std::byte>> send;
-    std::vector<std::span<std::byte>> recv;
-    const auto add = [&](rank_index src, const ring_transfer& x, std::span<const T> out, std::vector<T>* in) {
-      const std::int64_t bytes = kv_bytes(x.tokens);
-      all.push_back({src, x.peer, bytes});
-      send.push_back(src == me ? std::as_bytes(out) : std::span<const std::byte>{});
-      std::span<std::byte> dst{};
-      if (x.peer == me && in) {
-        in->assign(static_cast<std::size_t>(kv_elems(x.tokens)), T(0));
-        dst = std::as_writable_bytes(std::span<T>(*in));
-      }
-      recv.push_back(dst);
+    // KV: send the held buffer, receive the next; dK/dV: send the finished one, receive the partial
+    const auto ring_buffer = [](member& m, const round_transfer& x, bool sending) -> std::vector<T>& {
+      if (x.payload == round_payload::kv) return sending ? m.cur : m.next;
+      return sending ? m.done : m.acc;
     };
-    // the member of the calling rank in schedule s (nullptr if none)
-    const auto find = [&](const ring_schedule* s) -> member* {
-      for (member& m : mine)
-        if (m.s == s) return &m;
-      return nullptr;
-    };
+    const auto& rounds = backward ? lv.backward_rounds : lv.forward_rounds;
     for (std::int32_t k = 0; k < lv.rounds; ++k) {
-      all.clear(), send.clear(), recv.clear();
-      for (const std::size_t i : lv.schedules) {
-        const ring_schedule& s = schedules_[i];
-        if (k >= s.rounds()) continue;
-        member* m = find(&s);
-        for (std::int32_t p = 0; p < s.size(); ++p) {
-          const bool at_me = m && m->pos == p;
-          if (!backward) {
-            const forward_step& st = s.forward[static_cast<std::size_t>(k)][static_cast<std::size_t>(p)];
-            if (st.send_kv.active())
-              add(st.rank, st.send_kv, at_me ? std::span<const T>(m->cur) : std::span<const T>{},
-                  m && st.send_kv.peer == me ? &m->next : nullptr);
-          } else {
-            const backward_step& st = s.backward[static_cast<std::size_t>(k)][static_cast<std::size_t>(p)];
-            if (st.send_kv.active())
-              add(st.rank, st.send_kv, at_me ? std::span<const T>(m->cur) : std::span<const T>{},
-                  m && st.send_kv.peer == me ? &m->next : nullptr);
-            if (st.send_dkv.active())
-              add(st.rank, st.send_dkv, at_me ? std::span<const T>(m->done) : std::span<const T>{},
-                  m && st.send_dkv.peer == me ? &m->acc : nullptr);
-          }
-        }
-      }
-      exchange(c, all, send, recv, label + " round " + std::to_string(k));
+      exchange(c, lv, mine, rounds[static_cast<std::size_t>(k)], ring_buffer, label + " round " + std::to_string(k));
       for (member& m : mine) {
-        const ring_schedule& s = *m.s;
-        if (k >= s.rounds()) continue;
-        const auto& blocks = backward ? s.backward[static_cast<std::size_t>(k)][static_cast<std::size_t>(m.pos)].blocks
-                                      : s.forward[static_cast<std::size_t>(k)][static_cast<std::size_t>(m.pos)].blocks;
-        const std::int32_t origin = backward ? s.backward[static_cast<std::size_t>(k)][static_cast<std::size_t>(m.pos)].kv_origin
-                                             : s.forward[static_cast<std::size_t>(k)][static_cast<std::size_t>(m.pos)].kv_origin;
-        const token_count kv_rows = s.buffer_tokens[static_cast<std::size_t>(origin)];
-        if (backward && k == 0) m.acc.assign(static_cast<std::size_t>(kv_elems(kv_rows)), T(0));
-        for (const attention_block& blk : blocks)
-          compute(blk, rank_row(s, m.pos, blk.q_row), m.cur.data(), kv_rows, blk.kv_row, m.acc.data(), t, backward);
-        if (k + 1 < s.rounds()) m.cur.swap(m.next);
+        const auto& steps = backward ? m.m->backward : m.m->forward;
+        if (k >= static_cast<std::int32_t>(steps.size())) continue;
+        const member_round& st = steps[static_cast<std::size_t>(k)];
+        if (backward && k == 0) m.acc.assign(static_cast<std::size_t>(kv_elems(st.kv_rows)), T(0));
+        for (const attention_block& blk : st.blocks) compute(blk, m.cur.data(), st.kv_rows, m.acc.data(), t, backward);
+        if (k + 1 < static_cast<std::int32_t>(steps.size())) m.cur.swap(m.next);
         if (backward) m.done.swap(m.acc);
       }
     }
     if (!backward) return;
     // the last accumulators go home
-    all.clear(), send.clear(), recv.clear();
-    for (const std::size_t i : lv.schedules) {
-      const ring_schedule& s = schedules_[i];
-      member* m = find(&s);
-      for (std::int32_t p = 0; p < s.size(); ++p) {
-        const dkv_return& h = s.dkv_home[static_cast<std::size_t>(p)];
-        if (h.send_dkv.active())
-          add(h.rank, h.send_dkv, m && m->pos == p ? std::span<const T>(m->done) : std::span<const T>{},
-              m && h.send_dkv.peer == me ? &m->acc : nullptr);
-      }
-    }
-    exchange(c, all, send, recv, label + " dK/dV return");
-    for (member& m : mine) scatter_dkv(*m.s, m.pos, m.s->size() > 1 ? m.acc : m.done, t);
+    exchange(c, lv, mine, lv.dkv_return, ring_buffer, label + " dK/dV return");
+    for (member& m : mine) scatter_dkv(*m.m, m.m->size > 1 ? m.acc : m.done, t);
   }
 
   template <class C>
-  void run_all_gather(C& c, const level& lv, std::vector<member>& mine, tensors& t, bool backward,
+  void run_all_gather(C& c, const round_level& lv, std::vector<member>& mine, tensors& t, bool backward,
                       const std::string& label) const {
-    std::vector<transfer> all;
-    std::vector<std::span<const std::byte>> send;
-    std::vector<std::span<std::byte>> recv;
-    const auto find = [&](const ring_schedule* s) -> member* {
-      for (member& m : mine)
-        if (m.s == s) return &m;
-      return nullptr;
-    };
     for (member& m : mine) {
-      m.origin.resize(static_cast<std::size_t>(m.s->size()));
-      m.origin[static_cast<std::size_t>(m.pos)] = gather_kv(*m.s, m.pos, t);
+      m.origin.resize(static_cast<std::size_t>(m.m->size));
+      m.origin[static_cast<std::size_t>(m.m->pos)] = gather_kv(*m.m, t);
     }
-    // phase 1: every member's KV to every other member (group order, then destination order)
-    for (const std::size_t i : lv.schedules) {
-      const ring_schedule& s = schedules_[i];
-      member* m = find(&s);
-      for (std::int32_t p = 0; p < s.size(); ++p)
-        for (std::int32_t d = 0; d < s.size(); ++d) {
-          if (d == p) continue;
-          const token_count n = s.buffer_tokens[static_cast<std::size_t>(p)];
-          all.push_back({s.ranks[static_cast<std::size_t>(p)], s.ranks[static_cast<std::size_t>(d)], kv_bytes(n)});
-          send.push_back(m && m->pos == p ? std::as_bytes(std::span<const T>(m->origin[static_cast<std::size_t>(p)]))
-                                          : std::span<const std::byte>{});
-          std::span<std::byte> dst{};
-          if (m && m->pos == d) {
-            auto& buf = m->origin[static_cast<std::size_t>(p)];
-            buf.assign(static_cast<std::size_t>(kv_elems(n)), T(0));
-            dst = std::as_writable_bytes(std::span<T>(buf));
-          }
-          recv.push_back(dst);
-        }
-    }
-    exchange(c, all, send, recv, label + " KV all-gather");
-    std::vector<std::vector<std::vector<T>>> parts(mine.size());
-    for (std::size_t mi = 0; mi < mine.size(); ++mi) {
-      member& m = mine[mi];
-      const ring_schedule& s = *m.s;
+    // phase 1: every member's KV to every other member, kept per origin
+    exchange(c, lv, mine, lv.kv_gather,
+             [](member& m, const round_transfer& x, bool) -> std::vector<T>& { return m.origin[static_cast<std::size_t>(x.origin)]; },
+             label + " KV all-gather");
+    for (member& m : mine) {
       if (backward) {
-        parts[mi].resize(static_cast<std::size_t>(s.size()));
-        for (std::int32_t o = 0; o < s.size(); ++o)
-          parts[mi][static_cast<std::size_t>(o)].assign(
-              static_cast<std::size_t>(kv_elems(s.buffer_tokens[static_cast<std::size_t>(o)])), T(0));
+        m.part.resize(m.origin.size());
+        for (std::size_t o = 0; o < m.origin.size(); ++o) m.part[o].assign(m.origin[o].size(), T(0));
       }
-      for (std::int32_t k = 0; k < s.rounds(); ++k) {
-        const forward_step& st = s.forward[static_cast<std::size_t>(k)][static_cast<std::size_t>(m.pos)];
+      for (const member_round& st : m.m->forward) {
         const auto o = static_cast<std::size_t>(st.kv_origin);
         for (const attention_block& blk : st.blocks)
-          compute(blk, rank_row(s, m.pos, blk.q_row), m.origin[o].data(), s.buffer_tokens[o], blk.kv_row,
-                  backward ? parts[mi][o].data() : nullptr, t, backward);
+          compute(blk, m.origin[o].data(), st.kv_rows, backward ? m.part[o].data() : nullptr, t, backward);
       }
     }
     if (!backward) return;
     // phase 2: partial dK/dV of origin d to its owner d, which sums them
-    all.clear(), send.clear(), recv.clear();
-    std::vector<std::vector<std::vector<T>>> incoming(mine.size());
-    for (std::size_t mi = 0; mi < mine.size(); ++mi) incoming[mi].resize(static_cast<std::size_t>(mine[mi].s->size()));
-    for (const std::size_t i : lv.schedules) {
-      const ring_schedule& s = schedules_[i];
-      member* m = find(&s);
-      const auto mi = m ? static_cast<std::size_t>(m - mine.data()) : 0;
-      for (std::int32_t p = 0; p < s.size(); ++p)
-        for (std::int32_t d = 0; d < s.size(); ++d) {
-          if (d == p) continue;
-          const token_count n = s.buffer_tokens[static_cast<std::size_t>(d)];
-          all.push_back({s.ranks[static_cast<std::size_t>(p)], s.ranks[static_cast<std::size_t>(d)], kv_bytes(n)});
-          send.push_back(m && m->pos == p ? std::as_bytes(std::span<const T>(parts[mi][static_cast<std::size_t>(d)]))
-                                          : std::span<const std::byte>{});
-          std::span<std::byte> dst{};
-          if (m && m->pos == d) {
-            auto& buf = incoming[mi][static_cast<std::size_t>(p)];
-            buf.assign(static_cast<std::size_t>(kv_elems(n)), T(0));
-            dst = std::as_writable_bytes(std::span<T>(buf));
-          }
-          recv.push_back(dst);
-        }
-    }
-    exchange(c, all, send, recv, label + " dK/dV reduce");
-    for (std::size_t mi = 0; mi < mine.size(); ++mi) {
-      member& m = mine[mi];
-      auto& own = parts[mi][static_cast<std::size_t>(m.pos)];
-      for (std::int32_t p = 0; p < m.s->size(); ++p) {  // fixed summation order: ring position
-        if (p == m.pos) continue;
-        const auto& in = incoming[mi][static_cast<std::size_t>(p)];
+    for (member& m : mine) m.in.resize(m.origin.size());
+    exchange(c, lv, mine, lv.dkv_reduce,
+             [](member& m, const round_transfer& x, bool sending) -> std::vector<T>& {
+               return sending ? m.part[static_cast<std::size_t>(x.origin)] : m.in[static_cast<std::size_t>(x.src_pos)];
+             },
+             label + " dK/dV reduce");
+    for (member& m : mine) {
+      auto& own = m.part[static_cast<std::size_t>(m.m->pos)];
+      for (std::int32_t p = 0; p < m.m->size; ++p) {  // fixed summation order: ring position
+        if (p == m.m->pos) continue;
+        const auto& in = m.in[static_cast<std::size_t>(p)];
         for (std::size_t x = 0; x < own.size(); ++x) own[x] += in[x];
       }
-      scatter_dkv(*m.s, m.pos, own, t);
+      scatter_dkv(*m.m, own, t);
     }
   }
 
@@ -501,13 +326,7 @@ class attention_engine {
   attention_dims dims_;
   Kernel kernel_;
   Transport transport_;
-  bool all_gather_ = false;
-  std::int32_t micro_batches_ = 1;
-  std::vector<std::vector<token_count>> shard_row_;
-  std::vector<token_count> rows_;
-  std::vector<engine_queue> queues_;
-  std::vector<ring_schedule> schedules_;
-  std::vector<level> levels_;
+  round_program program_;
 };
 
 ZEPPELIN_NAMESPACE_END

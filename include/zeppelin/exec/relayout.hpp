@@ -13,7 +13,10 @@
 //                                    inverse()) on the calling rank: rows of w elements,
 //                                    segments packed per peer in ascending peer order, one
 //                                    all_to_all_v, kept rows copied locally
-// Host-only (includes remap/).
+//   make_remap_packing(x, me)        that packing (per-peer rows and offsets, the received
+//                                    segments in packed order), shared with the device remap
+//                                    (cuda/executor/remap.hpp), so host and device ranks agree
+// No range-v3 (the device remap includes it).
 #pragma once
 
 #include <zeppelin/comm/collectives.hpp>
@@ -130,6 +133,39 @@ ZEPPELIN_NAMESPACE_BEGIN
   return out;
 }
 
+//! How rank `me` packs its side of remap plan x's exchange, in rows: the rows it sends to /
+//! receives from each peer (itself excluded), their offsets in the packed send / receive
+//! buffers (ascending peer order), and the received segments in packed order (source rank,
+//! then the sender's source order).
+struct remap_packing {
+  std::vector<token_count> send_rows, send_at, recv_rows, recv_at;  //!< [peer]
+  token_count send_total = 0, recv_total = 0;
+  std::vector<const remap_segment*> incoming;  //!< into x.ranks[me].receives
+};
+
+[[nodiscard]] inline remap_packing make_remap_packing(const remap_plan& x, rank_index me) {
+  const auto n = x.ranks.size();
+  const rank_remap& mine = x.ranks.at(static_cast<std::size_t>(me));
+  remap_packing out{std::vector<token_count>(n, 0), std::vector<token_count>(n, 0), std::vector<token_count>(n, 0),
+                    std::vector<token_count>(n, 0), 0, 0, {}};
+  for (const auto& s : mine.sends)
+    if (s.to != me) out.send_rows[static_cast<std::size_t>(s.to)] += s.range.size();
+  for (const auto& s : mine.receives)
+    if (s.from != me) {
+      out.recv_rows[static_cast<std::size_t>(s.from)] += s.range.size();
+      out.incoming.push_back(&s);
+    }
+  // the sender packs each peer's segments in its source order; the receiver reads them so
+  std::stable_sort(out.incoming.begin(), out.incoming.end(), [](const remap_segment* a, const remap_segment* b) {
+    return a->from != b->from ? a->from < b->from : a->from_offset < b->from_offset;
+  });
+  for (std::size_t p = 0; p < n; ++p) {
+    out.send_at[p] = out.send_total, out.send_total += out.send_rows[p];
+    out.recv_at[p] = out.recv_total, out.recv_total += out.recv_rows[p];
+  }
+  return out;
+}
+
 //! Runs remap plan `x` on the calling rank: `source` holds x.ranks[me].source_tokens rows of
 //! `row_elems` elements, `target` receives x.ranks[me].target_tokens rows. Every rank of `c`
 //! must call it. Throws invalid_argument on a size mismatch.
@@ -148,25 +184,13 @@ void execute_remap(C& c, const remap_plan& x, std::span<const T> source, std::sp
                     {"target", double(target.size())}, {"target_rows", double(mine.target_tokens)}});
   const auto n = static_cast<std::size_t>(c.size());
   const auto w = static_cast<std::size_t>(row_elems);
-  std::vector<token_count> send_counts(n, 0), send_displs(n, 0), recv_counts(n, 0), recv_displs(n, 0);
-  for (const auto& s : mine.sends)
-    if (s.to != me) send_counts[static_cast<std::size_t>(s.to)] += s.range.size() * row_elems;
-  std::vector<const remap_segment*> incoming;
-  for (const auto& s : mine.receives)
-    if (s.from != me) {
-      recv_counts[static_cast<std::size_t>(s.from)] += s.range.size() * row_elems;
-      incoming.push_back(&s);
-    }
-  // the sender packs each peer's segments in its source order; the receiver reads them so
-  std::stable_sort(incoming.begin(), incoming.end(), [](const remap_segment* a, const remap_segment* b) {
-    return a->from != b->from ? a->from < b->from : a->from_offset < b->from_offset;
-  });
-  token_count total_send = 0, total_recv = 0;
+  const remap_packing pk = make_remap_packing(x, me);
+  std::vector<token_count> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
   for (std::size_t p = 0; p < n; ++p) {
-    send_displs[p] = total_send, total_send += send_counts[p];
-    recv_displs[p] = total_recv, total_recv += recv_counts[p];
+    send_counts[p] = pk.send_rows[p] * row_elems, send_displs[p] = pk.send_at[p] * row_elems;
+    recv_counts[p] = pk.recv_rows[p] * row_elems, recv_displs[p] = pk.recv_at[p] * row_elems;
   }
-  std::vector<T> out(static_cast<std::size_t>(total_send)), in(static_cast<std::size_t>(total_recv));
+  std::vector<T> out(static_cast<std::size_t>(pk.send_total * row_elems)), in(static_cast<std::size_t>(pk.recv_total * row_elems));
   std::vector<token_count> cursor(send_displs);
   for (const auto& s : mine.sends) {
     const auto from = source.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.from_offset) * w);
@@ -182,7 +206,7 @@ void execute_remap(C& c, const remap_plan& x, std::span<const T> source, std::sp
   all_to_all_v(c, std::span<const T>(out), std::span<const token_count>(send_counts), std::span<const token_count>(send_displs),
                std::span<T>(in), std::span<const token_count>(recv_counts), std::span<const token_count>(recv_displs), step);
   std::size_t at = 0;
-  for (const remap_segment* s : incoming) {
+  for (const remap_segment* s : pk.incoming) {
     const auto count = static_cast<std::size_t>(s->range.size()) * w;
     std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(at), count,
                 target.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s->to_offset) * w));

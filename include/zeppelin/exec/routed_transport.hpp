@@ -83,23 +83,37 @@ ZEPPELIN_NAMESPACE_BEGIN
   return out;
 }
 
-//! A transport that routes each phase with `Router` over `topo` and executes the hops.
-template <router Router = proxy_router>
-struct routed_transport {
+//! The hops of one phase: its transfers as ring edges, routed by `r` over `topo`, with byte
+//! offsets (to_routed_messages). Used by every routed transport (host and device).
+template <router Router>
+[[nodiscard]] std::vector<routed_message> route_phase(const Router& r, const topology& topo, std::span<const transfer> all) {
+  std::vector<ring_edge> edges;
+  edges.reserve(all.size());
+  for (const transfer& t : all) edges.push_back({t.src, t.dst, t.bytes});
+  const std::vector<route_message> route = r.route(std::span<const ring_edge>(edges), topo);
+  return to_routed_messages(edges, route);
+}
+
+//! A transport that routes each phase with `Router` over `topo` and executes the hops
+//! (detail::exchange_routed), pieces staged in Memory (host: routed_transport; device:
+//! device_routed_transport).
+template <router Router, class Memory>
+struct basic_routed_transport {
   Router router_policy{};
   topology topo{topology_config{}};
 
   template <communicator C>
+    requires transport_memory<Memory, C>
   void exchange(C& c, std::span<const transfer> all, std::span<const std::span<const std::byte>> send,
                 std::span<const std::span<std::byte>> recv, std::string_view step) const {
-    std::vector<ring_edge> edges;
-    edges.reserve(all.size());
-    for (const transfer& t : all) edges.push_back({t.src, t.dst, t.bytes});
-    const std::vector<route_message> route = router_policy.route(std::span<const ring_edge>(edges), topo);
-    const std::vector<routed_message> hops = to_routed_messages(edges, route);
-    execute_routed(c, all, std::span<const routed_message>(hops), send, recv, step);
+    const std::vector<routed_message> hops = route_phase(router_policy, topo, all);
+    detail::exchange_routed(c, all, std::span<const routed_message>(hops), send, recv, step, Memory{});
   }
-  friend bool operator==(const routed_transport&, const routed_transport&) = default;
+  friend bool operator==(const basic_routed_transport&, const basic_routed_transport&) = default;
 };
+
+//! A transport that routes each phase with `Router` over `topo` and executes the hops.
+template <router Router = proxy_router>
+using routed_transport = basic_routed_transport<Router, detail::host_memory>;
 
 ZEPPELIN_NAMESPACE_END

@@ -13,6 +13,9 @@
 //                             transfer between proxies, combine at the destination), one
 //                             group per step, pieces staged at intermediate ranks.
 // Zero-byte transfers and messages are skipped on both sides (both know the sizes).
+// Both are written once over a memory policy (detail::host_memory here; the device transports
+// of cuda/executor/device_transport.hpp pass device memory): how a rank copies bytes it moves
+// to itself and where it stages the pieces it forwards.
 // nvcc-safe (no range-v3).
 #pragma once
 
@@ -22,6 +25,7 @@
 #include <zeppelin/core/types.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -78,43 +82,51 @@ inline void check_phase(std::span<const transfer> all, std::size_t send, std::si
                        {{"transfer", double(i)}, {"bytes", double(t.bytes)}, {"buffer", double(r[i].size())}});
   }
 }
-}  // namespace detail
 
-//! Every transfer as one point-to-point message, all in one group.
-struct direct_transport {
-  template <communicator C>
-  void exchange(C& c, std::span<const transfer> all, std::span<const std::span<const std::byte>> send,
-                std::span<const std::span<std::byte>> recv, std::string_view step) const {
-    const rank_index me = c.rank();
-    detail::check_phase(all, send.size(), recv.size(), me, send, recv);
-    c.group_start();
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      const auto& t = all[i];
-      if (t.bytes == 0) continue;
-      if (t.src == me && t.dst == me) {
-        std::copy(send[i].begin(), send[i].end(), recv[i].begin());
-        continue;
-      }
-      if (t.src == me) c.send(send[i], t.dst);
-      if (t.dst == me) c.recv(recv[i], t.src);
-    }
-    c.group_end(step);
+//! The host memory policy of the transports: copies on the calling thread, pieces staged
+//! in heap vectors. A memory policy provides stage (a movable owner of bytes),
+//! allocate(c, bytes) -> stage, view(stage) -> span<byte>, copy(c, dst, src).
+struct host_memory {
+  using stage = std::vector<std::byte>;
+  template <class C>
+  [[nodiscard]] stage allocate(C&, std::size_t bytes) const {
+    return stage(bytes);
   }
-  friend constexpr bool operator==(const direct_transport&, const direct_transport&) = default;
+  [[nodiscard]] static std::span<std::byte> view(stage& s) noexcept { return s; }
+  template <class C>
+  void copy(C&, std::span<std::byte> dst, std::span<const std::byte> src) const {
+    std::copy(src.begin(), src.end(), dst.begin());
+  }
 };
 
-//! Executes a routed plan of `all`: for every step (ascending), one group holding this rank's
-//! messages of that step in list order. A piece is read from send[transfer] on the transfer's
-//! source (when it is the message's src) or from the stage of an earlier hop; it is written to
-//! recv[transfer] when the message reaches the transfer's destination, else staged. Throws
-//! invalid_argument when a message leaves its transfer, or when a rank must forward a piece
-//! it never received (a malformed route).
-template <communicator C>
-void execute_routed(C& c, std::span<const transfer> all, std::span<const routed_message> messages,
-                    std::span<const std::span<const std::byte>> send, std::span<const std::span<std::byte>> recv,
-                    std::string_view step) {
+//! direct_transport's phase over memory policy `mem`: one group, a self-transfer copied.
+template <communicator C, class Memory>
+void exchange_direct(C& c, std::span<const transfer> all, std::span<const std::span<const std::byte>> send,
+                     std::span<const std::span<std::byte>> recv, std::string_view step, const Memory& mem) {
   const rank_index me = c.rank();
-  detail::check_phase(all, send.size(), recv.size(), me, send, recv);
+  check_phase(all, send.size(), recv.size(), me, send, recv);
+  c.group_start();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& t = all[i];
+    if (t.bytes == 0) continue;
+    if (t.src == me && t.dst == me) {
+      mem.copy(c, recv[i], send[i]);
+      continue;
+    }
+    if (t.src == me) c.send(send[i], t.dst);
+    if (t.dst == me) c.recv(recv[i], t.src);
+  }
+  c.group_end(step);
+}
+
+//! execute_routed over memory policy `mem` (see execute_routed).
+template <communicator C, class Memory>
+void exchange_routed(C& c, std::span<const transfer> all, std::span<const routed_message> messages,
+                     std::span<const std::span<const std::byte>> send, std::span<const std::span<std::byte>> recv,
+                     std::string_view step, const Memory& mem) {
+  using stage_t = typename Memory::stage;
+  const rank_index me = c.rank();
+  check_phase(all, send.size(), recv.size(), me, send, recv);
   std::vector<std::int32_t> steps;
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
@@ -127,54 +139,91 @@ void execute_routed(C& c, std::span<const transfer> all, std::span<const routed_
   }
   std::sort(steps.begin(), steps.end());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
-  // pieces staged on this rank: (transfer, offset) -> bytes
-  std::map<std::pair<std::int32_t, std::int64_t>, std::vector<std::byte>> stage;
+  // pieces staged on this rank: (transfer, offset) -> bytes (released at return, after every
+  // group that reads them)
+  std::map<std::pair<std::int32_t, std::int64_t>, stage_t> stage;
   for (const std::int32_t s : steps) {
     // receive buffers of this step are created before posting, so spans stay valid
-    std::vector<std::pair<std::pair<std::int32_t, std::int64_t>, std::vector<std::byte>>> incoming;
-    std::vector<std::vector<std::byte>> outgoing;
+    std::vector<std::pair<std::pair<std::int32_t, std::int64_t>, stage_t>> incoming;
     for (const auto& m : messages)
       if (m.step == s && m.dst == me && m.src != me && m.bytes > 0 && all[static_cast<std::size_t>(m.transfer)].dst != me)
-        incoming.push_back({{m.transfer, m.offset}, std::vector<std::byte>(static_cast<std::size_t>(m.bytes))});
+        incoming.emplace_back(std::pair{m.transfer, m.offset}, mem.allocate(c, static_cast<std::size_t>(m.bytes)));
     std::size_t next_in = 0;
     const auto source_of = [&](const routed_message& m) -> std::span<const std::byte> {
       const auto& t = all[static_cast<std::size_t>(m.transfer)];
-      if (t.src == me) return send[static_cast<std::size_t>(m.transfer)].subspan(static_cast<std::size_t>(m.offset),
-                                                                                static_cast<std::size_t>(m.bytes));
+      if (t.src == me)
+        return send[static_cast<std::size_t>(m.transfer)].subspan(static_cast<std::size_t>(m.offset), static_cast<std::size_t>(m.bytes));
       const auto it = stage.find({m.transfer, m.offset});
-      ZEPPELIN_EXPECTS(it != stage.end() && static_cast<std::int64_t>(it->second.size()) == m.bytes,
+      ZEPPELIN_EXPECTS(it != stage.end() && static_cast<std::int64_t>(Memory::view(it->second).size()) == m.bytes,
                        "routed transport: a rank forwards a piece it does not hold",
                        {{"rank", double(me)}, {"transfer", double(m.transfer)}, {"offset", double(m.offset)}, {"step", double(s)}});
-      return it->second;
+      return Memory::view(it->second);
     };
     c.group_start();
     for (const auto& m : messages) {
       if (m.step != s || m.bytes == 0) continue;
       const auto& t = all[static_cast<std::size_t>(m.transfer)];
+      const auto at_destination = [&] {
+        return recv[static_cast<std::size_t>(m.transfer)].subspan(static_cast<std::size_t>(m.offset), static_cast<std::size_t>(m.bytes));
+      };
       if (m.src == me && m.dst == me) {  // a hop to oneself: move the piece along
         if (t.dst == me && t.src != me && !stage.contains({m.transfer, m.offset})) continue;  // already delivered
         const auto from = source_of(m);
         if (t.dst == me) {
-          std::copy(from.begin(), from.end(), recv[static_cast<std::size_t>(m.transfer)].begin() + m.offset);
+          mem.copy(c, at_destination(), from);
         } else {
-          outgoing.emplace_back(from.begin(), from.end());
-          stage[{m.transfer, m.offset}] = std::move(outgoing.back());
+          stage_t copy = mem.allocate(c, from.size());
+          mem.copy(c, Memory::view(copy), from);
+          stage[{m.transfer, m.offset}] = std::move(copy);
         }
         continue;
       }
       if (m.src == me) c.send(source_of(m), m.dst);
-      if (m.dst == me) {
-        if (t.dst == me)
-          c.recv(recv[static_cast<std::size_t>(m.transfer)].subspan(static_cast<std::size_t>(m.offset),
-                                                                     static_cast<std::size_t>(m.bytes)),
-                 m.src);
-        else
-          c.recv(incoming[next_in++].second, m.src);
-      }
+      if (m.dst == me) c.recv(t.dst == me ? at_destination() : Memory::view(incoming[next_in++].second), m.src);
     }
     c.group_end(std::string(step) + " (route step " + std::to_string(s) + ")");
     for (auto& [key, bytes] : incoming) stage[key] = std::move(bytes);
   }
+}
+}  // namespace detail
+
+//! A memory policy of the transports usable with communicator C (see detail::host_memory).
+template <class M, class C>
+concept transport_memory = requires(const M& m, C& c, typename M::stage& s, std::span<std::byte> dst,
+                                    std::span<const std::byte> src) {
+  { m.allocate(c, std::size_t{}) } -> std::same_as<typename M::stage>;
+  { M::view(s) } -> std::same_as<std::span<std::byte>>;
+  m.copy(c, dst, src);
+};
+
+//! Every transfer as one point-to-point message, all in one group; self-transfers copied with
+//! Memory (host: direct_transport; device: device_direct_transport).
+template <class Memory>
+struct basic_direct_transport {
+  template <communicator C>
+    requires transport_memory<Memory, C>
+  void exchange(C& c, std::span<const transfer> all, std::span<const std::span<const std::byte>> send,
+                std::span<const std::span<std::byte>> recv, std::string_view step) const {
+    detail::exchange_direct(c, all, send, recv, step, Memory{});
+  }
+  friend constexpr bool operator==(const basic_direct_transport&, const basic_direct_transport&) = default;
+};
+
+//! Every transfer as one point-to-point message, all in one group.
+using direct_transport = basic_direct_transport<detail::host_memory>;
+static_assert(std::regular<direct_transport>);
+
+//! Executes a routed plan of `all`: for every step (ascending), one group holding this rank's
+//! messages of that step in list order. A piece is read from send[transfer] on the transfer's
+//! source (when it is the message's src) or from the stage of an earlier hop; it is written to
+//! recv[transfer] when the message reaches the transfer's destination, else staged. Throws
+//! invalid_argument when a message leaves its transfer, or when a rank must forward a piece
+//! it never received (a malformed route).
+template <communicator C>
+void execute_routed(C& c, std::span<const transfer> all, std::span<const routed_message> messages,
+                    std::span<const std::span<const std::byte>> send, std::span<const std::span<std::byte>> recv,
+                    std::string_view step) {
+  detail::exchange_routed(c, all, messages, send, recv, step, detail::host_memory{});
 }
 
 ZEPPELIN_NAMESPACE_END

@@ -9,11 +9,11 @@
 //   out: forward: O and LSE of every query against every earlier key of its sequence;
 //        backward: dQ, dK, dV (overwritten) from the global O, dO, LSE. Work is enqueued on the
 //        caller's compute stream; the call returns once everything is enqueued.
-// Schedule: the host executor's own data - attention_engine<float> (exec/) builds and checks
-// the ring schedules (schedule/ring_schedule.hpp), engine queues give the local work, and
-// the levels are ordered (micro-batch, inter before intra, group) as there. At construction
-// every rank's per-round blocks become CSR waves over the original buffers
-// (block_waves.hpp); a pass uploads its rank's descriptors once.
+// Schedule: the host executor's own round program (exec/round_program.hpp: levels ordered
+// (micro-batch, inter before intra, group), their phases, every rank's members and blocks,
+// the local queues), executed here with device buffers. At construction every rank's
+// per-round blocks become CSR waves over the original buffers (block_waves.hpp); a pass
+// uploads its rank's descriptors once.
 // Forward round k (per level, every group of the level at once, one communicator group per
 // round through the transport):
 //   comm stream   waits for the compute stream (round k-1 done with the buffer it overwrites),
@@ -48,10 +48,9 @@
 #include <zeppelin/cuda/executor/row_ops.hpp>
 #include <zeppelin/cuda/lse_merge.hpp>
 #include <zeppelin/cuda/stream_set.hpp>
-#include <zeppelin/exec/attention_engine.hpp>
 #include <zeppelin/exec/attention_kernel.hpp>
+#include <zeppelin/exec/round_program.hpp>
 #include <zeppelin/exec/transport.hpp>
-#include <zeppelin/schedule/engine_queue.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
 #include <cuda_runtime_api.h>
@@ -62,7 +61,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -93,42 +91,32 @@ struct device_backward_io {
 template <class Transport = device_direct_transport>
 class device_attention_engine {
  public:
-  //! Builds the schedules (through exec/'s attention_engine) and every rank's CSR waves.
-  //! Throws invalid_argument for dims without a kernel (head_dim 64 / 128), a bad dtype, or a
-  //! plan the ring schedules reject.
+  //! Builds the round program (exec/round_program.hpp, ring exchange) and every rank's CSR
+  //! waves. Throws invalid_argument for dims without a kernel (head_dim 64 / 128), a bad dtype,
+  //! or a plan the ring schedules reject.
   device_attention_engine(plan p, const batch& b, attention_dims dims, device::dtype type, Transport transport = {})
-      : host_(std::move(p), b, dims, {}, {}, kv_exchange::ring), type_(type), transport_(std::move(transport)) {
+      : plan_(std::move(p)), dims_(dims), type_(type), transport_(std::move(transport)) {
+    validate(dims_);
     ZEPPELIN_EXPECTS(device::is_supported_head_dim(dims.head_dim) && dims.heads <= device::detail::max_grid_yz,
                      "device attention engine: no kernel for this head dim (64, 128) or too many heads",
                      {{"head_dim", double(dims.head_dim)}, {"heads", double(dims.heads)}});
     ZEPPELIN_EXPECTS(type == device::dtype::bf16 || type == device::dtype::fp16, "device attention engine: unknown dtype",
                      {{"dtype", double(static_cast<int>(type))}});
-    const auto& sched = host_.schedules();
-    std::vector<std::size_t> order(sched.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-      const auto& a = sched[x];
-      const auto& c = sched[y];
-      return std::tuple(a.micro_batch, queue_order(a.zone), a.group) < std::tuple(c.micro_batch, queue_order(c.zone), c.group);
-    });
-    for (const std::size_t i : order) {
-      const auto& s = sched[i];
-      if (levels_.empty() || levels_.back().micro_batch != s.micro_batch || levels_.back().zone != s.zone)
-        levels_.push_back({s.micro_batch, s.zone, {}, 0});
-      levels_.back().schedules.push_back(i);
-      levels_.back().rounds = std::max(levels_.back().rounds, s.rounds());
-    }
-    const plan& pl = host_.layout();
-    programs_.resize(static_cast<std::size_t>(pl.num_ranks()));
-    for (rank_index r = 0; r < pl.num_ranks(); ++r) build_program(r);
+    program_ = make_round_program(plan_, b, kv_exchange::ring);
+    programs_.resize(static_cast<std::size_t>(plan_.num_ranks()));
+    for (rank_index r = 0; r < plan_.num_ranks(); ++r) build_waves(r);
   }
 
-  [[nodiscard]] const plan& layout() const noexcept { return host_.layout(); }
-  [[nodiscard]] const attention_dims& dims() const noexcept { return host_.dims(); }
+  [[nodiscard]] const plan& layout() const noexcept { return plan_; }
+  [[nodiscard]] const attention_dims& dims() const noexcept { return dims_; }
   [[nodiscard]] device::dtype type() const noexcept { return type_; }
-  [[nodiscard]] token_count rows(rank_index r) const { return host_.rows(r); }
-  [[nodiscard]] token_count shard_row(rank_index r, std::size_t i) const { return host_.shard_row(r, i); }
-  [[nodiscard]] const std::vector<ring_schedule>& schedules() const noexcept { return host_.schedules(); }
+  [[nodiscard]] token_count rows(rank_index r) const { return program_.rows.at(static_cast<std::size_t>(r)); }
+  [[nodiscard]] token_count shard_row(rank_index r, std::size_t i) const {
+    return program_.shard_row.at(static_cast<std::size_t>(r)).at(i);
+  }
+  [[nodiscard]] const std::vector<ring_schedule>& schedules() const noexcept { return program_.schedules; }
+  //! The phases and per-rank work the engine executes (shared with exec/'s attention_engine).
+  [[nodiscard]] const round_program& program() const noexcept { return program_; }
   //! CSR launches rank r runs per pass (waves of every round and of the local queue).
   [[nodiscard]] std::size_t launches(rank_index r, bool backward) const {
     const auto& pr = programs_.at(static_cast<std::size_t>(r));
@@ -192,19 +180,8 @@ class device_attention_engine {
   }
 
  private:
-  struct level {
-    std::int32_t micro_batch;
-    zone_kind zone;
-    std::vector<std::size_t> schedules;
-    std::int32_t rounds;
-  };
-  struct member_ref {
-    std::size_t schedule;
-    std::int32_t pos;
-  };
   // every CSR launch of one rank, and the descriptor bytes they point into
   struct rank_program {
-    std::vector<std::vector<member_ref>> members;  // [level]
     std::vector<std::vector<std::vector<std::vector<device::block_wave>>>> fwd, bwd;  // [level][member][round]
     std::vector<std::vector<device::block_wave>> local_fwd, local_bwd;  // [micro-batch]
     std::vector<std::byte> fwd_desc, bwd_desc;
@@ -239,68 +216,31 @@ class device_attention_engine {
   [[nodiscard]] std::size_t dkv_floats(token_count rows) const noexcept {
     return 2 * static_cast<std::size_t>(rows) * static_cast<std::size_t>(dims().kv_row());
   }
-  // rank row of group-buffer row `row` of position pos
-  [[nodiscard]] token_count rank_row(const ring_schedule& s, std::int32_t pos, token_count row) const {
-    const rank_index r = s.ranks[static_cast<std::size_t>(pos)];
-    for (const group_shard& g : s.layout[static_cast<std::size_t>(pos)])
-      if (row >= g.row && row < g.row + g.range.size())
-        return host_.shard_row(r, static_cast<std::size_t>(g.shard)) + (row - g.row);
-    ZEPPELIN_THROW(invalid_argument, "device attention engine: a block row outside the group buffer", {{"row", double(row)}});
-  }
-
-  void build_program(rank_index me) {
+  // the CSR waves of every round of rank me's members and of its local queues
+  void build_waves(rank_index me) {
     rank_program& pr = programs_[static_cast<std::size_t>(me)];
-    const auto& sched = host_.schedules();
-    const auto to_desc = [&](const ring_schedule& s, std::int32_t pos, const std::vector<attention_block>& blocks) {
+    const auto waves = [](const std::vector<attention_block>& blocks, std::vector<std::byte>& desc) {
       std::vector<device::block_desc> out;
       out.reserve(blocks.size());
       for (const attention_block& blk : blocks)
-        out.push_back({rank_row(s, pos, blk.q_row), blk.q.size(), blk.kv_row, blk.k.size(), blk.q.begin, blk.k.begin, blk.mask});
-      return out;
+        out.push_back({blk.q_row, blk.q.size(), blk.kv_row, blk.k.size(), blk.q.begin, blk.k.begin, blk.mask});
+      return device::make_block_waves(out, desc);
     };
-    for (const level& lv : levels_) {
-      auto& mem = pr.members.emplace_back();
+    for (const round_level& lv : program_.levels) {
       auto& fwd = pr.fwd.emplace_back();
       auto& bwd = pr.bwd.emplace_back();
-      for (const std::size_t i : lv.schedules) {
-        const ring_schedule& s = sched[i];
-        for (std::int32_t p = 0; p < s.size(); ++p) {
-          if (s.ranks[static_cast<std::size_t>(p)] != me) continue;
-          mem.push_back({i, p});
-          auto& f = fwd.emplace_back();
-          auto& bw = bwd.emplace_back();
-          for (std::int32_t k = 0; k < s.rounds(); ++k) {
-            f.push_back(device::make_block_waves(to_desc(s, p, s.forward[static_cast<std::size_t>(k)][static_cast<std::size_t>(p)].blocks),
-                                                 pr.fwd_desc));
-            bw.push_back(device::make_block_waves(
-                to_desc(s, p, s.backward[static_cast<std::size_t>(k)][static_cast<std::size_t>(p)].blocks), pr.bwd_desc));
-          }
+      for (const level_member& m : lv.members[static_cast<std::size_t>(me)]) {
+        auto& f = fwd.emplace_back();
+        auto& bw = bwd.emplace_back();
+        for (std::size_t k = 0; k < m.forward.size(); ++k) {
+          f.push_back(waves(m.forward[k].blocks, pr.fwd_desc));
+          bw.push_back(waves(m.backward[k].blocks, pr.bwd_desc));
         }
       }
     }
-    const plan& pl = host_.layout();
-    const engine_queue queue = make_engine_queue(pl, me);
-    const auto& shards = pl.placements[static_cast<std::size_t>(me)].shards;
-    std::vector<std::vector<device::block_desc>> local(static_cast<std::size_t>(std::max(1, pl.micro_batches())));
-    for (const engine_task& task : queue.tasks) {
-      if (task.zone != zone_kind::local) continue;
-      std::vector<attention_block> blocks;
-      for (const std::int32_t qi : task.shards)
-        for (const std::int32_t ki : task.shards) {
-          const shard& qs = shards[static_cast<std::size_t>(qi)];
-          const shard& ks = shards[static_cast<std::size_t>(ki)];
-          append_blocks(group_shard{qs.seq, qs.range, qi, host_.shard_row(me, static_cast<std::size_t>(qi))},
-                        group_shard{ks.seq, ks.range, ki, host_.shard_row(me, static_cast<std::size_t>(ki))}, blocks);
-        }
-      auto& out = local.at(static_cast<std::size_t>(task.micro_batch));
-      for (const attention_block& blk : blocks)
-        out.push_back({blk.q_row, blk.q.size(), blk.kv_row, blk.k.size(), blk.q.begin, blk.k.begin, blk.mask});
-    }
-    pr.local_fwd.resize(local.size());
-    pr.local_bwd.resize(local.size());
-    for (std::size_t mb = 0; mb < local.size(); ++mb) {
-      pr.local_fwd[mb] = device::make_block_waves(local[mb], pr.fwd_desc);
-      pr.local_bwd[mb] = device::make_block_waves(local[mb], pr.bwd_desc);
+    for (const auto& blocks : program_.local[static_cast<std::size_t>(me)]) {
+      pr.local_fwd.push_back(waves(blocks, pr.fwd_desc));
+      pr.local_bwd.push_back(waves(blocks, pr.bwd_desc));
     }
   }
 
@@ -322,14 +262,9 @@ class device_attention_engine {
 
   template <class C>
   void run(C& c, pass_state& st, const void* k, const void* v) const {
-    const std::string pass = st.backward ? "backward" : "forward";
-    const plan& pl = layout();
-    for (std::int32_t mb = 0; mb < std::max(1, pl.micro_batches()); ++mb) {
-      for (std::size_t li = 0; li < levels_.size(); ++li) {
-        if (levels_[li].micro_batch != mb) continue;
-        const std::string label = pass + " micro-batch " + std::to_string(mb) + " " + std::string(to_string(levels_[li].zone)) + " queue";
-        run_ring(c, st, li, k, v, label);
-      }
+    for (std::int32_t mb = 0; mb < program_.micro_batches; ++mb) {
+      for (std::size_t li = 0; li < program_.levels.size(); ++li)
+        if (program_.levels[li].micro_batch == mb) run_ring(c, st, li, k, v, level_label(program_.levels[li], st.backward));
       held_kv local{k, v, st.dk_acc.template as<float>(), st.dv_acc.template as<float>()};
       compute(st, (st.backward ? st.prog->local_bwd : st.prog->local_fwd)[static_cast<std::size_t>(mb)], local);
     }
@@ -340,23 +275,26 @@ class device_attention_engine {
     const attention_dims& d = dims();
     const auto* base = st.desc.template as<std::byte>();
     for (const device::block_wave& w : waves) {
-      const auto* cu_q = reinterpret_cast<const std::int32_t*>(base + w.cu_q);
-      const auto* cu_k = reinterpret_cast<const std::int32_t*>(base + w.cu_k);
-      const auto* q_off = reinterpret_cast<const std::int64_t*>(base + w.q_offset);
-      const auto* k_off = reinterpret_cast<const std::int64_t*>(base + w.k_offset);
-      const auto* masks = reinterpret_cast<const block_mask*>(base + w.masks);
-      if (!st.backward) {
-        device::attention_forward_params p;
+      // the fields both kernels share: the wave's CSR descriptors, shapes, the held KV
+      const auto csr = [&](auto& p) {
         p.q = st.q, p.k = kv.k, p.v = kv.v;
-        p.o_f32 = st.part_o.template as<float>();
-        p.lse = st.part_lse.template as<float>();
-        p.cu_seqlens_q = cu_q, p.cu_seqlens_k = cu_k, p.q_offset = q_off, p.k_offset = k_off, p.masks = masks;
+        p.cu_seqlens_q = reinterpret_cast<const std::int32_t*>(base + w.cu_q);
+        p.cu_seqlens_k = reinterpret_cast<const std::int32_t*>(base + w.cu_k);
+        p.q_offset = reinterpret_cast<const std::int64_t*>(base + w.q_offset);
+        p.k_offset = reinterpret_cast<const std::int64_t*>(base + w.k_offset);
+        p.masks = reinterpret_cast<const block_mask*>(base + w.masks);
         p.num_blocks = w.blocks, p.heads = d.heads, p.kv_heads = d.kv_heads, p.head_dim = d.head_dim;
-        p.max_seqlen_q = w.max_q;
         p.total_q = static_cast<std::int64_t>(st.n);
         p.lse_stride = static_cast<std::int64_t>(st.n);
         p.softmax_scale = static_cast<float>(d.softmax_scale());
         p.type = type_;
+      };
+      if (!st.backward) {
+        device::attention_forward_params p;
+        csr(p);
+        p.o_f32 = st.part_o.template as<float>();
+        p.lse = st.part_lse.template as<float>();
+        p.max_seqlen_q = w.max_q;
         device::validate(p);
         ZEPPELIN_CUDA_CHECK(device::attention_forward(p, st.stream));
         const std::int64_t qw = d.q_row();
@@ -375,18 +313,13 @@ class device_attention_engine {
         ZEPPELIN_CUDA_CHECK(device::lse_merge(m, st.stream));
       } else {
         device::attention_backward_params p;
-        p.q = st.q, p.k = kv.k, p.v = kv.v, p.dout = st.d_o;
+        csr(p);
+        p.dout = st.d_o;
         p.lse = st.global_lse;
         p.delta = st.delta.template as<float>();
         p.dq_accum = st.dq_acc.template as<float>();
         p.dk_accum = kv.dk, p.dv_accum = kv.dv;
-        p.cu_seqlens_q = cu_q, p.cu_seqlens_k = cu_k, p.q_offset = q_off, p.k_offset = k_off, p.masks = masks;
-        p.num_blocks = w.blocks, p.heads = d.heads, p.kv_heads = d.kv_heads, p.head_dim = d.head_dim;
         p.max_seqlen_k = w.max_k;
-        p.total_q = static_cast<std::int64_t>(st.n);
-        p.lse_stride = static_cast<std::int64_t>(st.n);
-        p.softmax_scale = static_cast<float>(d.softmax_scale());
-        p.type = type_;
         device::validate(p);
         ZEPPELIN_CUDA_CHECK(device::attention_backward(p, st.stream));
       }
@@ -395,163 +328,118 @@ class device_attention_engine {
 
   // the per-member device buffers of one level
   struct member_buffers {
-    const ring_schedule* s = nullptr;
-    std::int32_t pos = 0;
+    const level_member* m = nullptr;
     device::device_memory cur, next;           // KV in `type`
     device::device_memory part, acc, done;     // dK/dV in fp32 (backward)
   };
 
+  // binds `phase` to the members' buffers and enqueues it on c.stream() after the compute
+  // stream's work so far; `done` is recorded once it is enqueued (nothing when it is empty)
   template <class C>
-  void exchange(C& c, pass_state& st, const std::vector<transfer>& all, const std::vector<std::span<const std::byte>>& send,
-                const std::vector<std::span<std::byte>>& recv, const std::string& label, device::cuda_event& done) const {
-    if (all.empty()) return;
+  bool exchange(C& c, pass_state& st, const round_level& lv, std::vector<member_buffers>& mine,
+                const std::vector<round_transfer>& phase, const std::string& label, device::cuda_event& done) const {
+    if (phase.empty()) return false;
+    // KV: send the held buffer, receive the next; dK/dV: send the finished one, receive the partial
+    const auto buffer = [&](const level_member& m, const round_transfer& x, bool sending) {
+      member_buffers* b = nullptr;
+      for (member_buffers& y : mine)
+        if (y.m == &m) b = &y;
+      const device::device_memory& d = x.payload == round_payload::kv ? (sending ? b->cur : b->next) : (sending ? b->done : b->acc);
+      const std::size_t bytes = x.payload == round_payload::kv ? kv_bytes(x.tokens) : dkv_floats(x.tokens) * sizeof(float);
+      return std::span<std::byte>(static_cast<std::byte*>(d.get()), bytes);
+    };
+    bound_phase bp;
+    bind_phase(
+        bp, lv, st.me, std::span<const round_transfer>(phase), static_cast<std::int64_t>(kv_bytes(1)),
+        static_cast<std::int64_t>(dkv_floats(1) * sizeof(float)),
+        [&](const level_member& m, const round_transfer& x) { return std::span<const std::byte>(buffer(m, x, true)); },
+        [&](const level_member& m, const round_transfer& x) { return buffer(m, x, false); });
     device::stream_wait(c.stream(), st.stream);
-    transport_.exchange(c, std::span<const transfer>(all), std::span<const std::span<const std::byte>>(send),
-                        std::span<const std::span<std::byte>>(recv), label);
+    transport_.exchange(c, std::span<const transfer>(bp.all), std::span<const std::span<const std::byte>>(bp.send),
+                        std::span<const std::span<std::byte>>(bp.recv), label);
     done.record(c.stream());
+    return true;
   }
 
   template <class C>
   void run_ring(C& c, pass_state& st, std::size_t li, const void* k, const void* v, const std::string& label) const {
-    const level& lv = levels_[li];
-    const auto& sched = host_.schedules();
+    const round_level& lv = program_.levels[li];
     const rank_program& pr = *st.prog;
-    const rank_index me = st.me;
     const std::size_t kw_bytes = static_cast<std::size_t>(dims().kv_row()) * esize();
     const auto kw = static_cast<std::size_t>(dims().kv_row());
+    const auto& members = lv.members[static_cast<std::size_t>(st.me)];
     std::vector<member_buffers> mine;
-    mine.reserve(pr.members[li].size());
-    for (const member_ref& ref : pr.members[li]) {
-      const ring_schedule& s = sched[ref.schedule];
-      const token_count cap = *std::max_element(s.buffer_tokens.begin(), s.buffer_tokens.end());
+    mine.reserve(members.size());
+    for (const level_member& lm : members) {
       member_buffers& m = mine.emplace_back();
-      m.s = &s;
-      m.pos = ref.pos;
-      m.cur = device::device_memory(kv_bytes(cap), st.stream);
-      m.next = device::device_memory(kv_bytes(cap), st.stream);
+      m.m = &lm;
+      m.cur = device::device_memory(kv_bytes(lm.max_rows), st.stream);
+      m.next = device::device_memory(kv_bytes(lm.max_rows), st.stream);
       if (st.backward) {
-        m.part = device::device_memory(dkv_floats(cap) * sizeof(float), st.stream);
-        m.acc = device::device_memory(dkv_floats(cap) * sizeof(float), st.stream);
-        m.done = device::device_memory(dkv_floats(cap) * sizeof(float), st.stream);
+        m.part = device::device_memory(dkv_floats(lm.max_rows) * sizeof(float), st.stream);
+        m.acc = device::device_memory(dkv_floats(lm.max_rows) * sizeof(float), st.stream);
+        m.done = device::device_memory(dkv_floats(lm.max_rows) * sizeof(float), st.stream);
       }
       // gather the rank's shards of the group: keys then values (group buffer layout)
-      const token_count own = s.buffer_tokens[static_cast<std::size_t>(m.pos)];
       auto* buf = m.cur.template as<std::byte>();
-      for (const group_shard& g : s.layout[static_cast<std::size_t>(m.pos)]) {
-        const auto from = static_cast<std::size_t>(host_.shard_row(me, static_cast<std::size_t>(g.shard))) * kw_bytes;
-        const auto bytes = static_cast<std::size_t>(g.range.size()) * kw_bytes;
-        ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(buf + static_cast<std::size_t>(g.row) * kw_bytes, static_cast<const std::byte*>(k) + from,
-                                            bytes, cudaMemcpyDeviceToDevice, st.stream));
-        ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(buf + static_cast<std::size_t>(own + g.row) * kw_bytes,
+      for (const row_run& g : lm.shards) {
+        const auto from = static_cast<std::size_t>(g.rank_row) * kw_bytes;
+        const auto bytes = static_cast<std::size_t>(g.rows) * kw_bytes;
+        ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(buf + static_cast<std::size_t>(g.buffer_row) * kw_bytes,
+                                            static_cast<const std::byte*>(k) + from, bytes, cudaMemcpyDeviceToDevice, st.stream));
+        ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(buf + static_cast<std::size_t>(lm.own_rows + g.buffer_row) * kw_bytes,
                                             static_cast<const std::byte*>(v) + from, bytes, cudaMemcpyDeviceToDevice, st.stream));
       }
     }
-    const auto find = [&](const ring_schedule* s) -> member_buffers* {
-      for (member_buffers& m : mine)
-        if (m.s == s) return &m;
-      return nullptr;
-    };
-    const auto bytes_of = [](const device::device_memory& d, std::size_t n) {
-      return std::span<std::byte>(static_cast<std::byte*>(d.get()), n);
-    };
-    std::vector<transfer> all;
-    std::vector<std::span<const std::byte>> send;
-    std::vector<std::span<std::byte>> recv;
-    // one transfer of the phase: payload `out` on the source, destination `in` on the target
-    const auto add = [&](rank_index src, const ring_transfer& x, std::size_t bytes, const device::device_memory* out,
-                         const device::device_memory* in) {
-      all.push_back({src, x.peer, static_cast<std::int64_t>(bytes)});
-      send.push_back(src == me && out ? std::span<const std::byte>(bytes_of(*out, bytes)) : std::span<const std::byte>{});
-      recv.push_back(x.peer == me && in ? bytes_of(*in, bytes) : std::span<std::byte>{});
-    };
+    const auto& rounds = st.backward ? lv.backward_rounds : lv.forward_rounds;
     for (std::int32_t r = 0; r < lv.rounds; ++r) {
-      all.clear(), send.clear(), recv.clear();
-      for (const std::size_t i : lv.schedules) {
-        const ring_schedule& s = sched[i];
-        if (r >= s.rounds()) continue;
-        member_buffers* m = find(&s);
-        for (std::int32_t p = 0; p < s.size(); ++p) {
-          const bool at_me = m && m->pos == p;
-          if (!st.backward) {
-            const forward_step& fs = s.forward[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-            if (fs.send_kv.active())
-              add(fs.rank, fs.send_kv, kv_bytes(fs.send_kv.tokens), at_me ? &m->cur : nullptr,
-                  m && fs.send_kv.peer == me ? &m->next : nullptr);
-          } else {
-            const backward_step& bs = s.backward[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-            if (bs.send_kv.active())
-              add(bs.rank, bs.send_kv, kv_bytes(bs.send_kv.tokens), at_me ? &m->cur : nullptr,
-                  m && bs.send_kv.peer == me ? &m->next : nullptr);
-            if (bs.send_dkv.active())
-              add(bs.rank, bs.send_dkv, dkv_floats(bs.send_dkv.tokens) * sizeof(float), at_me ? &m->done : nullptr,
-                  m && bs.send_dkv.peer == me ? &m->acc : nullptr);
-          }
-        }
-      }
       device::cuda_event arrived;
-      exchange(c, st, all, send, recv, label + " round " + std::to_string(r), arrived);
+      const bool posted = exchange(c, st, lv, mine, rounds[static_cast<std::size_t>(r)], label + " round " + std::to_string(r), arrived);
       // compute round r on the held KV while the phase is in flight
-      std::vector<token_count> origin_rows(mine.size(), 0);
       for (std::size_t mi = 0; mi < mine.size(); ++mi) {
         member_buffers& m = mine[mi];
-        const ring_schedule& s = *m.s;
-        if (r >= s.rounds()) continue;
-        const std::int32_t origin = st.backward ? s.backward[static_cast<std::size_t>(r)][static_cast<std::size_t>(m.pos)].kv_origin
-                                                : s.forward[static_cast<std::size_t>(r)][static_cast<std::size_t>(m.pos)].kv_origin;
-        const token_count n_o = s.buffer_tokens[static_cast<std::size_t>(origin)];
-        origin_rows[mi] = n_o;
+        const auto& steps = st.backward ? m.m->backward : m.m->forward;
+        if (r >= static_cast<std::int32_t>(steps.size())) continue;
+        const member_round& step = steps[static_cast<std::size_t>(r)];
         const auto* kv = m.cur.template as<std::byte>();
-        held_kv held{kv, kv + static_cast<std::size_t>(n_o) * kw_bytes, nullptr, nullptr};
+        held_kv held{kv, kv + static_cast<std::size_t>(step.kv_rows) * kw_bytes, nullptr, nullptr};
         if (st.backward) {
           auto* part = m.part.template as<float>();
-          if (n_o > 0) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(part, 0, dkv_floats(n_o) * sizeof(float), st.stream));
+          if (step.kv_rows > 0) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(part, 0, dkv_floats(step.kv_rows) * sizeof(float), st.stream));
           held.dk = part;
-          held.dv = part + static_cast<std::size_t>(n_o) * kw;
+          held.dv = part + static_cast<std::size_t>(step.kv_rows) * kw;
         }
         const auto& waves = st.backward ? pr.bwd[li][mi][static_cast<std::size_t>(r)] : pr.fwd[li][mi][static_cast<std::size_t>(r)];
         compute(st, waves, held);
       }
-      if (!all.empty()) arrived.wait_on(st.stream);
-      for (std::size_t mi = 0; mi < mine.size(); ++mi) {
-        member_buffers& m = mine[mi];
-        const ring_schedule& s = *m.s;
-        if (r >= s.rounds()) continue;
+      if (posted) arrived.wait_on(st.stream);
+      for (member_buffers& m : mine) {
+        const auto& steps = st.backward ? m.m->backward : m.m->forward;
+        if (r >= static_cast<std::int32_t>(steps.size())) continue;
         if (st.backward) {
           // the accumulator of this origin arrived during the compute: fold it in
-          if (r >= 1 && s.backward[static_cast<std::size_t>(r)][static_cast<std::size_t>(m.pos)].recv_dkv.active())
+          const member_round& step = steps[static_cast<std::size_t>(r)];
+          if (r >= 1 && step.receives_dkv)
             ZEPPELIN_CUDA_CHECK(device::add_f32(m.part.template as<float>(), m.acc.template as<float>(),
-                                                static_cast<std::int64_t>(dkv_floats(origin_rows[mi])), st.stream));
+                                                static_cast<std::int64_t>(dkv_floats(step.kv_rows)), st.stream));
           std::swap(m.done, m.part);
         }
-        if (r + 1 < s.rounds()) std::swap(m.cur, m.next);
+        if (r + 1 < static_cast<std::int32_t>(steps.size())) std::swap(m.cur, m.next);
       }
     }
     if (st.backward) {
       // the last accumulators go home
-      all.clear(), send.clear(), recv.clear();
-      for (const std::size_t i : lv.schedules) {
-        const ring_schedule& s = sched[i];
-        member_buffers* m = find(&s);
-        for (std::int32_t p = 0; p < s.size(); ++p) {
-          const dkv_return& h = s.dkv_home[static_cast<std::size_t>(p)];
-          if (h.send_dkv.active())
-            add(h.rank, h.send_dkv, dkv_floats(h.send_dkv.tokens) * sizeof(float), m && m->pos == p ? &m->done : nullptr,
-                m && h.send_dkv.peer == me ? &m->acc : nullptr);
-        }
-      }
       device::cuda_event home;
-      exchange(c, st, all, send, recv, label + " dK/dV return", home);
-      if (!all.empty()) home.wait_on(st.stream);
+      if (exchange(c, st, lv, mine, lv.dkv_return, label + " dK/dV return", home)) home.wait_on(st.stream);
       for (member_buffers& m : mine) {
-        const ring_schedule& s = *m.s;
-        const float* dkv = (s.size() > 1 ? m.acc : m.done).template as<float>();
-        const token_count own = s.buffer_tokens[static_cast<std::size_t>(m.pos)];
-        for (const group_shard& g : s.layout[static_cast<std::size_t>(m.pos)]) {
-          const auto to = static_cast<std::size_t>(host_.shard_row(me, static_cast<std::size_t>(g.shard))) * kw;
-          const auto count = static_cast<std::int64_t>(static_cast<std::size_t>(g.range.size()) * kw);
-          ZEPPELIN_CUDA_CHECK(device::add_f32(st.dk_acc.template as<float>() + to, dkv + static_cast<std::size_t>(g.row) * kw, count, st.stream));
-          ZEPPELIN_CUDA_CHECK(device::add_f32(st.dv_acc.template as<float>() + to, dkv + static_cast<std::size_t>(own + g.row) * kw,
+        const float* dkv = (m.m->size > 1 ? m.acc : m.done).template as<float>();
+        for (const row_run& g : m.m->shards) {
+          const auto to = static_cast<std::size_t>(g.rank_row) * kw;
+          const auto count = static_cast<std::int64_t>(static_cast<std::size_t>(g.rows) * kw);
+          ZEPPELIN_CUDA_CHECK(device::add_f32(st.dk_acc.template as<float>() + to, dkv + static_cast<std::size_t>(g.buffer_row) * kw,
                                               count, st.stream));
+          ZEPPELIN_CUDA_CHECK(device::add_f32(st.dv_acc.template as<float>() + to,
+                                              dkv + static_cast<std::size_t>(m.m->own_rows + g.buffer_row) * kw, count, st.stream));
         }
       }
     }
@@ -560,10 +448,11 @@ class device_attention_engine {
       for (auto* b : {&m.cur, &m.next, &m.part, &m.acc, &m.done}) b->free_on(st.stream);
   }
 
-  attention_engine<float> host_;
+  plan plan_;
+  attention_dims dims_;
   device::dtype type_;
   Transport transport_;
-  std::vector<level> levels_;
+  round_program program_;
   std::vector<rank_program> programs_;
 };
 

@@ -12,8 +12,8 @@
 // order; keep: segments that stay, source -> target; unpack: received bytes -> target rows -
 // uploads them once, runs pack + keep with copy_token_runs (vectorised) on `stream`, the
 // exchange on c.stream() (every rank builds the same transfer list from x: src-major, then
-// dst), then unpack on `stream`. Packing order equals exec/relayout.hpp's execute_remap, so a
-// host and a device rank would interoperate.
+// dst), then unpack on `stream`. The packing is exec/relayout.hpp's make_remap_packing, the one
+// execute_remap uses, so a host and a device rank would interoperate.
 // nvcc-safe; host code: links zeppelin::kernels (copy_token_runs).
 #pragma once
 
@@ -26,6 +26,7 @@
 #include <zeppelin/cuda/stream_set.hpp>
 #include <zeppelin/cuda/token_copy.hpp>
 #include <zeppelin/cuda/token_runs.hpp>
+#include <zeppelin/exec/relayout.hpp>
 #include <zeppelin/exec/transport.hpp>
 #include <zeppelin/remap/layout.hpp>
 
@@ -85,25 +86,7 @@ void execute_remap_device(C& c, const remap_plan& x, const void* source, void* t
                    "device remap: the plan and the communicator have different rank counts",
                    {{"plan_ranks", double(x.ranks.size())}, {"ranks", double(c.size())}, {"row_bytes", double(row_bytes)}});
   const rank_remap& mine = x.ranks[static_cast<std::size_t>(me)];
-  const auto n = static_cast<std::size_t>(c.size());
-  std::vector<token_count> send_rows(n, 0), recv_rows(n, 0);
-  for (const auto& s : mine.sends)
-    if (s.to != me) send_rows[static_cast<std::size_t>(s.to)] += s.range.size();
-  std::vector<const remap_segment*> incoming;
-  for (const auto& s : mine.receives)
-    if (s.from != me) {
-      recv_rows[static_cast<std::size_t>(s.from)] += s.range.size();
-      incoming.push_back(&s);
-    }
-  std::stable_sort(incoming.begin(), incoming.end(), [](const remap_segment* a, const remap_segment* b) {
-    return a->from != b->from ? a->from < b->from : a->from_offset < b->from_offset;
-  });
-  std::vector<token_count> send_at(n, 0), recv_at(n, 0);
-  token_count send_total = 0, recv_total = 0;
-  for (std::size_t p = 0; p < n; ++p) {
-    send_at[p] = send_total, send_total += send_rows[p];
-    recv_at[p] = recv_total, recv_total += recv_rows[p];
-  }
+  const remap_packing pk = make_remap_packing(x, me);
   // runs: [pack..., keep..., unpack...]; runs fuse only within a section (different buffers)
   std::vector<device::token_run> runs;
   std::size_t section = 0;
@@ -114,7 +97,7 @@ void execute_remap_device(C& c, const remap_plan& x, const void* source, void* t
       device::detail::append_run(runs, r);
     }
   };
-  std::vector<token_count> cursor(send_at);
+  std::vector<token_count> cursor(pk.send_at);
   for (const auto& s : mine.sends)
     if (s.to != me) {
       auto& at = cursor[static_cast<std::size_t>(s.to)];
@@ -126,14 +109,14 @@ void execute_remap_device(C& c, const remap_plan& x, const void* source, void* t
     if (s.to == me) append({s.from_offset, s.to_offset, s.range.size()});
   const std::size_t keep_end = section = runs.size();
   token_count at = 0;
-  for (const remap_segment* s : incoming) {
+  for (const remap_segment* s : pk.incoming) {
     append({at, s->to_offset, s->range.size()});
     at += s->range.size();
   }
   const std::span<const device::token_run> host_runs(runs);
   device::device_memory runs_dev(runs.size() * sizeof(device::token_run), stream);
-  device::device_memory out(static_cast<std::size_t>(send_total) * row_bytes, stream);
-  device::device_memory in(static_cast<std::size_t>(recv_total) * row_bytes, stream);
+  device::device_memory out(static_cast<std::size_t>(pk.send_total) * row_bytes, stream);
+  device::device_memory in(static_cast<std::size_t>(pk.recv_total) * row_bytes, stream);
   if (!runs.empty())
     ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(runs_dev.get(), runs.data(), runs.size() * sizeof(device::token_run),
                                         cudaMemcpyHostToDevice, stream));
@@ -148,8 +131,8 @@ void execute_remap_device(C& c, const remap_plan& x, const void* source, void* t
   auto* in_bytes = in.as<std::byte>();
   for (std::size_t i = 0; i < all.size(); ++i) {
     const auto b = static_cast<std::size_t>(all[i].bytes);
-    if (all[i].src == me) send[i] = {out_bytes + static_cast<std::size_t>(send_at[static_cast<std::size_t>(all[i].dst)]) * row_bytes, b};
-    if (all[i].dst == me) recv[i] = {in_bytes + static_cast<std::size_t>(recv_at[static_cast<std::size_t>(all[i].src)]) * row_bytes, b};
+    if (all[i].src == me) send[i] = {out_bytes + static_cast<std::size_t>(pk.send_at[static_cast<std::size_t>(all[i].dst)]) * row_bytes, b};
+    if (all[i].dst == me) recv[i] = {in_bytes + static_cast<std::size_t>(pk.recv_at[static_cast<std::size_t>(all[i].src)]) * row_bytes, b};
   }
   if (!all.empty()) {
     device::stream_wait(c.stream(), stream);
