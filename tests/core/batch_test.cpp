@@ -2,6 +2,8 @@
 // zeppelin::batch (core/batch.hpp): CSR offsets and totals over random batches, ids, and
 // one invalid_argument, carrying the offending number, for every kind of bad input.
 #include <catch2/catch.hpp>
+
+#include "support/expect_error.hpp"
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/random.hpp>
 
@@ -25,17 +27,7 @@ std::vector<token_count> random_lengths(zp::random_generator& rng) {
   return lengths;
 }
 
-// Throws if the call does not throw invalid_argument; returns the caught exception.
-template <class F>
-zp::invalid_argument expect_invalid(F&& f) {
-  try {
-    f();
-  } catch (const zp::invalid_argument& e) {
-    return e;
-  }
-  FAIL("expected zeppelin::invalid_argument");
-  throw;  // unreachable
-}
+using zeppelin_test::expect_invalid;
 
 }  // namespace
 

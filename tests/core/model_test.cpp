@@ -3,6 +3,8 @@
 // every preset validates and has the parameter count its name promises, GQA and MoE presets
 // say so, and each bad shape is rejected with its numbers.
 #include <catch2/catch.hpp>
+
+#include "support/expect_error.hpp"
 #include <zeppelin/core/model.hpp>
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
@@ -36,16 +38,7 @@ double parameters(const zp::model_config& m) {
   return m.layers * (attention + mlp) + 2.0 * m.vocab * h;
 }
 
-template <class F>
-zp::invalid_argument expect_invalid(F&& f) {
-  try {
-    f();
-  } catch (const zp::invalid_argument& e) {
-    return e;
-  }
-  FAIL("expected zeppelin::invalid_argument");
-  throw;
-}
+using zeppelin_test::expect_invalid;
 
 zp::invalid_argument expect_invalid_model(const zp::model_config& m) {
   return expect_invalid([&] { zp::validate(m); });

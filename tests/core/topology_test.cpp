@@ -3,6 +3,8 @@
 // the rank/node/GPU/NIC maps are consistent over random shapes and NIC maps, the presets
 // state the facts of the papers, and every bad figure is rejected with its number.
 #include <catch2/catch.hpp>
+
+#include "support/expect_error.hpp"
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/topology_presets.hpp>
@@ -37,16 +39,7 @@ std::vector<int> random_nic_map(zp::random_generator& rng, int gpus, int nics) {
   return map;
 }
 
-template <class F>
-zp::invalid_argument expect_invalid(F&& f) {
-  try {
-    f();
-  } catch (const zp::invalid_argument& e) {
-    return e;
-  }
-  FAIL("expected zeppelin::invalid_argument");
-  throw;
-}
+using zeppelin_test::expect_invalid;
 
 zp::invalid_argument expect_invalid_config(const zp::topology_config& c) {
   return expect_invalid([&] { (void)zp::topology(c); });

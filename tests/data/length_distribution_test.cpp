@@ -1,6 +1,8 @@
 // Tests of data/length_distribution.hpp: validation, normalisation, exact moments,
 // bin lookup, conditioning, and the statistics of draws.
 #include <catch2/catch.hpp>
+
+#include "support/expect_error.hpp"
 #include <zeppelin/data/length_distribution.hpp>
 
 #include <cmath>
@@ -15,16 +17,7 @@ using zeppelin::token_count;
 
 namespace {
 
-template <class F>
-zeppelin::invalid_argument expect_invalid(F&& f) {
-  try {
-    f();
-  } catch (const zeppelin::invalid_argument& e) {
-    return e;
-  }
-  FAIL("expected zeppelin::invalid_argument");
-  throw;  // unreachable
-}
+using zeppelin_test::expect_invalid;
 
 }  // namespace
 
