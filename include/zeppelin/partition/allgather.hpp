@@ -35,19 +35,13 @@ struct allgather {
   std::int32_t cp_size = 0;
 
   [[nodiscard]] plan partition(const batch& b, const topology& t) const {
-    detail::check_input(b, t, capacity, name);
-    const detail::cp_assignment a = detail::assign_cp_groups(b, t, cp_size, capacity, name);
-    detail::plan_builder out(name, t, capacity);
-    std::size_t most = 0;
-    for (const auto& seqs : a.sequences) most = std::max(most, seqs.size());
-    out.reserve(2 * most);
-    for (std::size_t g = 0; g < a.groups.size(); ++g) {
-      const group_index id = out.group_for(a.groups[g]);
-      detail::zigzag_dealer dealer(static_cast<std::int32_t>(a.groups[g].size()));
-      for (const sequence_index s : a.sequences[g]) out.add_zigzag(s, b.length(s), a.groups[g], id, 0, dealer.next(b.length(s)));
-    }
-    out.require_capacity();
-    return std::move(out).finish();
+    return detail::partition_over_cp_groups(
+        name, b, t, capacity, cp_size, 2,
+        [&](detail::plan_builder& out, const std::vector<rank_index>& ranks, group_index id,
+            const std::vector<sequence_index>& seqs) {
+          detail::zigzag_dealer dealer(static_cast<std::int32_t>(ranks.size()));
+          for (const sequence_index s : seqs) out.add_zigzag(s, b.length(s), ranks, id, 0, dealer.next(b.length(s)));
+        });
   }
   friend bool operator==(const allgather&, const allgather&) = default;
 };

@@ -31,36 +31,29 @@ struct per_document {
   std::int32_t cp_size = 0;
 
   [[nodiscard]] plan partition(const batch& b, const topology& t) const {
-    detail::check_input(b, t, capacity, name);
-    const detail::cp_assignment a = detail::assign_cp_groups(b, t, cp_size, capacity, name);
-    detail::plan_builder out(name, t, capacity);
-    std::size_t most = 0;
-    for (const auto& seqs : a.sequences) most = std::max(most, seqs.size());
-    out.reserve(3 * most);
-    const token_count C = a.cp_size;
-    for (std::size_t g = 0; g < a.groups.size(); ++g) {
-      const auto& ranks = a.groups[g];
-      const group_index id = out.group_for(ranks);
-      token_count counter = 0;  // the round-robin dealer of tail tokens
-      for (const sequence_index s : a.sequences[g]) {
-        const token_count len = b.length(s), chunk = len / (2 * C), body = chunk * 2 * C;
-        if (chunk > 0)
-          for (token_count i = 0; i < C; ++i) {
-            const token_range head{i * chunk, (i + 1) * chunk}, tail{(2 * C - 1 - i) * chunk, (2 * C - i) * chunk};
-            const rank_index r = ranks[static_cast<std::size_t>(i)];
-            if (head.end == tail.begin) {
-              out.add_range(r, s, {head.begin, tail.end}, id);
-            } else {
-              out.add_range(r, s, head, id);
-              out.add_range(r, s, tail, id);
-            }
+    return detail::partition_over_cp_groups(
+        name, b, t, capacity, cp_size, 3,
+        [&](detail::plan_builder& out, const std::vector<rank_index>& ranks, group_index id,
+            const std::vector<sequence_index>& seqs) {
+          const auto C = static_cast<token_count>(ranks.size());
+          token_count counter = 0;  // the round-robin dealer of tail tokens
+          for (const sequence_index s : seqs) {
+            const token_count len = b.length(s), chunk = len / (2 * C), body = chunk * 2 * C;
+            if (chunk > 0)
+              for (token_count i = 0; i < C; ++i) {
+                const token_range head{i * chunk, (i + 1) * chunk}, tail{(2 * C - 1 - i) * chunk, (2 * C - i) * chunk};
+                const rank_index r = ranks[static_cast<std::size_t>(i)];
+                if (head.end == tail.begin) {
+                  out.add_range(r, s, {head.begin, tail.end}, id);
+                } else {
+                  out.add_range(r, s, head, id);
+                  out.add_range(r, s, tail, id);
+                }
+              }
+            for (token_count p = body; p < len; ++p, ++counter)
+              out.add_range(ranks[static_cast<std::size_t>(counter % C)], s, {p, p + 1}, id);
           }
-        for (token_count p = body; p < len; ++p, ++counter)
-          out.add_range(ranks[static_cast<std::size_t>(counter % C)], s, {p, p + 1}, id);
-      }
-    }
-    out.require_capacity();
-    return std::move(out).finish();
+        });
   }
   friend bool operator==(const per_document&, const per_document&) = default;
 };
