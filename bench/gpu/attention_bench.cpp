@@ -215,25 +215,14 @@ int main(int argc, char** argv) try {
       pre.head_dim = opt.head_dim;
       pre.type = opt.type;
       dev::attention_backward_params b;
-      b.q = q.ptr;
-      b.k = k.ptr;
-      b.v = v.ptr;
+      static_cast<dev::attention_blocks&>(b) = f;  // same inputs and block list as the forward
       b.dout = d_o.ptr;
       b.lse = lse.as<float>();
       b.delta = delta.as<float>();
       b.dq_accum = dq_accum.as<float>();
       b.dk = dk.ptr;
       b.dv = dv.ptr;
-      b.cu_seqlens_q = b.cu_seqlens_k = cu_d.as<std::int32_t>();
-      b.mask = zeppelin::block_mask::causal;
-      b.num_blocks = f.num_blocks;
-      b.heads = opt.heads;
-      b.kv_heads = opt.kv_heads;
-      b.head_dim = opt.head_dim;
       b.max_seqlen_k = max_len;
-      b.total_q = total;
-      b.softmax_scale = scale;
-      b.type = opt.type;
       dev::validate(pre);
       dev::validate(b);
       const auto backward = [&] {

@@ -91,8 +91,9 @@ struct device_case {
     }
   }
 
-  zeppelin::device::attention_forward_params forward_params(const attention_case& c) const {
-    zeppelin::device::attention_forward_params p;
+  //! The inputs and block list both passes use.
+  zeppelin::device::attention_blocks blocks(const attention_case& c) const {
+    zeppelin::device::attention_blocks p;
     p.q = q.get();
     p.k = k.get();
     p.v = v.get();
@@ -105,32 +106,24 @@ struct device_case {
     p.heads = c.problem.heads;
     p.kv_heads = c.problem.kv_heads;
     p.head_dim = c.problem.head_dim;
-    p.max_seqlen_q = max_q;
     p.total_q = c.problem.total_q();
     p.softmax_scale = static_cast<float>(c.problem.scale);
     p.type = c.type;
     return p;
   }
 
+  zeppelin::device::attention_forward_params forward_params(const attention_case& c) const {
+    zeppelin::device::attention_forward_params p;
+    static_cast<zeppelin::device::attention_blocks&>(p) = blocks(c);
+    p.max_seqlen_q = max_q;
+    return p;
+  }
+
   zeppelin::device::attention_backward_params backward_params(const attention_case& c) const {
     zeppelin::device::attention_backward_params p;
-    p.q = q.get();
-    p.k = k.get();
-    p.v = v.get();
+    static_cast<zeppelin::device::attention_blocks&>(p) = blocks(c);
     p.dout = dout.get();
-    p.cu_seqlens_q = cu_q.get();
-    p.cu_seqlens_k = cu_k.get();
-    p.q_offset = q_offset.get();
-    p.k_offset = k_offset.get();
-    p.masks = masks.get();
-    p.num_blocks = c.problem.blocks();
-    p.heads = c.problem.heads;
-    p.kv_heads = c.problem.kv_heads;
-    p.head_dim = c.problem.head_dim;
     p.max_seqlen_k = max_k;
-    p.total_q = c.problem.total_q();
-    p.softmax_scale = static_cast<float>(c.problem.scale);
-    p.type = c.type;
     return p;
   }
 };

@@ -270,27 +270,34 @@ TEST_CASE("two KV chunks merged by LSE equal one launch; their backward sums to 
   std::vector<float> minus_inf(static_cast<std::size_t>(heads) * L, -std::numeric_limits<float>::infinity());
   lse_acc.upload(minus_inf);
 
+  // One block: all L queries against the keys from key0 on (a ring round's KV chunk).
+  const auto chunk_blocks = [&](const device_buffer<std::int32_t>& cu_k, const device_buffer<std::int64_t>& k_pos,
+                                std::size_t key0) {
+    dev::attention_blocks blocks;
+    blocks.q = q.get();
+    blocks.k = k.get() + key0 * kv_row;
+    blocks.v = v.get() + key0 * kv_row;
+    blocks.cu_seqlens_q = cu_q.get();
+    blocks.cu_seqlens_k = cu_k.get();
+    blocks.q_offset = q_pos.get();
+    blocks.k_offset = k_pos.get();
+    blocks.mask = block_mask::causal;
+    blocks.num_blocks = 1;
+    blocks.heads = heads;
+    blocks.kv_heads = kv_heads;
+    blocks.head_dim = head_dim;
+    blocks.total_q = L;
+    blocks.softmax_scale = static_cast<float>(p.scale);
+    blocks.type = type;
+    return blocks;
+  };
   const auto chunk_forward = [&](const device_buffer<std::int32_t>& cu_k, const device_buffer<std::int64_t>& k_pos,
                                  std::size_t key0) {
     dev::attention_forward_params f;
-    f.q = q.get();
-    f.k = k.get() + key0 * kv_row;
-    f.v = v.get() + key0 * kv_row;
+    static_cast<dev::attention_blocks&>(f) = chunk_blocks(cu_k, k_pos, key0);
     f.o_f32 = o_part.get();
     f.lse = lse_part.get();
-    f.cu_seqlens_q = cu_q.get();
-    f.cu_seqlens_k = cu_k.get();
-    f.q_offset = q_pos.get();
-    f.k_offset = k_pos.get();
-    f.mask = block_mask::causal;
-    f.num_blocks = 1;
-    f.heads = heads;
-    f.kv_heads = kv_heads;
-    f.head_dim = head_dim;
     f.max_seqlen_q = L;
-    f.total_q = L;
-    f.softmax_scale = static_cast<float>(p.scale);
-    f.type = type;
     ZEPPELIN_CUDA_CHECK(dev::attention_forward(f, nullptr));
     dev::lse_merge_params m;
     m.o_acc = o_acc.get();
@@ -335,28 +342,14 @@ TEST_CASE("two KV chunks merged by LSE equal one launch; their backward sums to 
   const auto chunk_backward = [&](const device_buffer<std::int32_t>& cu_k, const device_buffer<std::int64_t>& k_pos,
                                   std::size_t key0, int keys) {
     dev::attention_backward_params b;
-    b.q = q.get();
-    b.k = k.get() + key0 * kv_row;
-    b.v = v.get() + key0 * kv_row;
+    static_cast<dev::attention_blocks&>(b) = chunk_blocks(cu_k, k_pos, key0);
     b.dout = dout.get();
     b.lse = lse_acc.get();
     b.delta = delta.get();
     b.dq_accum = dq.get();
     b.dk_accum = dk.get() + key0 * kv_row;
     b.dv_accum = dv.get() + key0 * kv_row;
-    b.cu_seqlens_q = cu_q.get();
-    b.cu_seqlens_k = cu_k.get();
-    b.q_offset = q_pos.get();
-    b.k_offset = k_pos.get();
-    b.mask = block_mask::causal;
-    b.num_blocks = 1;
-    b.heads = heads;
-    b.kv_heads = kv_heads;
-    b.head_dim = head_dim;
     b.max_seqlen_k = keys;
-    b.total_q = L;
-    b.softmax_scale = static_cast<float>(p.scale);
-    b.type = type;
     ZEPPELIN_CUDA_CHECK(dev::attention_backward(b, nullptr));
   };
   chunk_backward(cu_k0, k_pos0, 0, cut);

@@ -71,15 +71,10 @@ inline gpu_problem make_gpu_problem(const batch& b, attention_dims dims, std::ui
   pp.heads = dims.heads, pp.head_dim = dims.head_dim, pp.type = g.type;
   ZEPPELIN_CUDA_CHECK(device::attention_backward_preprocess(pp, nullptr));
   device::attention_backward_params bp;
-  bp.q = q.get(), bp.k = k.get(), bp.v = v.get(), bp.dout = d_o.get(), bp.lse = lse.get(), bp.delta = delta.get();
+  static_cast<device::attention_blocks&>(bp) = f;  // same inputs and block list as the forward
+  bp.dout = d_o.get(), bp.lse = lse.get(), bp.delta = delta.get();
   bp.dq_accum = dq.get(), bp.dk_accum = dk.get(), bp.dv_accum = dv.get();
-  bp.cu_seqlens_q = cu_dev.get(), bp.cu_seqlens_k = cu_dev.get();
-  bp.mask = block_mask::causal;
-  bp.num_blocks = b.size(), bp.heads = dims.heads, bp.kv_heads = dims.kv_heads, bp.head_dim = dims.head_dim;
   bp.max_seqlen_k = static_cast<std::int32_t>(b.max_length());
-  bp.total_q = static_cast<std::int64_t>(T);
-  bp.softmax_scale = f.softmax_scale;
-  bp.type = g.type;
   ZEPPELIN_CUDA_CHECK(device::attention_backward(bp, nullptr));
   ZEPPELIN_CUDA_CHECK(cudaDeviceSynchronize());
   const auto o_bits = o.download();

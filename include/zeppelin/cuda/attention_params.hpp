@@ -34,14 +34,14 @@
 ZEPPELIN_NAMESPACE_BEGIN
 namespace device {
 
-//! Forward pass of a batch of attention blocks.
-struct attention_forward_params {
+//! What forward and backward launches share: the inputs and the CSR list of blocks. Block b
+//! is queries [cu_seqlens_q[b], cu_seqlens_q[b+1]) against keys [cu_seqlens_k[b],
+//! cu_seqlens_k[b+1]), at sequence positions starting at q_offset[b] / k_offset[b], under
+//! masks[b]. Rows of Q index [0, total_q); LSE-like outputs use rows of lse_stride elements.
+struct attention_blocks {
   const void* q = nullptr;  //!< [total_q][heads][head_dim], `type`
   const void* k = nullptr;  //!< [total_k][kv_heads][head_dim], `type`
   const void* v = nullptr;  //!< [total_k][kv_heads][head_dim], `type`
-  void* o = nullptr;        //!< [total_q][heads][head_dim], `type`; nullptr = do not write
-  float* o_f32 = nullptr;   //!< [total_q][heads][head_dim], fp32; nullptr = do not write
-  float* lse = nullptr;     //!< [heads][lse_stride], natural log; nullptr = do not write
   const std::int32_t* cu_seqlens_q = nullptr;  //!< [num_blocks + 1], device memory
   const std::int32_t* cu_seqlens_k = nullptr;  //!< [num_blocks + 1], device memory
   const std::int64_t* q_offset = nullptr;      //!< [num_blocks] first query position; nullptr = 0
@@ -52,11 +52,18 @@ struct attention_forward_params {
   std::int32_t heads = 0;
   std::int32_t kv_heads = 0;
   std::int32_t head_dim = 0;
-  std::int32_t max_seqlen_q = 0;  //!< >= every block's query count (sizes the grid)
   std::int64_t total_q = 0;       //!< rows of Q (cu_seqlens_q[num_blocks] <= total_q)
   std::int64_t lse_stride = 0;    //!< elements between two heads' LSE rows; 0 = total_q
   float softmax_scale = 0.0f;     //!< usually 1 / sqrt(head_dim)
   dtype type = dtype::bf16;
+};
+
+//! Forward pass of a batch of attention blocks.
+struct attention_forward_params : attention_blocks {
+  void* o = nullptr;        //!< [total_q][heads][head_dim], `type`; nullptr = do not write
+  float* o_f32 = nullptr;   //!< [total_q][heads][head_dim], fp32; nullptr = do not write
+  float* lse = nullptr;     //!< [heads][lse_stride], natural log; nullptr = do not write
+  std::int32_t max_seqlen_q = 0;  //!< >= every block's query count (sizes the grid)
 };
 
 //! delta[h][row] = sum_d dO[row][h][d] * O[row][h][d] (fp32), the backward's row term. O and
@@ -81,11 +88,8 @@ struct attention_preprocess_params {
 //!                               head of the GQA group, so no atomics and a fixed order)
 //!   dk, dv  (`type`, overwritten) when non-null, instead of or besides the fp32 accumulators.
 //! Key rows of distinct blocks must not overlap (true for any CSR cu_seqlens_k).
-struct attention_backward_params {
-  const void* q = nullptr;     //!< [total_q][heads][head_dim]
-  const void* k = nullptr;     //!< [total_k][kv_heads][head_dim]
-  const void* v = nullptr;     //!< [total_k][kv_heads][head_dim]
-  const void* dout = nullptr;  //!< [total_q][heads][head_dim] (gradient of the global O)
+struct attention_backward_params : attention_blocks {
+  const void* dout = nullptr;    //!< [total_q][heads][head_dim] (gradient of the global O)
   const float* lse = nullptr;    //!< [heads][lse_stride], global LSE (natural log)
   const float* delta = nullptr;  //!< [heads][lse_stride], from attention_backward_preprocess
   float* dq_accum = nullptr;     //!< [total_q][heads][head_dim] fp32, accumulated (+=)
@@ -93,21 +97,7 @@ struct attention_backward_params {
   float* dv_accum = nullptr;     //!< [total_k][kv_heads][head_dim] fp32, accumulated; nullptr = skip
   void* dk = nullptr;            //!< [total_k][kv_heads][head_dim], `type`, overwritten; nullptr = skip
   void* dv = nullptr;            //!< [total_k][kv_heads][head_dim], `type`, overwritten; nullptr = skip
-  const std::int32_t* cu_seqlens_q = nullptr;
-  const std::int32_t* cu_seqlens_k = nullptr;
-  const std::int64_t* q_offset = nullptr;
-  const std::int64_t* k_offset = nullptr;
-  const block_mask* masks = nullptr;
-  block_mask mask = block_mask::causal;
-  std::int32_t num_blocks = 0;
-  std::int32_t heads = 0;
-  std::int32_t kv_heads = 0;
-  std::int32_t head_dim = 0;
   std::int32_t max_seqlen_k = 0;  //!< >= every block's key count (sizes the grid)
-  std::int64_t total_q = 0;
-  std::int64_t lse_stride = 0;    //!< for lse and delta; 0 = total_q
-  float softmax_scale = 0.0f;
-  dtype type = dtype::bf16;
 };
 
 namespace detail {
@@ -125,21 +115,20 @@ inline constexpr std::int32_t max_grid_yz = 65535;
 // Positions are compared in 32-bit arithmetic after clamping the offset difference.
 inline constexpr std::int64_t max_block_length = std::int64_t{1} << 30;
 
-inline param_problem check_common(const void* q, const void* k, const void* v, const std::int32_t* cu_q,
-                                  const std::int32_t* cu_k, std::int32_t num_blocks, std::int32_t heads,
-                                  std::int32_t kv_heads, std::int32_t head_dim, std::int32_t max_seqlen,
-                                  std::int64_t total_q, float scale, dtype type) noexcept {
-  if (!is_supported_head_dim(head_dim)) return {"no attention kernel for this head dim (64, 128)", "head_dim", double(head_dim)};
-  if (type != dtype::bf16 && type != dtype::fp16) return {"unknown dtype", "dtype", double(static_cast<int>(type))};
-  if (num_blocks < 0 || num_blocks > max_grid_yz) return {"block count out of [0, 65535]", "num_blocks", double(num_blocks)};
-  if (heads <= 0 || heads > max_grid_yz) return {"head count out of [1, 65535]", "heads", double(heads)};
-  if (kv_heads <= 0 || heads % kv_heads != 0) return {"kv_heads must divide heads", "kv_heads", double(kv_heads)};
+//! Preconditions shared by forward and backward launches; max_seqlen sizes the grid.
+inline param_problem check_blocks(const attention_blocks& b, std::int32_t max_seqlen) noexcept {
+  if (!is_supported_head_dim(b.head_dim)) return {"no attention kernel for this head dim (64, 128)", "head_dim", double(b.head_dim)};
+  if (b.type != dtype::bf16 && b.type != dtype::fp16) return {"unknown dtype", "dtype", double(static_cast<int>(b.type))};
+  if (b.num_blocks < 0 || b.num_blocks > max_grid_yz) return {"block count out of [0, 65535]", "num_blocks", double(b.num_blocks)};
+  if (b.heads <= 0 || b.heads > max_grid_yz) return {"head count out of [1, 65535]", "heads", double(b.heads)};
+  if (b.kv_heads <= 0 || b.heads % b.kv_heads != 0) return {"kv_heads must divide heads", "kv_heads", double(b.kv_heads)};
   if (max_seqlen < 0 || max_seqlen >= max_block_length) return {"max sequence length out of [0, 2^30)", "max_seqlen", double(max_seqlen)};
-  if (total_q < 0) return {"negative total_q", "total_q", double(total_q)};
-  if (!(scale > 0.0f) || scale != scale) return {"softmax_scale must be positive and finite", "softmax_scale", double(scale)};
-  if (num_blocks > 0 && (q == nullptr || k == nullptr || v == nullptr || cu_q == nullptr || cu_k == nullptr))
-    return {"null q, k, v or cu_seqlens pointer", "num_blocks", double(num_blocks)};
-  for (const void* ptr : {q, k, v})  // cp.async moves 16-byte chunks
+  if (b.total_q < 0) return {"negative total_q", "total_q", double(b.total_q)};
+  if (!(b.softmax_scale > 0.0f) || b.softmax_scale != b.softmax_scale)
+    return {"softmax_scale must be positive and finite", "softmax_scale", double(b.softmax_scale)};
+  if (b.num_blocks > 0 && (b.q == nullptr || b.k == nullptr || b.v == nullptr || b.cu_seqlens_q == nullptr || b.cu_seqlens_k == nullptr))
+    return {"null q, k, v or cu_seqlens pointer", "num_blocks", double(b.num_blocks)};
+  for (const void* ptr : {b.q, b.k, b.v})  // cp.async moves 16-byte chunks
     if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
       return {"q, k and v must be 16-byte aligned", "address", double(reinterpret_cast<std::uintptr_t>(ptr) % 16)};
   return {};
@@ -149,8 +138,7 @@ inline param_problem check_common(const void* q, const void* k, const void* v, c
 
 //! First broken precondition of a forward launch (no throw); see validate().
 [[nodiscard]] inline detail::param_problem check(const attention_forward_params& p) noexcept {
-  if (auto problem = detail::check_common(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, p.num_blocks, p.heads, p.kv_heads,
-                                          p.head_dim, p.max_seqlen_q, p.total_q, p.softmax_scale, p.type))
+  if (auto problem = detail::check_blocks(p, p.max_seqlen_q))
     return problem;
   if (p.lse != nullptr && p.lse_stride != 0 && p.lse_stride < p.total_q)
     return {"lse_stride smaller than total_q", "lse_stride", double(p.lse_stride)};
@@ -159,8 +147,7 @@ inline param_problem check_common(const void* q, const void* k, const void* v, c
 
 //! First broken precondition of a backward launch (no throw); see validate().
 [[nodiscard]] inline detail::param_problem check(const attention_backward_params& p) noexcept {
-  if (auto problem = detail::check_common(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, p.num_blocks, p.heads, p.kv_heads,
-                                          p.head_dim, p.max_seqlen_k, p.total_q, p.softmax_scale, p.type))
+  if (auto problem = detail::check_blocks(p, p.max_seqlen_k))
     return problem;
   if (p.num_blocks > 0 && (p.dout == nullptr || p.lse == nullptr || p.delta == nullptr || p.dq_accum == nullptr))
     return {"null dout, lse, delta or dq_accum pointer", "num_blocks", double(p.num_blocks)};

@@ -276,7 +276,7 @@ class device_attention_engine {
     const auto* base = st.desc.template as<std::byte>();
     for (const device::block_wave& w : waves) {
       // the fields both kernels share: the wave's CSR descriptors, shapes, the held KV
-      const auto csr = [&](auto& p) {
+      const auto csr = [&](device::attention_blocks& p) {
         p.q = st.q, p.k = kv.k, p.v = kv.v;
         p.cu_seqlens_q = reinterpret_cast<const std::int32_t*>(base + w.cu_q);
         p.cu_seqlens_k = reinterpret_cast<const std::int32_t*>(base + w.cu_k);
