@@ -4,6 +4,8 @@
 // serialiser), equal inputs -> equal hashes, every single-field change -> a different hash,
 // notes ignored, and golden values that must not drift between machines or releases.
 #include <catch2/catch.hpp>
+
+#include "support/sample_plan.hpp"
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/random.hpp>
 
@@ -208,21 +210,7 @@ bool mutate_one(zp::random_generator& rng, zp::plan& p, int kind) {
 }
 constexpr int mutation_kinds = 24;
 
-zp::plan fixed_plan() {
-  zp::plan p;
-  p.method = "hierarchical";
-  p.nodes = 2;
-  p.gpus_per_node = 2;
-  p.capacity = 6;
-  p.groups = {{0, zp::zone_kind::inter_node, {0, 2}}, {1, zp::zone_kind::intra_node, {2, 3}}};
-  p.placements = {
-      {{{0, {0, 4}, 0, 0}}},
-      {{{1, {0, 3}, zp::no_group, 0}}},
-      {{{0, {4, 8}, 0, 0}, {2, {0, 2}, 1, 0}}},
-      {{{2, {2, 4}, 1, 0}}},
-  };
-  return p;
-}
+using zeppelin_test::sample_plan;
 
 }  // namespace
 
@@ -318,7 +306,7 @@ TEST_CASE("distinct plans get distinct fingerprints", "[core][fingerprint]") {
 
 TEST_CASE("golden plan fingerprint", "[core][fingerprint]") {
   // Computed once; a change means ranks built by different versions would disagree.
-  const zp::plan p = fixed_plan();
+  const zp::plan p = sample_plan();
   CHECK(zp::fingerprint(p) == fnv1a(encode(p)));
   CHECK(zp::fingerprint(p) == 0xf864e5d199d409ecull);
   CHECK(zp::fingerprint(zp::plan{}) == 0xa09d945a1cd8d6e5ull);

@@ -4,6 +4,8 @@
 // them, capacity >= the largest load) must pass; then one mutation of each kind is applied
 // to a copy and exactly that kind of violation must be reported (and thrown by validate()).
 #include <catch2/catch.hpp>
+
+#include "support/sample_plan.hpp"
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/validate.hpp>
 
@@ -473,18 +475,7 @@ TEST_CASE("a hand-built plan and its violations", "[core][validate]") {
   // of ranks 2 and 3.
   const zp::topology t = make_topology(2, 2);
   const zp::batch b({8, 3, 4});
-  zp::plan p;
-  p.method = "manual";
-  p.nodes = 2;
-  p.gpus_per_node = 2;
-  p.capacity = 6;
-  p.groups = {{0, zp::zone_kind::inter_node, {0, 2}}, {1, zp::zone_kind::intra_node, {2, 3}}};
-  p.placements = {
-      {{{0, {0, 4}, 0, 0}}},
-      {{{1, {0, 3}, zp::no_group, 0}}},
-      {{{0, {4, 8}, 0, 0}, {2, {0, 2}, 1, 0}}},
-      {{{2, {2, 4}, 1, 0}}},
-  };
+  zp::plan p = zeppelin_test::sample_plan();
   CHECK(zp::find_violations(p, b, t).empty());
   CHECK_NOTHROW(zp::validate(p, b, t));
 
