@@ -7,7 +7,7 @@
 // Out: --json prints
 //        {"method", "topology":{"nodes","gpus_per_node"}, "capacity", "micro_batches",
 //         "ranks":[{"rank","node","shards":[{"seq","begin","end","group","micro_batch"}]}],
-//         "groups":[{"id","zone":"local|intra|inter","ranks":[...]}], "notes":[...]}
+//         "groups":[{"id","zone":"local|intra|inter","collective":"ring|all_gather","ranks":[...]}], "notes":[...]}
 //      (seq indexes the lengths file; "group" is null for a sequence held by one rank);
 //      otherwise a per-rank summary: tokens, causal pairs, tokens per zone, cross-node KV
 //      tokens sent per forward pass (partition/plan_stats.hpp), then the totals and notes.
@@ -72,7 +72,10 @@ nlohmann::ordered_json to_json(const zeppelin::plan& p) {
   }
   json groups = json::array();
   for (const auto& g : p.groups)
-    groups.push_back({{"id", g.id}, {"zone", std::string(zeppelin::to_string(g.zone))}, {"ranks", g.ranks}});
+    groups.push_back({{"id", g.id},
+                      {"zone", std::string(zeppelin::to_string(g.zone))},
+                      {"collective", std::string(zeppelin::to_string(g.collective))},
+                      {"ranks", g.ranks}});
   return {{"method", p.method},
           {"topology", {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}}},
           {"capacity", p.capacity},

@@ -60,6 +60,7 @@ std::string encode(const zp::plan& p) {
   for (const auto& g : p.groups) {
     put(out, g.id);
     put(out, static_cast<std::int64_t>(g.zone));
+    put(out, static_cast<std::int64_t>(g.collective));
     put(out, static_cast<std::int64_t>(g.ranks.size()));
     for (auto r : g.ranks) put(out, r);
   }
@@ -167,11 +168,12 @@ bool mutate_one(zp::random_generator& rng, zp::plan& p, int kind) {
         }
       return false;
     }
-    case 16: case 17: {  // a group's id or zone
+    case 16: case 17: {  // a group's id, zone or collective
       if (p.groups.empty()) return false;
       auto& g = p.groups[random_index(p.groups.size())];
       if (kind == 16) g.id += nonzero_delta<std::int32_t>(rng);
-      else g.zone = static_cast<zp::zone_kind>((static_cast<int>(g.zone) + pick(rng, 1, 2)) % 3);
+      else if (rng.below(2) == 0) g.zone = static_cast<zp::zone_kind>((static_cast<int>(g.zone) + pick(rng, 1, 2)) % 3);
+      else g.collective = g.collective == zp::collective_kind::ring ? zp::collective_kind::all_gather : zp::collective_kind::ring;
       return true;
     }
     case 18: case 19: case 20: {  // a group's ranks: add one, change one, drop one
@@ -308,7 +310,7 @@ TEST_CASE("golden plan fingerprint", "[core][fingerprint]") {
   // Computed once; a change means ranks built by different versions would disagree.
   const zp::plan p = sample_plan();
   CHECK(zp::fingerprint(p) == fnv1a(encode(p)));
-  CHECK(zp::fingerprint(p) == 0xf864e5d199d409ecull);
+  CHECK(zp::fingerprint(p) == 0xd8f402965d69a9acull);
   CHECK(zp::fingerprint(zp::plan{}) == 0xa09d945a1cd8d6e5ull);
 }
 

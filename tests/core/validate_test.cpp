@@ -34,6 +34,7 @@ const char* name(violation_kind k) {
     case violation_kind::group_id_mismatch: return "group_id_mismatch";
     case violation_kind::group_ranks_invalid: return "group_ranks_invalid";
     case violation_kind::group_zone_mismatch: return "group_zone_mismatch";
+    case violation_kind::group_collective_unknown: return "group_collective_unknown";
     case violation_kind::group_unknown: return "group_unknown";
     case violation_kind::group_membership: return "group_membership";
     case violation_kind::sequence_group_inconsistent: return "sequence_group_inconsistent";
@@ -215,6 +216,7 @@ enum class mutation {
   zone_intra_across_nodes,
   zone_inter_one_node,
   zone_flipped,
+  unknown_collective,
   unknown_group,
   rank_not_in_group,
   split_without_group,
@@ -379,6 +381,13 @@ bool mutate_and_check(zp::random_generator& rng, const instance& x, mutation m) 
                    ? (rng.below(2) == 0 ? zp::zone_kind::intra_node : zp::zone_kind::local)
                    : (rng.below(2) == 0 ? zp::zone_kind::intra_node : zp::zone_kind::inter_node);
       REQUIRE(require_only(x, p, violation_kind::group_zone_mismatch).size() == 1);
+      return true;
+    }
+    case mutation::unknown_collective: {  // a group names a collective outside the enum
+      if (G == 0) return false;
+      auto& g = p.groups[static_cast<std::size_t>(rng.below(static_cast<std::uint64_t>(G)))];
+      g.collective = static_cast<zp::collective_kind>(2 + rng.below(200));
+      REQUIRE(require_only(x, p, violation_kind::group_collective_unknown).size() == 1);
       return true;
     }
     case mutation::unknown_group: {  // every shard of one sequence names a missing group

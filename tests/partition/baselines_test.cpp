@@ -48,6 +48,9 @@ TEST_CASE("even_split and allgather handle lengths not divisible by 2G without p
     CHECK(p.groups[0].ranks == std::vector<rank_index>{0, 1, 2, 3, 4, 5});
   }
   CHECK(allgather{.capacity = 40}.partition(b, t).method == "allgather");
+  // the collective is data on the group, set by the partitioner
+  CHECK(even_split{.capacity = 40}.partition(b, t).groups[0].collective == collective_kind::ring);
+  CHECK(allgather{.capacity = 40}.partition(b, t).groups[0].collective == collective_kind::all_gather);
 }
 
 TEST_CASE("allgather with CP groups smaller than the cluster", "[partition][allgather]") {
@@ -58,6 +61,7 @@ TEST_CASE("allgather with CP groups smaller than the cluster", "[partition][allg
   REQUIRE(p.groups.size() == 2);
   CHECK(p.groups[0].ranks == std::vector<rank_index>{0, 1, 2, 3});
   CHECK(p.groups[1].ranks == std::vector<rank_index>{4, 5, 6, 7});
+  for (const ring_group& g : p.groups) CHECK(g.collective == collective_kind::all_gather);
   for (const auto& g : p.groups) CHECK(g.zone == zone_kind::intra_node);
   // LPT by causal pairs: 4000 -> g0, 3000 -> g1, 1000 -> g1, 1000 -> g1, 500 -> g1 (g1 stays lighter in pairs)
   const auto stats = compute_stats(p, b, t);

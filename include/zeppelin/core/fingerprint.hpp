@@ -61,6 +61,7 @@ class fnv1a_hasher {
   for (const auto& g : p.groups) {
     h.add(g.id);
     h.add(static_cast<std::int64_t>(g.zone));
+    h.add(static_cast<std::int64_t>(g.collective));
     h.add(static_cast<std::int64_t>(g.ranks.size()));
     for (auto r : g.ranks) h.add(r);
   }

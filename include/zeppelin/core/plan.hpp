@@ -2,7 +2,8 @@
 // The output of a partitioner and the input of schedules, executors and the simulator:
 // which token ranges of which sequence live on which rank, in which ring group.
 //   plan.placements[r].shards : shards held by rank r, in the order the rank stores them
-//   plan.groups[g]            : ring group g (id == g), its zone and ranks in ring order
+//   plan.groups[g]            : ring group g (id == g), its zone, ranks in ring order and the
+//                               collective its members run (ring or all-gather)
 // A shard with group == no_group belongs to a sequence held entirely by one rank.
 // Plain data; validate() (core/validate.hpp) checks every invariant; fingerprint()
 // (core/fingerprint.hpp) hashes it for cross-rank checks. nvcc-safe.
@@ -34,6 +35,21 @@ enum class zone_kind : std::uint8_t {
   return "?";
 }
 
+//! How the members of a group exchange K/V for attention (Zeppelin section 3.2; the
+//! baselines' LLaMA-3 CP). A property of the group, set by the partitioner.
+enum class collective_kind : std::uint8_t {
+  ring = 0,        //!< G rounds of point-to-point K/V passing overlapped with compute (TE CP "P2P")
+  all_gather = 1,  //!< gather every member's K/V first, one attention call, reduce-scatter dK/dV
+};
+
+[[nodiscard]] constexpr std::string_view to_string(collective_kind c) noexcept {
+  switch (c) {
+    case collective_kind::ring: return "ring";
+    case collective_kind::all_gather: return "all_gather";
+  }
+  return "?";
+}
+
 using group_index = std::int32_t;
 inline constexpr group_index no_group = -1;
 
@@ -51,6 +67,7 @@ struct ring_group {
   group_index id = 0;
   zone_kind zone = zone_kind::local;
   std::vector<rank_index> ranks{};  //!< ring order: rank i sends KV to ranks[(i+1) % size]
+  collective_kind collective = collective_kind::ring;  //!< how the members exchange K/V
   friend bool operator==(const ring_group&, const ring_group&) = default;
 };
 

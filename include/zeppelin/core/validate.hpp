@@ -10,7 +10,8 @@
 //   coverage     every token of every sequence is held exactly once (no gap, no overlap)
 //   capacity     tokens per (rank, micro-batch) <= capacity
 //   groups       groups[g].id == g; ranks non-empty, in range, distinct; zone agrees with
-//                the ranks (local: one rank; intra: >= 2 ranks on one node; inter: >= 2 nodes)
+//                the ranks (local: one rank; intra: >= 2 ranks on one node; inter: >= 2 nodes);
+//                collective is ring or all_gather
 //   membership   a shard's group exists and contains the rank holding the shard
 //   consistency  a sequence held by several ranks has a group on every shard, the same one,
 //                and all of its shards in one micro-batch
@@ -42,6 +43,7 @@ enum class violation_kind : std::uint8_t {
   group_id_mismatch,
   group_ranks_invalid,
   group_zone_mismatch,
+  group_collective_unknown,
   group_unknown,
   group_membership,
   sequence_group_inconsistent,
@@ -106,6 +108,9 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
     if (!ok)
       report(violation_kind::group_zone_mismatch, "group zone does not match its ranks",
              {{"group", num(g)}, {"zone", num(static_cast<int>(grp.zone))}, {"size", num(static_cast<std::int64_t>(sorted.size()))}});
+    if (grp.collective != collective_kind::ring && grp.collective != collective_kind::all_gather)
+      report(violation_kind::group_collective_unknown, "group collective must be ring or all_gather",
+             {{"group", num(g)}, {"collective", num(static_cast<int>(grp.collective))}});
   }
   auto group_has = [&](group_index g, rank_index r) {
     const auto& rs = p.groups[static_cast<std::size_t>(g)].ranks;

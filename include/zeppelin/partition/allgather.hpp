@@ -6,8 +6,9 @@
 //   in : batch, topology, capacity L, cp_size (0: one CP group of all N * P ranks, as in the
 //        paper's baseline; else groups of cp_size consecutive ranks, data-parallel over the
 //        groups, sequences dealt by detail/cp_groups.hpp)
-//   out: the layout of even_split restricted to each CP group; plan.method "allgather" tells
-//        the executor and the simulator to all-gather instead of running a ring.
+//   out: the layout of even_split restricted to each CP group; every group's collective is
+//        collective_kind::all_gather, which tells the executors and the simulator to
+//        all-gather instead of running a ring.
 // Uneven lengths: the near-equal chunks of schedule/zigzag.hpp (no padding), the runs of
 // extra tokens rotated round-robin over each group's ring (detail::zigzag_dealer, one
 // counter per CP group across its sequences, see even_split.hpp): the ranks of a group hold
@@ -36,7 +37,7 @@ struct allgather {
 
   [[nodiscard]] plan partition(const batch& b, const topology& t) const {
     return detail::partition_over_cp_groups(
-        name, b, t, capacity, cp_size, 2,
+        name, b, t, capacity, cp_size, collective_kind::all_gather, 2,
         [&](detail::plan_builder& out, const std::vector<rank_index>& ranks, group_index id,
             const std::vector<sequence_index>& seqs) {
           detail::zigzag_dealer dealer(static_cast<std::int32_t>(ranks.size()));

@@ -32,7 +32,7 @@ struct per_document {
 
   [[nodiscard]] plan partition(const batch& b, const topology& t) const {
     return detail::partition_over_cp_groups(
-        name, b, t, capacity, cp_size, 3,
+        name, b, t, capacity, cp_size, collective_kind::ring, 3,
         [&](detail::plan_builder& out, const std::vector<rank_index>& ranks, group_index id,
             const std::vector<sequence_index>& seqs) {
           const auto C = static_cast<token_count>(ranks.size());

@@ -75,11 +75,12 @@ inline cp_assignment assign_cp_groups(const batch& b, const topology& t, std::in
 
 //! The frame of the CP-group partitioners (allgather, per_document): checks the input, deals
 //! the sequences to CP groups, calls lay_out(builder, group_ranks, group_id, sequences) once
-//! per group to place that group's sequences, checks capacity and returns the plan.
-//! ranges_per_sequence sizes the builder's reservation (ranges a sequence adds per rank).
+//! per group to place that group's sequences, checks capacity and returns the plan. Every
+//! group runs `collective`; ranges_per_sequence sizes the builder's reservation (ranges a
+//! sequence adds per rank).
 template <class LayOut>
 [[nodiscard]] plan partition_over_cp_groups(std::string_view name, const batch& b, const topology& t,
-                                            token_count capacity, std::int32_t cp_size,
+                                            token_count capacity, std::int32_t cp_size, collective_kind collective,
                                             std::size_t ranges_per_sequence, LayOut&& lay_out) {
   check_input(b, t, capacity, name);
   const cp_assignment a = assign_cp_groups(b, t, cp_size, capacity, name);
@@ -87,7 +88,7 @@ template <class LayOut>
   std::size_t most = 0;
   for (const auto& seqs : a.sequences) most = std::max(most, seqs.size());
   out.reserve(ranges_per_sequence * most);
-  for (std::size_t g = 0; g < a.groups.size(); ++g) lay_out(out, a.groups[g], out.group_for(a.groups[g]), a.sequences[g]);
+  for (std::size_t g = 0; g < a.groups.size(); ++g) lay_out(out, a.groups[g], out.group_for(a.groups[g], collective), a.sequences[g]);
   out.require_capacity();
   return std::move(out).finish();
 }

@@ -6,8 +6,8 @@
 //   zigzag_extras / zigzag_dealer          : where a zigzag's remainder tokens land, and the
 //                                            rotation that deals them round-robin over a ring
 //                                            across the sequences of a batch
-//   plan_builder                           : groups deduplicated by rank list (a ring over the
-//                                            same ranks in the same order is one group),
+//   plan_builder                           : groups deduplicated by collective and rank list (a
+//                                            ring over the same ranks in the same order is one group),
 //                                            zone from the ranks, zigzag (optionally rotated),
 //                                            weighted zigzag, whole and range shards, per-rank
 //                                            shard order inter -> intra -> local (the
@@ -145,11 +145,11 @@ class plan_builder {
     for (auto& pl : p_.placements) pl.shards.reserve(shards);
   }
 
-  //! The group running a ring over `ranks` (in this order); no_group for a single rank.
-  group_index group_for(const std::vector<rank_index>& ranks) {
+  //! The group running `collective` over `ranks` (in this order); no_group for a single rank.
+  group_index group_for(const std::vector<rank_index>& ranks, collective_kind collective = collective_kind::ring) {
     if (ranks.size() <= 1) return no_group;
-    const auto [it, inserted] = index_.try_emplace(ranks, static_cast<group_index>(p_.groups.size()));
-    if (inserted) p_.groups.push_back(ring_group{it->second, zone_of(ranks, *topo_), ranks});
+    const auto [it, inserted] = index_.try_emplace({collective, ranks}, static_cast<group_index>(p_.groups.size()));
+    if (inserted) p_.groups.push_back(ring_group{it->second, zone_of(ranks, *topo_), ranks, collective});
     return it->second;
   }
 
@@ -231,7 +231,7 @@ class plan_builder {
  private:
   const topology* topo_;
   plan p_;
-  std::map<std::vector<rank_index>, group_index> index_;
+  std::map<std::pair<collective_kind, std::vector<rank_index>>, group_index> index_;
   std::vector<std::vector<token_count>> tokens_;  // [rank][micro_batch]
 };
 
