@@ -12,5 +12,6 @@
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/core/transfer.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/core/validate.hpp>

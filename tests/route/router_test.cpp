@@ -3,7 +3,9 @@
 // conserved through dispatch / transfer / combine (every edge is a flow from src to dst),
 // proxies cover distinct NICs and pair one to one with even shares, only allowed ranks serve,
 // the routed round never costs more than the direct one under the link model, and a single
-// edge costs exactly equation (1) of the spec.
+// edge costs exactly equation (1) of Zeppelin section 3.3. Pieces carry their byte offsets:
+// the pieces of a payload tile it, and each range travels a path from src to dst through
+// ascending stages.
 #include <catch2/catch.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
@@ -31,11 +33,11 @@ topology pick_cluster(random_generator& rng, int nodes) {
 }
 
 // Disjoint random ring groups; one round: each member sends to the next.
-std::vector<ring_edge> random_round(random_generator& rng, const topology& t) {
+std::vector<transfer> random_round(random_generator& rng, const topology& t) {
   std::vector<rank_index> ranks(static_cast<std::size_t>(t.num_ranks()));
   std::iota(ranks.begin(), ranks.end(), 0);
   rng.shuffle(ranks.begin(), ranks.end());
-  std::vector<ring_edge> edges;
+  std::vector<transfer> edges;
   std::size_t at = 0;
   while (at < ranks.size()) {
     const auto size = std::min<std::size_t>(ranks.size() - at, static_cast<std::size_t>(rng.between(1, 12)));
@@ -47,22 +49,43 @@ std::vector<ring_edge> random_round(random_generator& rng, const topology& t) {
   return edges;
 }
 
-void check_route(const std::vector<ring_edge>& edges, const std::vector<route_message>& msgs, const topology& t,
-                 const std::vector<char>& capable) {
-  std::map<std::int32_t, std::vector<route_message>> by_edge;
-  for (const auto& m : msgs) {
-    REQUIRE(m.edge >= 0);
-    REQUIRE(static_cast<std::size_t>(m.edge) < edges.size());
-    REQUIRE(m.bytes > 0);
-    REQUIRE(m.link == t.between(m.src, m.dst));
-    if (m.step == route_step::dispatch || m.step == route_step::combine) REQUIRE(m.link == link_class::intra_node);
-    if (m.step == route_step::transfer) REQUIRE(m.link == link_class::inter_node);
-    by_edge[m.edge].push_back(m);
+// The pieces of one payload with the same offset form a path src -> ... -> dst through
+// ascending stages, and the ranges of the paths tile [0, bytes).
+void check_offsets(const transfer& x, const std::vector<transfer>& ms) {
+  std::map<std::int64_t, std::vector<transfer>> by_offset;
+  for (const auto& m : ms) by_offset[m.offset].push_back(m);
+  std::int64_t covered = 0;
+  for (auto& [offset, hops] : by_offset) {
+    REQUIRE(offset == covered);
+    std::stable_sort(hops.begin(), hops.end(), [](const transfer& a, const transfer& b) { return stage_of(a.step) < stage_of(b.step); });
+    rank_index at = x.src;
+    for (std::size_t h = 0; h < hops.size(); ++h) {
+      REQUIRE(hops[h].src == at);
+      REQUIRE(hops[h].bytes == hops.front().bytes);
+      if (h > 0) REQUIRE(stage_of(hops[h - 1].step) < stage_of(hops[h].step));
+      at = hops[h].dst;
+    }
+    REQUIRE(at == x.dst);
+    covered += hops.front().bytes;
   }
-  // Messages come ordered by edge, then step.
+  REQUIRE(covered == x.bytes);
+}
+
+void check_route(const std::vector<transfer>& edges, const std::vector<transfer>& msgs, const topology& t,
+                 const std::vector<char>& capable) {
+  std::map<std::int32_t, std::vector<transfer>> by_edge;
+  for (const auto& m : msgs) {
+    REQUIRE(m.payload >= 0);
+    REQUIRE(static_cast<std::size_t>(m.payload) < edges.size());
+    REQUIRE(m.bytes > 0);
+    if (m.step == route_step::dispatch || m.step == route_step::combine) REQUIRE(t.between(m.src, m.dst) == link_class::intra_node);
+    if (m.step == route_step::transfer) REQUIRE(t.between(m.src, m.dst) == link_class::inter_node);
+    by_edge[m.payload].push_back(m);
+  }
+  // Pieces come ordered by payload, then step.
   for (std::size_t k = 1; k < msgs.size(); ++k) {
-    REQUIRE(msgs[k - 1].edge <= msgs[k].edge);
-    if (msgs[k - 1].edge == msgs[k].edge) REQUIRE(msgs[k - 1].step <= msgs[k].step);
+    REQUIRE(msgs[k - 1].payload <= msgs[k].payload);
+    if (msgs[k - 1].payload == msgs[k].payload) REQUIRE(msgs[k - 1].step <= msgs[k].step);
   }
   for (std::size_t e = 0; e < edges.size(); ++e) {
     const auto& x = edges[e];
@@ -71,6 +94,7 @@ void check_route(const std::vector<ring_edge>& edges, const std::vector<route_me
       REQUIRE(ms.empty());
       continue;
     }
+    check_offsets(x, ms);
     // Flow conservation: src emits n, dst absorbs n, every proxy passes on what it gets.
     std::map<rank_index, std::int64_t> net;
     for (const auto& m : ms) net[m.src] += m.bytes, net[m.dst] -= m.bytes;
@@ -131,14 +155,14 @@ void check_route(const std::vector<ring_edge>& edges, const std::vector<route_me
 
 }  // namespace
 
-TEST_CASE("direct_router: one message per edge on its own link", "[route]") {
+TEST_CASE("direct_router: one piece per payload on its own link", "[route]") {
   const auto t = clusters::cluster_a(2);
-  const std::vector<ring_edge> edges{{0, 1, 10}, {7, 8, 20}, {3, 3, 5}, {4, 12, 0}};
+  const std::vector<transfer> edges{{0, 1, 10}, {7, 8, 20}, {3, 3, 5}, {4, 12, 0}};
   const auto m = direct_router{}.route(edges, t);
   REQUIRE(m.size() == 3);
-  CHECK(m[0] == route_message{0, 1, 10, link_class::intra_node, route_step::direct, 0});
-  CHECK(m[1] == route_message{7, 8, 20, link_class::inter_node, route_step::direct, 1});
-  CHECK(m[2] == route_message{3, 3, 5, link_class::local, route_step::direct, 2});
+  CHECK(m[0] == transfer{0, 1, 10, 0, 0, route_step::direct});
+  CHECK(m[1] == transfer{7, 8, 20, 1, 0, route_step::direct});
+  CHECK(m[2] == transfer{3, 3, 5, 2, 0, route_step::direct});
 }
 
 TEST_CASE("proxy_router conserves bytes, pairs one to one on distinct NICs, uses allowed proxies", "[route]") {
@@ -159,7 +183,7 @@ TEST_CASE("proxy_router conserves bytes, pairs one to one on distinct NICs, uses
     check_route(edges, msgs, t, capable);
     if (r.max_proxies > 0) {
       std::map<std::int32_t, int> pairs;
-      for (const auto& m : msgs) pairs[m.edge] += m.step == route_step::transfer;
+      for (const auto& m : msgs) pairs[m.payload] += m.step == route_step::transfer;
       for (const auto& [e, k] : pairs) REQUIRE(k <= r.max_proxies);
     }
     CHECK(r.route(edges, t) == msgs);  // deterministic
@@ -195,7 +219,7 @@ TEST_CASE("a single routed edge costs equation (1)", "[route]") {
   const double n = 64.0 * (1 << 20);
   SECTION("cluster C: 8 NICs per node, 8 proxy pairs") {
     const auto t = no_latency(clusters::cluster_c(2));
-    const std::vector<ring_edge> edges{{3, 12, static_cast<std::int64_t>(n)}};
+    const std::vector<transfer> edges{{3, 12, static_cast<std::int64_t>(n)}};
     const auto msgs = proxy_router{}.route(edges, t);
     CHECK(std::count_if(msgs.begin(), msgs.end(), [](const auto& m) { return m.step == route_step::transfer; }) == 8);
     const double b_intra = link_model::inverse_bandwidth(link_class::intra_node, t);
@@ -205,7 +229,7 @@ TEST_CASE("a single routed edge costs equation (1)", "[route]") {
   }
   SECTION("cluster A: two GPUs per NIC, so 4 proxy pairs") {
     const auto t = no_latency(clusters::cluster_a(2));
-    const std::vector<ring_edge> edges{{1, 9, static_cast<std::int64_t>(n)}};
+    const std::vector<transfer> edges{{1, 9, static_cast<std::int64_t>(n)}};
     const auto msgs = proxy_router{}.route(edges, t);
     CHECK(std::count_if(msgs.begin(), msgs.end(), [](const auto& m) { return m.step == route_step::transfer; }) == 4);
     const double b_intra = link_model::inverse_bandwidth(link_class::intra_node, t);
@@ -214,7 +238,7 @@ TEST_CASE("a single routed edge costs equation (1)", "[route]") {
   }
   SECTION("only two proxies allowed on the receiving node") {
     const auto t = no_latency(clusters::cluster_c(2));
-    const std::vector<ring_edge> edges{{0, 8, static_cast<std::int64_t>(n)}};
+    const std::vector<transfer> edges{{0, 8, static_cast<std::int64_t>(n)}};
     const auto msgs = proxy_router{.proxies = {1, 2, 3, 4, 9}}.route(edges, t);
     // Node 1 offers the destination 8 and proxy 9: two pairs.
     CHECK(std::count_if(msgs.begin(), msgs.end(), [](const auto& m) { return m.step == route_step::transfer; }) == 2);
@@ -223,7 +247,7 @@ TEST_CASE("a single routed edge costs equation (1)", "[route]") {
 
 TEST_CASE("proxy routing falls back to direct when NVLink is slower than the NICs", "[route]") {
   const topology slow_nvlink({"odd", 2, 4, 4, {}, {1e9, 0}, {48e9, 0}, gpus::h100_sxm()});
-  const std::vector<ring_edge> edges{{0, 4, 1 << 20}};
+  const std::vector<transfer> edges{{0, 4, 1 << 20}};
   const auto msgs = proxy_router{}.route(edges, slow_nvlink);
   REQUIRE(msgs.size() == 1);
   CHECK(msgs[0].step == route_step::direct);
@@ -231,10 +255,10 @@ TEST_CASE("proxy routing falls back to direct when NVLink is slower than the NIC
 
 TEST_CASE("routers reject bad input", "[route]") {
   const auto t = clusters::cluster_c(2);
-  const std::vector<ring_edge> bad_rank{{0, 16, 1}}, negative{{0, 9, -1}};
+  const std::vector<transfer> bad_rank{{0, 16, 1}}, negative{{0, 9, -1}};
   CHECK_THROWS_AS(proxy_router{}.route(bad_rank, t), invalid_argument);
   CHECK_THROWS_AS(direct_router{}.route(negative, t), invalid_argument);
-  const std::vector<ring_edge> ok{{0, 9, 1}};
+  const std::vector<transfer> ok{{0, 9, 1}};
   CHECK_THROWS_AS(proxy_router{.proxies = {99}}.route(ok, t), invalid_argument);
   CHECK_THROWS_AS(proxy_router{.max_proxies = -1}.route(ok, t), invalid_argument);
   CHECK_THROWS_AS(three_step_seconds(1, 0, 1, 1, 1), invalid_argument);

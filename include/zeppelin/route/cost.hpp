@@ -1,23 +1,24 @@
 // zeppelin/route/cost.hpp
-// The time of a routed round under a link model (cost/link_model.hpp), and equation (1) of
+// The time of a routed phase under a link model (cost/link_model.hpp), and equation (1) of
 // Zeppelin 3.3 as a closed-form check.
-//   in : the messages of one round (route/message.hpp), the topology, a link model
-//   out: seconds. The three steps run one after the other (a transfer needs its dispatched
-//        bytes, a combine its transferred ones); direct messages run with the transfers.
+//   in : the pieces of one phase (core/transfer.hpp, route/router.hpp), the topology, a link
+//        model
+//   out: seconds. The three stages run one after the other (a transfer needs its dispatched
+//        bytes, a combine its transferred ones); direct pieces run with the transfers.
 //        Inside a step every port works in parallel: each GPU's NVLink egress and ingress,
 //        each NIC's send and receive side (GPUs on one NIC share it, cluster A). A step
 //        lasts as long as its busiest port: model.seconds(bytes through the port, its link
 //        class) = latency + bytes / bandwidth. This is the bottleneck bound of
 //        link_model::makespan (equal when the busiest port's flows start and end together,
 //        as an edge's even split does) and costs O(messages + ports).
-// Host-only.
+// Host code, nvcc-safe.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/link_model.hpp>
-#include <zeppelin/route/message.hpp>
+#include <zeppelin/core/transfer.hpp>
 
 #include <algorithm>
 #include <array>
@@ -27,9 +28,9 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-//! Seconds of each step of a round: {dispatch, transfer (with direct), combine}.
+//! Seconds of each stage of a phase: {dispatch, transfer (with direct), combine}.
 template <link_cost_model Model = link_model>
-[[nodiscard]] std::array<double, 3> step_seconds(std::span<const route_message> messages, const topology& t,
+[[nodiscard]] std::array<double, 3> step_seconds(std::span<const transfer> messages, const topology& t,
                                                  const Model& model = {}) {
   const auto ranks = static_cast<std::size_t>(t.num_ranks()), nics = static_cast<std::size_t>(t.num_nics());
   std::array<double, 3> out{0, 0, 0};
@@ -37,11 +38,8 @@ template <link_cost_model Model = link_model>
   for (int phase = 0; phase < 3; ++phase) {
     std::fill(port.begin(), port.end(), 0.0);
     for (const auto& m : messages) {
-      const int p = m.step == route_step::direct ? 1 : static_cast<int>(m.step);
-      if (p != phase || m.bytes == 0) continue;
+      if (stage_of(m.step) != phase || m.bytes == 0) continue;
       const link_class c = t.between(m.src, m.dst);
-      ZEPPELIN_EXPECTS(c == m.link, "message link class does not match the topology",
-                       {{"src", double(m.src)}, {"dst", double(m.dst)}});
       const auto b = static_cast<double>(m.bytes);
       if (c == link_class::intra_node) {
         port[static_cast<std::size_t>(m.src)] += b;
@@ -61,9 +59,9 @@ template <link_cost_model Model = link_model>
   return out;
 }
 
-//! Seconds of a whole round: dispatch + transfer + combine (see the file comment).
+//! Seconds of a whole phase: dispatch + transfer + combine (see the file comment).
 template <link_cost_model Model = link_model>
-[[nodiscard]] double round_seconds(std::span<const route_message> messages, const topology& t, const Model& model = {}) {
+[[nodiscard]] double round_seconds(std::span<const transfer> messages, const topology& t, const Model& model = {}) {
   const auto s = step_seconds(messages, t, model);
   return s[0] + s[1] + s[2];
 }

@@ -1,31 +1,31 @@
 // zeppelin/route/direct.hpp
-// The baseline router: every ring edge is one message on the source GPU's own path.
-//   in : the ring edges of a round, the topology
-//   out: one `direct` message per non-empty edge; its link class is the topology's
-//        (inter-node edges leave through the source GPU's own NIC). Host-only.
+// The baseline router: every payload is one piece on the source GPU's own path.
+//   in : the payloads of a phase, the topology
+//   out: one `direct` piece (offset 0, all its bytes) per non-empty payload; inter-node
+//        payloads leave through the source GPU's own NIC. Host code, nvcc-safe.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/topology.hpp>
-#include <zeppelin/route/message.hpp>
+#include <zeppelin/core/transfer.hpp>
 #include <zeppelin/route/router.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-//! No routing: each edge on its own link.
+//! No routing: each payload on its own link.
 struct direct_router {
-  [[nodiscard]] std::vector<route_message> route(std::span<const ring_edge> edges, const topology& t) const {
-    detail::check_edges(edges, t);
-    std::vector<route_message> out;
-    out.reserve(edges.size());
-    for (std::size_t e = 0; e < edges.size(); ++e)
-      if (edges[e].bytes > 0)
-        out.push_back({edges[e].src, edges[e].dst, edges[e].bytes, t.between(edges[e].src, edges[e].dst),
-                       route_step::direct, static_cast<std::int32_t>(e)});
+  [[nodiscard]] std::vector<transfer> route(std::span<const transfer> payloads, const topology& t) const {
+    detail::check_payloads(payloads, t);
+    std::vector<transfer> out;
+    out.reserve(payloads.size());
+    for (std::size_t e = 0; e < payloads.size(); ++e)
+      if (payloads[e].bytes > 0)
+        out.push_back({payloads[e].src, payloads[e].dst, payloads[e].bytes, static_cast<std::int32_t>(e), 0, route_step::direct});
     return out;
   }
   friend constexpr bool operator==(const direct_router&, const direct_router&) = default;

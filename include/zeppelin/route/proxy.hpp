@@ -1,15 +1,16 @@
 // zeppelin/route/proxy.hpp
-// Zeppelin's three-step routing (section 3.3): inter-node ring edges are spread over several
+// Zeppelin's three-step routing (section 3.3): inter-node payloads are spread over several
 // NICs through proxy GPUs.
-//   in : the ring edges of one round, the topology, the ranks allowed to serve as proxies
-//        (default: all; GPUs running local or intra-node work qualify, the edge's own source
-//        and destination always do)
-//   out: per inter-node edge of n bytes from node u to node v with x proxy pairs:
+//   in : the payloads of one phase (core/transfer.hpp), the topology, the ranks allowed to
+//        serve as proxies (default: all; GPUs running local or intra-node work qualify, the
+//        payload's own source and destination always do)
+//   out: per inter-node payload of n bytes from node u to node v with x proxy pairs, piece k
+//        = bytes [offset_k, offset_k + n_k) (n / x bytes, the first n mod x pieces one byte
+//        more, consecutive offsets in k order) travels
 //          dispatch  src -> send proxy k     (intra-node, skipped when the proxy is src)
-//          transfer  send proxy k -> recv proxy k   (inter-node, n / x bytes, the first
-//                                            n mod x proxies one byte more)
+//          transfer  send proxy k -> recv proxy k   (inter-node)
 //          combine   recv proxy k -> dst     (intra-node, skipped when the proxy is dst)
-//        intra-node and local edges, and inter-node edges with x = 1, as one direct message.
+//        intra-node and local payloads, and inter-node ones with x = 1, as one direct piece.
 // Proxy choice.
 //   - NIC affinity: the x send proxies sit on x distinct NICs of u and the x receive proxies
 //     on x distinct NICs of v (a second proxy behind a shared NIC, cluster A, adds no
@@ -21,10 +22,10 @@
 //     capable GPU with the least proxy traffic so far (ties: lowest rank).
 //   - x itself minimises equation (1) priced by the link model (route/cost.hpp) with
 //     latencies, ties to the smaller x; x = 1 is the direct path.
-//   - Edges are routed largest first (ties: input order) so the big ones get the idle NICs.
-//   - Guard: when fallback_to_direct is set and the routed round costs more than the direct
-//     one under round_seconds(), the direct round is returned: routing never loses.
-// Host-only.
+//   - Payloads are routed largest first (ties: input order) so the big ones get the idle NICs.
+//   - Guard: when fallback_to_direct is set and the routed phase costs more than the direct
+//     one under round_seconds(), the direct pieces are returned: routing never loses.
+// Host code, nvcc-safe.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -33,7 +34,7 @@
 #include <zeppelin/cost/link_model.hpp>
 #include <zeppelin/route/cost.hpp>
 #include <zeppelin/route/direct.hpp>
-#include <zeppelin/route/message.hpp>
+#include <zeppelin/core/transfer.hpp>
 #include <zeppelin/route/router.hpp>
 
 #include <algorithm>
@@ -53,8 +54,8 @@ struct proxy_router {
   bool fallback_to_direct = true;     //!< return the direct round when routing would cost more
   link_model model{};                 //!< prices equation (1) and the fallback check
 
-  [[nodiscard]] std::vector<route_message> route(std::span<const ring_edge> edges, const topology& t) const {
-    detail::check_edges(edges, t);
+  [[nodiscard]] std::vector<transfer> route(std::span<const transfer> edges, const topology& t) const {
+    detail::check_payloads(edges, t);
     ZEPPELIN_EXPECTS(max_proxies >= 0, "max_proxies must be non-negative", {{"max_proxies", double(max_proxies)}});
     const auto ranks = static_cast<std::size_t>(t.num_ranks());
     std::vector<char> capable(ranks, proxies.empty() ? 1 : 0);
@@ -71,16 +72,16 @@ struct proxy_router {
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return edges[a].bytes > edges[b].bytes; });
 
-    std::vector<std::vector<route_message>> per_edge(edges.size());
+    std::vector<std::vector<transfer>> per_edge(edges.size());
     std::vector<int> send_nics, recv_nics;
     for (const std::size_t e : order) {
-      const ring_edge& x = edges[e];
+      const transfer& x = edges[e];
       const auto edge_id = static_cast<std::int32_t>(e);
       auto& out = per_edge[e];
       if (x.bytes == 0) continue;
       const link_class c = t.between(x.src, x.dst);
       if (c != link_class::inter_node) {
-        out.push_back({x.src, x.dst, x.bytes, c, route_step::direct, edge_id});
+        out.push_back({x.src, x.dst, x.bytes, edge_id, 0, route_step::direct});
         continue;
       }
       const int u = t.node_of(x.src), v = t.node_of(x.dst);
@@ -113,7 +114,7 @@ struct proxy_router {
         if (cost < best) best = cost, pairs = k;
       }
       if (pairs == 1) {
-        out.push_back({x.src, x.dst, x.bytes, c, route_step::direct, edge_id});
+        out.push_back({x.src, x.dst, x.bytes, edge_id, 0, route_step::direct});
         nic_send[static_cast<std::size_t>(t.nic_of(x.src))] += n;
         nic_recv[static_cast<std::size_t>(t.nic_of(x.dst))] += n;
         continue;
@@ -130,30 +131,32 @@ struct proxy_router {
         }
         return chosen;
       };
-      std::vector<route_message> dispatch, transfer, combine;
+      std::vector<transfer> dispatch, cross, combine;
       const std::int64_t share = x.bytes / pairs, extra = x.bytes % pairs;
+      std::int64_t offset = 0;
       for (int k = 0; k < pairs; ++k) {
         const std::int64_t b = share + (k < extra ? 1 : 0);
         if (b == 0) continue;
         const rank_index sp = pick(u, send_nics[static_cast<std::size_t>(k)], x.src, gpu_in);
         const rank_index rp = pick(v, recv_nics[static_cast<std::size_t>(k)], x.dst, gpu_out);
         if (sp != x.src) {
-          dispatch.push_back({x.src, sp, b, link_class::intra_node, route_step::dispatch, edge_id});
+          dispatch.push_back({x.src, sp, b, edge_id, offset, route_step::dispatch});
           gpu_in[static_cast<std::size_t>(sp)] += static_cast<double>(b);
         }
-        transfer.push_back({sp, rp, b, link_class::inter_node, route_step::transfer, edge_id});
+        cross.push_back({sp, rp, b, edge_id, offset, route_step::transfer});
         nic_send[static_cast<std::size_t>(t.nic_of(sp))] += static_cast<double>(b);
         nic_recv[static_cast<std::size_t>(t.nic_of(rp))] += static_cast<double>(b);
         if (rp != x.dst) {
-          combine.push_back({rp, x.dst, b, link_class::intra_node, route_step::combine, edge_id});
+          combine.push_back({rp, x.dst, b, edge_id, offset, route_step::combine});
           gpu_out[static_cast<std::size_t>(rp)] += static_cast<double>(b);
         }
+        offset += b;
       }
       out.insert(out.end(), dispatch.begin(), dispatch.end());
-      out.insert(out.end(), transfer.begin(), transfer.end());
+      out.insert(out.end(), cross.begin(), cross.end());
       out.insert(out.end(), combine.begin(), combine.end());
     }
-    std::vector<route_message> routed;
+    std::vector<transfer> routed;
     for (const auto& v : per_edge) routed.insert(routed.end(), v.begin(), v.end());
     if (fallback_to_direct) {
       auto direct = direct_router{}.route(edges, t);
