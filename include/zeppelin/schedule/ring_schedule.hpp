@@ -1,36 +1,30 @@
 // zeppelin/schedule/ring_schedule.hpp
-// The rounds of ring attention for ONE ring group of a plan (Zeppelin 3.2, TE CP "P2P").
-// In : a plan (the partitioner's layout is the source of truth), the batch, a group g and a
-//      micro-batch. Position p of the ring is rank groups[g].ranks[p]; its "group buffer" is
-//      the concatenation, in placement order, of its shards of group g (one sequence cut into
-//      zigzag chunks, or the chunks of several sequences as in TE's global ring).
-// Out: plain data: per position the buffer layout, G forward rounds, G backward rounds and
-//      the final dK/dV return step. Masks are derived from token positions, never assumed:
-//      the union over all rounds and blocks of the computed (q, k) pairs is exactly the
-//      causal pairs of every sequence of the group, each once, for ANY layout that tiles the
-//      sequences (zigzag with uneven chunks, contiguous slices, ...).
-//
-// Forward round k = 0..G-1, position r:
-//   holds the KV buffer of origin o = (r - k) mod G (its own at k = 0);
-//   computes its queries x that KV (blocks below), partial O/LSE merged by the executor;
-//   when k < G-1 sends KV(o) to (r + 1) mod G and receives KV((r - k - 1) mod G) from
-//   (r - 1) mod G, overlapped with the compute (post both in one NCCL group).
-//   For zigzag this reproduces TE's table: k = 0 causal on the local chunks, 1 <= k <= r
-//   "lower" (Q_local x head chunk of the KV, full), k > r "upper" (tail chunk of Q x KV, full).
-// Backward round k = 0..G-1, position r (the reversed ring, as TE does it):
-//   holds KV of origin o = (r + k) mod G and the partial dK/dV accumulator of o;
-//   recomputes the blocks of forward round (G - k) mod G (same blocks, same masks) with the
-//   GLOBAL O, dO and LSE; dQ accumulates locally, block dK/dV are added into dKV(o);
-//   when k < G-1 sends KV(o) to (r - 1) mod G and receives KV((r + k + 1) mod G) from (r + 1);
-//   when k >= 1 sends dKV((r + k - 1) mod G) (finished last round) to (r - 1) and receives
-//   the partial dKV(o) from (r + 1) before adding into it (k = 0 starts it from zero at home).
-// Return step (after round G-1): send dKV((r + G - 1) mod G) to (r - 1), receive the complete
-//   dKV(r) from (r + 1): every dK/dV is home. G = 1 has no communication at all.
+// What every position of ONE ring group of a plan computes, against the K/V of every origin
+// (Zeppelin 3.2, TE CP "P2P", LLaMA-3 CP).
+//   in : a plan (the partitioner's layout is the source of truth), the batch, a group g and a
+//        micro-batch. Position p of the ring is rank groups[g].ranks[p]; its "group buffer" is
+//        the concatenation, in placement order, of its shards of group g (one sequence cut into
+//        zigzag chunks, or the chunks of several sequences as in TE's global ring).
+//   out: plain data: per position the buffer layout, and the attention blocks of position p's
+//        queries against the group buffer of origin o, stored as forward[k][p] with
+//        o = (p - k) mod G: round k of the ring, in which p holds the K/V that started on
+//        p - k. The union over (p, o) of the computed (q, k) pairs is exactly the causal
+//        pairs of every sequence of the group, each once, for ANY layout that tiles the
+//        sequences (zigzag with uneven chunks, contiguous slices, ...). Masks are derived from
+//        token positions, never assumed.
+// Who sends what to whom is not here: it is the group's collective (program/: the ring passes
+// K/V to p + 1 each round and returns dK/dV on the reversed ring; the all-gather gathers every
+// origin first), built over these blocks. For zigzag the blocks reproduce TE's table:
+// k = 0 causal on the local chunks, 1 <= k <= p "lower" (Q_local x head chunk of the KV,
+// full), k > p "upper" (tail chunk of Q x KV, full).
 // Blocks: for a query shard Q and a key shard K of the same sequence with overlap
 // I = Q n K: full([I.begin, Q.end) x [K.begin, I.begin)), causal(I x I) (square, so any kernel
 // alignment - top-left, bottom-right, absolute - is exact), full([I.end, Q.end) x I); without
-// overlap full(Q x K) when K precedes Q, nothing otherwise. Empty blocks are left out.
-// Sizes are in tokens: the caller multiplies by the KV (or dKV) bytes per token.
+// overlap full(Q x K) when K precedes Q, nothing otherwise. Empty blocks are left out. Blocks
+// of (p, o) are listed query shard by query shard (p's layout order), then key shard (o's
+// layout order). Sizes are in tokens.
+// Cost: O(G (S + B) + S log S) for S group shards and B blocks: only shards of the same
+// sequence are paired.
 // Host-only builder (std::vector); no range-v3, so nvcc compiles it in host code.
 #pragma once
 
@@ -68,62 +62,34 @@ struct attention_block {
   friend constexpr bool operator==(const attention_block&, const attention_block&) = default;
 };
 
-//! One point-to-point transfer of a ring round; peer == -1 means "no transfer".
-struct ring_transfer {
-  rank_index peer = -1;      //!< destination (send) or source (receive) rank
-  std::int32_t origin = -1;  //!< ring position whose KV (or dKV) the buffer belongs to
-  token_count tokens = 0;    //!< tokens moved
-  [[nodiscard]] constexpr bool active() const noexcept { return peer >= 0; }
-  friend constexpr bool operator==(const ring_transfer&, const ring_transfer&) = default;
-};
-
-//! What ring position `position` does in one forward round.
+//! What ring position `position` computes in round k: its queries against the K/V of origin
+//! (position - k) mod G.
 struct forward_step {
   std::int32_t position = 0;
   rank_index rank = 0;
-  std::int32_t kv_origin = 0;  //!< position whose KV is held (and computed with) this round
-  ring_transfer send_kv{};     //!< KV(kv_origin) -> next rank (none in the last round)
-  ring_transfer recv_kv{};     //!< KV for the next round <- previous rank
+  std::int32_t kv_origin = 0;  //!< position whose K/V is held (and computed with) this round
   std::vector<attention_block> blocks;
   friend bool operator==(const forward_step&, const forward_step&) = default;
 };
 
-//! What ring position `position` does in one backward round (reversed ring).
-struct backward_step {
-  std::int32_t position = 0;
-  rank_index rank = 0;
-  std::int32_t kv_origin = 0;  //!< position whose KV and dK/dV accumulator are held this round
-  ring_transfer send_kv{};     //!< KV(kv_origin) -> previous rank (none in the last round)
-  ring_transfer recv_kv{};     //!< KV for the next round <- next rank
-  ring_transfer send_dkv{};    //!< dKV finished last round -> previous rank (none in round 0)
-  ring_transfer recv_dkv{};    //!< partial dKV(kv_origin) <- next rank (none in round 0)
-  std::vector<attention_block> blocks;  //!< the blocks of forward round (G - k) mod G
-  friend bool operator==(const backward_step&, const backward_step&) = default;
-};
-
-//! The final backward transfer of one position: the last accumulator goes home.
-struct dkv_return {
-  std::int32_t position = 0;
-  rank_index rank = 0;
-  ring_transfer send_dkv{};  //!< dKV((position + G - 1) mod G) -> previous rank
-  ring_transfer recv_dkv{};  //!< the complete dKV(position) <- next rank
-  friend constexpr bool operator==(const dkv_return&, const dkv_return&) = default;
-};
-
-//! The whole schedule of one ring group. Indexing: forward[k][p], backward[k][p], layout[p].
+//! The geometry of one ring group. Indexing: forward[k][p], layout[p].
 struct ring_schedule {
   group_index group = no_group;
   zone_kind zone = zone_kind::local;
+  collective_kind collective = collective_kind::ring;
   std::int32_t micro_batch = 0;
   std::vector<rank_index> ranks;                   //!< ring order (position -> rank)
   std::vector<std::vector<group_shard>> layout;    //!< per position: its group buffer
   std::vector<token_count> buffer_tokens;          //!< per position: rows of its group buffer
-  std::vector<std::vector<forward_step>> forward;  //!< G rounds
-  std::vector<std::vector<backward_step>> backward;  //!< G rounds
-  std::vector<dkv_return> dkv_home;                //!< per position (all inactive when G == 1)
+  std::vector<std::vector<forward_step>> forward;  //!< G rounds of G positions
 
   [[nodiscard]] std::int32_t size() const noexcept { return static_cast<std::int32_t>(ranks.size()); }
   [[nodiscard]] std::int32_t rounds() const noexcept { return static_cast<std::int32_t>(forward.size()); }
+  //! The blocks of position p's queries against the group buffer of origin o.
+  [[nodiscard]] const std::vector<attention_block>& blocks(std::int32_t p, std::int32_t o) const {
+    const std::int32_t G = size();
+    return forward[static_cast<std::size_t>(((p - o) % G + G) % G)][static_cast<std::size_t>(p)].blocks;
+  }
   friend bool operator==(const ring_schedule&, const ring_schedule&) = default;
 };
 
@@ -176,6 +142,7 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
   ring_schedule s;
   s.group = g;
   s.zone = grp.zone;
+  s.collective = grp.collective;
   s.micro_batch = micro_batch;
   s.ranks = grp.ranks;
   s.layout.resize(static_cast<size_t>(G));
@@ -223,17 +190,25 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
                       {"length", static_cast<double>(b.length(pieces[i].seq))}});
   }
 
-  const auto wrap = [G](std::int32_t x) { return ((x % G) + G) % G; };
-  const auto rank_at = [&](std::int32_t pos) { return grp.ranks[static_cast<size_t>(wrap(pos))]; };
-  const auto tokens_of = [&](std::int32_t pos) { return s.buffer_tokens[static_cast<size_t>(wrap(pos))]; };
+  // per position, its layout indices sorted by (sequence, layout index): blocks pair only
+  // shards of one sequence
+  std::vector<std::vector<std::size_t>> by_seq(static_cast<size_t>(G));
+  for (std::int32_t pos = 0; pos < G; ++pos) {
+    auto& idx = by_seq[static_cast<size_t>(pos)];
+    const auto& lay = s.layout[static_cast<size_t>(pos)];
+    idx.resize(lay.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return lay[x].seq != lay[y].seq ? lay[x].seq < lay[y].seq : x < y; });
+  }
   const auto blocks_of = [&](std::int32_t q_pos, std::int32_t kv_pos) {
     std::vector<attention_block> out;
-    for (const group_shard& q : s.layout[static_cast<size_t>(q_pos)])
-      for (const group_shard& k : s.layout[static_cast<size_t>(kv_pos)]) append_blocks(q, k, out);
+    const auto& keys = s.layout[static_cast<size_t>(kv_pos)];
+    const auto& idx = by_seq[static_cast<size_t>(kv_pos)];
+    for (const group_shard& q : s.layout[static_cast<size_t>(q_pos)]) {
+      auto it = std::lower_bound(idx.begin(), idx.end(), q.seq, [&](size_t i, sequence_index seq) { return keys[i].seq < seq; });
+      for (; it != idx.end() && keys[*it].seq == q.seq; ++it) append_blocks(q, keys[*it], out);
+    }
     return out;
-  };
-  const auto transfer = [&](std::int32_t peer_pos, std::int32_t origin) {
-    return ring_transfer{rank_at(peer_pos), wrap(origin), tokens_of(origin)};
   };
 
   s.forward.resize(static_cast<size_t>(G));
@@ -243,48 +218,10 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
     for (std::int32_t r = 0; r < G; ++r) {
       forward_step st;
       st.position = r;
-      st.rank = rank_at(r);
-      st.kv_origin = wrap(r - k);
-      if (k + 1 < G) {
-        st.send_kv = transfer(r + 1, r - k);
-        st.recv_kv = transfer(r - 1, r - k - 1);
-      }
+      st.rank = grp.ranks[static_cast<size_t>(r)];
+      st.kv_origin = ((r - k) % G + G) % G;
       st.blocks = blocks_of(r, st.kv_origin);
       round.push_back(std::move(st));
-    }
-  }
-
-  s.backward.resize(static_cast<size_t>(G));
-  for (std::int32_t k = 0; k < G; ++k) {
-    auto& round = s.backward[static_cast<size_t>(k)];
-    round.reserve(static_cast<size_t>(G));
-    for (std::int32_t r = 0; r < G; ++r) {
-      backward_step st;
-      st.position = r;
-      st.rank = rank_at(r);
-      st.kv_origin = wrap(r + k);
-      if (k + 1 < G) {
-        st.send_kv = transfer(r - 1, r + k);
-        st.recv_kv = transfer(r + 1, r + k + 1);
-      }
-      if (k >= 1) {
-        st.send_dkv = transfer(r - 1, r + k - 1);
-        st.recv_dkv = transfer(r + 1, r + k);
-      }
-      // forward round (G - k) mod G on position r held the same origin: reuse its blocks
-      st.blocks = s.forward[static_cast<size_t>(wrap(G - k))][static_cast<size_t>(r)].blocks;
-      round.push_back(std::move(st));
-    }
-  }
-
-  s.dkv_home.resize(static_cast<size_t>(G));
-  for (std::int32_t r = 0; r < G; ++r) {
-    dkv_return& h = s.dkv_home[static_cast<size_t>(r)];
-    h.position = r;
-    h.rank = rank_at(r);
-    if (G > 1) {
-      h.send_dkv = transfer(r - 1, r + G - 1);
-      h.recv_dkv = transfer(r + 1, r);
     }
   }
   return s;
