@@ -7,13 +7,16 @@
 #                               compiler with -Wall -Wextra -Wpedantic -Werror. Headers that
 #                               need CUDA (*.cuh, cuda/, nccl/, cuda.hpp, nccl.hpp) are not in it.
 #   zeppelin_header_check_cuda  only when ZEPPELIN_CUDA_ENABLED: one generated .cu per
-#                               nvcc-safe header (core/, cost/, schedule/, cuda/, nccl/, their umbrella
-#                               headers, every *.cuh), compiled by nvcc against zeppelin::cuda
+#                               nvcc-safe header (core/, cost/, schedule/, program/, route/,
+#                               remap/, exec/, cuda/, nccl/, their umbrella headers, every
+#                               *.cuh), compiled by nvcc against zeppelin::cuda
 #                               with every warning an error, for one architecture (the newest
 #                               of CMAKE_CUDA_ARCHITECTURES: the headers are checked, not tuned).
 # Each generated file includes its header twice, so a missing include guard fails too.
-# Planning headers (partition/, route/, ...) may use range-v3, which nvcc 13 cannot parse
-# (docs/DESIGN.md), so they are deliberately left out of the nvcc set.
+# The other planning headers (partition/, data/, sim/, ...) may use range-v3, which nvcc 13
+# cannot parse (README: "Plan in a .cpp, execute in a .cu"), so they are left out of the nvcc
+# set. The execution program and what builds it (program/, route/, remap/) and the host
+# executors (exec/) are in it: the device engine builds and runs programs.
 
 # True when `header` (a path relative to include/zeppelin) needs the CUDA toolkit.
 function(zeppelin_header_needs_cuda header out)
@@ -27,7 +30,7 @@ endfunction()
 # True when `header` must also compile with nvcc.
 function(zeppelin_header_is_nvcc_safe header out)
   zeppelin_header_needs_cuda("${header}" needs_cuda)
-  if(needs_cuda OR header MATCHES "^(core|cost|schedule)(/|\\.hpp$)")
+  if(needs_cuda OR header MATCHES "^(core|cost|schedule|program|route|remap|exec)(/|\\.hpp$)")
     set(${out} TRUE PARENT_SCOPE)
   else()
     set(${out} FALSE PARENT_SCOPE)

@@ -9,6 +9,7 @@
 #include <zeppelin/data.hpp>
 #include <zeppelin/exec.hpp>
 #include <zeppelin/partition.hpp>
+#include <zeppelin/program.hpp>
 #include <zeppelin/remap.hpp>
 #include <zeppelin/route.hpp>
 #include <zeppelin/schedule.hpp>

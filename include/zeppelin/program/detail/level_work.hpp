@@ -1,0 +1,73 @@
+// zeppelin/program/detail/level_work.hpp
+// What the collectives of one level produce before the engine policy orders it into
+// segments (program/build.hpp).
+//   in : the collectives' payloads (per round), launch requests and other operations (per
+//        rank and round), each naming the round whose exchange it must wait for
+//   out: level_work: per round the phase (or none), per rank and slot (slot 0 = before the
+//        first round, slot k + 1 = round k) the operations in three groups: `pre` (zeroing
+//        accumulators), the launches, `post` (adding received accumulators, storing dK/dV).
+// An exchange is not listed: every rank posts the round's phase first, on the communication
+// stream, after everything its level's compute stream has enqueued so far (so the buffers it
+// overwrites are no longer read); the launches of round k then wait for the exchange of
+// round k - 1, which delivered the K/V they read. Host code, nvcc-safe.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/program/program.hpp>
+#include <zeppelin/schedule/ring_schedule.hpp>
+
+#include <cstdint>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+namespace detail {
+
+//! An operation of a level, waiting for the exchange of round `waits` of its level (-1: none).
+struct level_op {
+  op_body body;
+  std::int32_t waits = -1;
+};
+
+//! Blocks one member computes in one round, over the buffers it holds.
+struct launch_request {
+  std::int32_t group = 0;  //!< the member's group (per_group launches never mix groups)
+  buffer_ref k{}, v{}, dk{}, dv{};
+  std::vector<attention_block> blocks;  //!< query rows in the rank's rows, key rows in k / v
+  std::int32_t waits = -1;
+};
+
+struct round_work {
+  std::vector<level_op> pre;
+  std::vector<launch_request> launches;
+  std::vector<level_op> post;
+};
+
+struct level_work {
+  std::int32_t level = 0;   //!< index into execution_program::levels
+  std::int32_t stream = 0;  //!< its compute stream
+  std::int32_t rounds = 0;
+  std::vector<std::vector<payload_binding>> bindings;  //!< [round]
+  std::vector<std::vector<transfer>> payloads;         //!< [round], parallel to bindings
+  std::vector<std::vector<round_work>> work;           //!< [rank][slot]
+
+  level_work(std::int32_t level_index, std::int32_t compute_stream, std::int32_t round_count, rank_index ranks)
+      : level(level_index), stream(compute_stream), rounds(round_count),
+        bindings(static_cast<std::size_t>(round_count)), payloads(static_cast<std::size_t>(round_count)),
+        work(static_cast<std::size_t>(ranks), std::vector<round_work>(static_cast<std::size_t>(round_count) + 1)) {}
+
+  //! Slot 0: before the first round; slot k + 1: round k.
+  round_work& at(rank_index r, std::int32_t slot) {
+    return work[static_cast<std::size_t>(r)][static_cast<std::size_t>(slot)];
+  }
+  //! Adds a payload of `rows` rows from `src` to `dst` to round k (nothing for zero rows).
+  void send(std::int32_t k, rank_index src, rank_index dst, const payload_binding& b, std::int64_t row_bytes) {
+    if (b.rows <= 0) return;
+    auto& list = payloads[static_cast<std::size_t>(k)];
+    list.push_back({src, dst, b.rows * row_bytes, static_cast<std::int32_t>(list.size()), 0, route_step::direct});
+    bindings[static_cast<std::size_t>(k)].push_back(b);
+  }
+};
+
+}  // namespace detail
+ZEPPELIN_NAMESPACE_END

@@ -1,0 +1,126 @@
+// zeppelin/program/detail/segment_writer.hpp
+// Turns level_work into the operations of one segment on every rank, in the order an engine
+// policy gives (program/build.hpp decides the order; this file writes what each step means).
+//   setup(w)     slot 0 of level w: its operations on w's compute stream
+//   round(w, k)  round k of level w: the round's phase (when it has payloads) as an
+//                exchange on EVERY rank's communication stream, after the last operation of
+//                w's stream on that rank; then per rank the round's `pre` operations, its
+//                launches and its `post` operations on w's stream, each waiting for the
+//                exchange of the round it names
+// Launches: the requests of one rank and round that read the same K/V and accumulate into the
+// same dK/dV (and, under launch_policy::per_group, come from the same group) are joined and
+// split into CSR waves (program/launch_waves.hpp), one program_launch each.
+// Host code, nvcc-safe.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/program/detail/level_work.hpp>
+#include <zeppelin/program/launch_waves.hpp>
+#include <zeppelin/program/options.hpp>
+#include <zeppelin/program/program.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+namespace detail {
+
+class segment_writer {
+ public:
+  //! Writes into segments[r] (one per rank) of `pass`; phases and launches go to `prog`.
+  segment_writer(execution_program& prog, pass_kind pass, launch_policy launch, std::vector<program_segment*> segments)
+      : prog_(prog), pass_(pass), launch_(launch), segments_(std::move(segments)),
+        last_(segments_.size(), std::vector<std::int32_t>(prog.streams.size(), -1)) {}
+
+  void setup(level_work& w) {
+    for (std::size_t r = 0; r < segments_.size(); ++r) slot(w, static_cast<rank_index>(r), 0);
+  }
+
+  void round(level_work& w, std::int32_t k) {
+    auto& payloads = w.payloads[static_cast<std::size_t>(k)];
+    if (!payloads.empty()) {
+      const auto phase = static_cast<std::int32_t>(prog_.phases.size());
+      program_phase& ph = prog_.phases.emplace_back();
+      ph.level = w.level;
+      ph.round = k;
+      ph.pass = pass_;
+      ph.payloads = std::move(payloads);
+      ph.bindings = std::move(w.bindings[static_cast<std::size_t>(k)]);
+      for (std::size_t r = 0; r < segments_.size(); ++r) {
+        const std::int32_t tail = last_[r][static_cast<std::size_t>(w.stream)];
+        program_op op{comm_stream, {}, exchange_phase{phase}};
+        if (tail >= 0) op.after.push_back(tail);
+        exchanges_[{w.level, k, r}] = append(r, std::move(op));
+      }
+    }
+    for (std::size_t r = 0; r < segments_.size(); ++r) slot(w, static_cast<rank_index>(r), k + 1);
+  }
+
+ private:
+  std::int32_t append(std::size_t r, program_op op) {
+    auto& ops = segments_[r]->ops;
+    ops.push_back(std::move(op));
+    return static_cast<std::int32_t>(ops.size() - 1);
+  }
+  void compute(level_work& w, std::size_t r, op_body body, std::int32_t waits) {
+    program_op op{w.stream, {}, std::move(body)};
+    if (waits >= 0) {
+      const auto it = exchanges_.find({w.level, waits, r});
+      if (it != exchanges_.end()) op.after.push_back(it->second);
+    }
+    last_[r][static_cast<std::size_t>(w.stream)] = append(r, std::move(op));
+  }
+
+  void slot(level_work& w, rank_index rank, std::int32_t s) {
+    const auto r = static_cast<std::size_t>(rank);
+    round_work& work = w.at(rank, s);
+    for (level_op& op : work.pre) compute(w, r, std::move(op.body), op.waits);
+    // join the requests that share their buffers (and, per_group, their group)
+    const auto id = [](const buffer_ref& b) { return std::pair{static_cast<int>(b.where), b.index}; };
+    using key = std::tuple<std::int32_t, std::pair<int, std::int32_t>, std::pair<int, std::int32_t>, std::pair<int, std::int32_t>,
+                           std::pair<int, std::int32_t>>;
+    std::map<key, std::size_t> index;
+    std::vector<launch_request> joined;
+    for (launch_request& req : work.launches) {
+      const std::int32_t group = launch_ == launch_policy::per_group ? req.group : 0;
+      const auto [it, fresh] = index.try_emplace(key{group, id(req.k), id(req.v), id(req.dk), id(req.dv)}, joined.size());
+      if (fresh) {
+        joined.push_back(std::move(req));
+      } else {
+        launch_request& into = joined[it->second];
+        into.blocks.insert(into.blocks.end(), req.blocks.begin(), req.blocks.end());
+        into.waits = std::max(into.waits, req.waits);
+      }
+    }
+    for (const launch_request& req : joined) {
+      for (std::vector<attention_block>& wave : make_launch_waves(req.blocks)) {
+        const auto launch = static_cast<std::int32_t>(prog_.launches.size());
+        program_launch& l = prog_.launches.emplace_back();
+        l.rank = rank;
+        l.level = w.level;
+        l.round = s - 1;
+        l.pass = pass_;
+        l.k = req.k, l.v = req.v, l.dk = req.dk, l.dv = req.dv;
+        l.blocks = std::move(wave);
+        compute(w, r, run_attention{launch}, req.waits);
+      }
+    }
+    for (level_op& op : work.post) compute(w, r, std::move(op.body), op.waits);
+  }
+
+  execution_program& prog_;
+  pass_kind pass_;
+  launch_policy launch_;
+  std::vector<program_segment*> segments_;
+  std::vector<std::vector<std::int32_t>> last_;  //!< [rank][stream]: last op on the stream in this segment
+  std::map<std::tuple<std::int32_t, std::int32_t, std::size_t>, std::int32_t> exchanges_;  //!< (level, round, rank) -> op
+};
+
+}  // namespace detail
+ZEPPELIN_NAMESPACE_END

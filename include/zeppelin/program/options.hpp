@@ -1,0 +1,80 @@
+// zeppelin/program/options.hpp
+// How a plan is executed: the choices make_program (program/build.hpp) records in the
+// execution program. The partitioner decides WHERE tokens live and which collective each
+// group runs (core/plan.hpp); these options decide HOW the attention layer runs on it.
+//   launch   launch_policy: one kernel launch per ring group and round (per_group), or one
+//            per rank, level and round over the blocks of ALL the rank's groups of the level
+//            (fused_round); either way a launch is split into CSR waves
+//            (program/launch_waves.hpp)
+//   engine   engine_policy: one compute stream running the levels one after another
+//            (in_order), or Zeppelin's engine (prioritized): one stream per queue, inter-node
+//            rings above intra-node rings above local sequences, local work enqueued first so
+//            it fills the rings' gaps, the rings' rounds interleaved on the one
+//            communication stream
+//   router   any_router: how each phase's payloads become pieces (direct, or proxy routing
+//            over every NIC, route/proxy.hpp)
+//   remap    std::optional<remap_objective>: remap every micro-batch between the attention
+//            layout and the token-balanced layout (Zeppelin 3.4) with the exact min-max
+//            solver under this objective, priced by the topology's per-token link costs
+//   wire     the row sizes of the executor's tensors (program/wire_format.hpp)
+// Host code, nvcc-safe.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/core/transfer.hpp>
+#include <zeppelin/program/wire_format.hpp>
+#include <zeppelin/remap/problem.hpp>
+#include <zeppelin/route/direct.hpp>
+#include <zeppelin/route/proxy.hpp>
+#include <zeppelin/route/router.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! How a rank's ring blocks become kernel launches.
+enum class launch_policy : std::uint8_t {
+  per_group = 0,    //!< per (ring group, round) on each member, as TE CP runs its one CP group
+  fused_round = 1,  //!< per (rank, level, round) over the blocks of every group of the level
+};
+
+[[nodiscard]] constexpr std::string_view to_string(launch_policy l) noexcept {
+  return l == launch_policy::fused_round ? "fused_round" : "per_group";
+}
+
+//! How the levels of a micro-batch share the GPU (Zeppelin 3.2).
+enum class engine_policy : std::uint8_t {
+  in_order = 0,     //!< one compute stream: inter-node rings, then intra-node rings, then local
+  prioritized = 1,  //!< one stream per queue with priorities inter > intra > local
+};
+
+[[nodiscard]] constexpr std::string_view to_string(engine_policy e) noexcept {
+  return e == engine_policy::prioritized ? "prioritized" : "in_order";
+}
+
+//! One of the library's routers, chosen at run time (a router itself).
+struct any_router {
+  std::variant<direct_router, proxy_router> policy{};
+  [[nodiscard]] std::vector<transfer> route(std::span<const transfer> payloads, const topology& t) const {
+    return std::visit([&](const auto& r) { return r.route(payloads, t); }, policy);
+  }
+  friend bool operator==(const any_router&, const any_router&) = default;
+};
+static_assert(router<any_router>);
+
+struct program_options {
+  wire_format wire{};
+  launch_policy launch = launch_policy::per_group;
+  engine_policy engine = engine_policy::in_order;
+  any_router router{};
+  std::optional<remap_objective> remap{};
+  friend bool operator==(const program_options&, const program_options&) = default;
+};
+
+ZEPPELIN_NAMESPACE_END
