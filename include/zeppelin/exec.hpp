@@ -1,13 +1,13 @@
 // zeppelin/exec.hpp
-// All of exec/: attention kernel concept and host kernel, LSE merge, transports (direct and
-// routed), the attention engine, dispatch and remap executors. Host-only (relayout.hpp
-// includes remap/); device code includes the nvcc-safe headers one by one.
+// All of exec/: attention kernel concept and host kernel, LSE merge, the phase executor, the
+// host backend of the execution program, the attention engine, dispatch and remap
+// executors. Host code; device code includes the nvcc-safe headers one by one.
 #pragma once
 
 #include <zeppelin/exec/attention_engine.hpp>
 #include <zeppelin/exec/attention_kernel.hpp>
 #include <zeppelin/exec/host_attention.hpp>
+#include <zeppelin/exec/host_backend.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
 #include <zeppelin/exec/relayout.hpp>
-#include <zeppelin/exec/routed_transport.hpp>
 #include <zeppelin/exec/transport.hpp>

@@ -1,13 +1,15 @@
 // tests/exec/exec_test_support.hpp
 // The end-to-end harness of the executor tests: random Q, K, V, dO for a batch, the dense
 // single-rank reference per sequence, and one distributed run (loader layout -> dispatch ->
-// attention forward and backward -> optional remap round trip -> inverse dispatch) on a host
-// loopback world, returning the largest errors against the reference.
+// attention forward and backward -> the program's remap round trip, when it remaps ->
+// inverse dispatch) on a host loopback world, returning the largest errors against the
+// reference and, optionally, every rank's execution record.
 #pragma once
 
 #include <zeppelin/comm.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/exec.hpp>
+#include <zeppelin/program.hpp>
 #include <zeppelin/remap/exact.hpp>
 
 #include <algorithm>
@@ -76,12 +78,15 @@ std::vector<T> loader_rows(const std::vector<T>& global, const placement& pl, co
   return out;
 }
 
-//! One distributed forward + backward of plan p against the reference.
-template <class T, class Transport = direct_transport>
-run_errors run_distributed(const plan& p, const batch& b, const problem_data<T>& d, Transport transport = {},
-                           bool with_remap = false, kv_exchange exchange = kv_exchange::automatic) {
+//! One distributed forward + backward of plan p on topology t (program built with `options`)
+//! against the reference. When the program remaps, O also goes to the token-balanced layout
+//! and back (forward remap_out, backward remap_in: both move q rows). `record`, when given,
+//! receives every rank's execution record.
+template <class T>
+run_errors run_distributed(const plan& p, const batch& b, const topology& t, const problem_data<T>& d, program_options options = {},
+                           execution_record* record = nullptr) {
   const attention_dims dims = d.dims;
-  const attention_engine<T, host_attention, Transport> engine(p, b, dims, {}, transport, exchange);
+  const attention_engine<T> engine(p, b, t, dims, options);
   const rank_index R = p.num_ranks();
   const auto loader = loader_layout(b, R);
   const remap_plan disp = make_dispatch_plan(loader, p.placements);
@@ -92,6 +97,8 @@ run_errors run_distributed(const plan& p, const batch& b, const problem_data<T>&
   std::mutex out_mutex;
   world.run([&](host_loopback_comm& c) {
     const rank_index me = c.rank();
+    execution_record mine;
+    execution_record* rec = record ? &mine : nullptr;
     const auto& lp = loader[static_cast<std::size_t>(me)];
     const std::int64_t qw = dims.q_row(), kw = dims.kv_row();
     const token_count n = engine.rows(me);
@@ -103,10 +110,10 @@ run_errors run_distributed(const plan& p, const batch& b, const problem_data<T>&
     };
     const auto q = to_plan(d.q, qw, "q"), k = to_plan(d.k, kw, "k"), v = to_plan(d.v, kw, "v"), g = to_plan(d.d_o, qw, "do");
     std::vector<T> lo(static_cast<std::size_t>(n * qw)), ll(static_cast<std::size_t>(n * dims.heads));
-    engine.forward(c, std::span<const T>(q), std::span<const T>(k), std::span<const T>(v), std::span<T>(lo), std::span<T>(ll));
+    engine.forward(c, std::span<const T>(q), std::span<const T>(k), std::span<const T>(v), std::span<T>(lo), std::span<T>(ll), rec);
     std::vector<T> lq(lo.size()), lk(k.size()), lv(v.size());
     engine.backward(c, std::span<const T>(q), std::span<const T>(k), std::span<const T>(v), std::span<const T>(lo),
-                    std::span<const T>(g), std::span<const T>(ll), std::span<T>(lq), std::span<T>(lk), std::span<T>(lv));
+                    std::span<const T>(g), std::span<const T>(ll), std::span<T>(lq), std::span<T>(lk), std::span<T>(lv), rec);
     run_errors& e = per_rank[static_cast<std::size_t>(me)];
     // LSE in the plan layout
     {
@@ -117,29 +124,33 @@ run_errors run_distributed(const plan& p, const batch& b, const problem_data<T>&
             e.lse = std::max(e.lse, std::abs(double(ll[static_cast<std::size_t>(h * n + row)]) -
                                              double(reference_lse(d, b, s.seq, pos, h))));
     }
-    if (with_remap) {
-      for (std::int32_t mb = 0; mb < p.micro_batches(); ++mb) {
-        const remap_plan x = plan_remap(p, 1.0, 4.0, exact_remap{}, mb);
-        std::vector<T> src;
-        std::size_t i = 0;
-        for (const shard& s : p.placements[static_cast<std::size_t>(me)].shards) {
-          if (s.micro_batch == mb)
-            src.insert(src.end(), lo.begin() + static_cast<std::ptrdiff_t>(engine.shard_row(me, i) * qw),
-                       lo.begin() + static_cast<std::ptrdiff_t>((engine.shard_row(me, i) + s.range.size()) * qw));
-          ++i;
-        }
-        std::vector<T> dst(static_cast<std::size_t>(x.ranks[static_cast<std::size_t>(me)].target_tokens * qw));
-        execute_remap(c, x, std::span<const T>(src), std::span<T>(dst), qw, "remap");
-        token_count row = 0;
-        for (const shard& s : x.target[static_cast<std::size_t>(me)].shards)
-          for (token_count pos = s.range.begin; pos < s.range.end; ++pos, ++row)
-            for (std::int64_t j = 0; j < qw; ++j)
-              e.remap = std::max(e.remap, std::abs(double(dst[static_cast<std::size_t>(row * qw + j)]) -
-                                                   double(d.o[static_cast<std::size_t>((b.offset(s.seq) + pos) * qw + j)])));
-        std::vector<T> again(src.size());
-        execute_remap(c, inverse(x), std::span<const T>(dst), std::span<T>(again), qw, "remap back");
-        e.remap_round_trip_exact = e.remap_round_trip_exact && again == src;
+    for (std::int32_t mb = 0; mb < static_cast<std::int32_t>(engine.program().linear_layout.size()); ++mb) {
+      // O to the token-balanced layout (forward remap_out), checked row by row, and back
+      if (engine.program().linear_layout[static_cast<std::size_t>(mb)].empty()) continue;  // balanced already
+      const auto& target = engine.program().linear_layout[static_cast<std::size_t>(mb)][static_cast<std::size_t>(me)];
+      token_count rows = 0;
+      for (const shard& s : target.shards) rows += s.range.size();
+      std::vector<T> linear(static_cast<std::size_t>(rows * qw));
+      engine.remap(c, pass_kind::forward, mb, segment_kind::remap_out, std::span<const T>(lo), std::span<T>(linear), rec);
+      token_count row = 0;
+      for (const shard& s : target.shards)
+        for (token_count pos = s.range.begin; pos < s.range.end; ++pos, ++row)
+          for (std::int64_t j = 0; j < qw; ++j)
+            e.remap = std::max(e.remap, std::abs(double(linear[static_cast<std::size_t>(row * qw + j)]) -
+                                                 double(d.o[static_cast<std::size_t>((b.offset(s.seq) + pos) * qw + j)])));
+      std::vector<T> again(lo.size(), T(0));
+      for (std::size_t i = 0; i < p.placements[static_cast<std::size_t>(me)].shards.size(); ++i) {  // rows of other micro-batches
+        const shard& s = p.placements[static_cast<std::size_t>(me)].shards[i];
+        if (s.micro_batch == mb) continue;
+        const auto at = static_cast<std::ptrdiff_t>(engine.shard_row(me, i) * qw);
+        std::copy_n(lo.begin() + at, s.range.size() * qw, again.begin() + at);
       }
+      engine.remap(c, pass_kind::backward, mb, segment_kind::remap_in, std::span<const T>(linear), std::span<T>(again), rec);
+      e.remap_round_trip_exact = e.remap_round_trip_exact && again == lo;
+    }
+    if (record) {
+      std::lock_guard lock(out_mutex);
+      record->merge(mine);
     }
     // back to the loader layout
     const auto to_loader = [&](const std::vector<T>& local, std::int64_t w, std::vector<T>& global, const char* what) {
@@ -169,6 +180,7 @@ run_errors run_distributed(const plan& p, const batch& b, const problem_data<T>&
   };
   out.out = diff(o, d.o);
   out.grad = std::max({diff(dq, d.dq), diff(dk, d.dk), diff(dv, d.dv)});
+  if (record) record->sort();
   return out;
 }
 

@@ -92,4 +92,16 @@ concept attention_kernel = requires(const K& k, const attention_forward_args<T>&
   k.backward(b);
 };
 
+//! The kernel of executors that run no attention (a stand-alone remap): any call throws.
+struct no_attention_kernel {
+  template <class T>
+  void forward(const attention_forward_args<T>&) const {
+    ZEPPELIN_THROW(invalid_argument, "no attention kernel: this executor runs no attention", {});
+  }
+  template <class T>
+  void backward(const attention_backward_args<T>&) const {
+    ZEPPELIN_THROW(invalid_argument, "no attention kernel: this executor runs no attention", {});
+  }
+};
+
 ZEPPELIN_NAMESPACE_END

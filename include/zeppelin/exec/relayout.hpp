@@ -10,22 +10,24 @@
 //                                    shards concatenated in placement order); every
 //                                    micro-batch at once
 //   execute_remap(c, x, src, dst, w) runs ANY remap_plan (dispatch, a solver's remap, their
-//                                    inverse()) on the calling rank: rows of w elements,
-//                                    segments packed per peer in ascending peer order, one
-//                                    all_to_all_v, kept rows copied locally
-//   make_remap_packing(x, me)        that packing (per-peer rows and offsets, the received
-//                                    segments in packed order), shared with the device remap
-//                                    (cuda/executor/remap.hpp), so host and device ranks agree
-// No range-v3 (the device remap includes it).
+//                                    inverse()) on the calling rank: rows of w elements, as
+//                                    the execution program of the remap
+//                                    (program/remap_program.hpp: segments packed per peer in
+//                                    ascending peer order, one phase, kept rows copied locally)
+//                                    on the host backend
+// No range-v3.
 #pragma once
 
-#include <zeppelin/comm/collectives.hpp>
 #include <zeppelin/comm/communicator.hpp>
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/types.hpp>
+#include <zeppelin/exec/attention_kernel.hpp>
+#include <zeppelin/exec/host_backend.hpp>
+#include <zeppelin/program/driver.hpp>
+#include <zeppelin/program/remap_program.hpp>
 #include <zeppelin/remap/layout.hpp>
 
 #include <algorithm>
@@ -129,52 +131,21 @@ ZEPPELIN_NAMESPACE_BEGIN
     std::sort(rr.sends.begin(), rr.sends.end(), [](const remap_segment& a, const remap_segment& b) { return a.from_offset < b.from_offset; });
     std::sort(rr.receives.begin(), rr.receives.end(), [](const remap_segment& a, const remap_segment& b) { return a.to_offset < b.to_offset; });
   }
-  for (const auto& [key, tokens] : matrix) out.matrix.transfers.push_back({key.first, key.second, tokens});
-  return out;
-}
-
-//! How rank `me` packs its side of remap plan x's exchange, in rows: the rows it sends to /
-//! receives from each peer (itself excluded), their offsets in the packed send / receive
-//! buffers (ascending peer order), and the received segments in packed order (source rank,
-//! then the sender's source order).
-struct remap_packing {
-  std::vector<token_count> send_rows, send_at, recv_rows, recv_at;  //!< [peer]
-  token_count send_total = 0, recv_total = 0;
-  std::vector<const remap_segment*> incoming;  //!< into x.ranks[me].receives
-};
-
-[[nodiscard]] inline remap_packing make_remap_packing(const remap_plan& x, rank_index me) {
-  const auto n = x.ranks.size();
-  const rank_remap& mine = x.ranks.at(static_cast<std::size_t>(me));
-  remap_packing out{std::vector<token_count>(n, 0), std::vector<token_count>(n, 0), std::vector<token_count>(n, 0),
-                    std::vector<token_count>(n, 0), 0, 0, {}};
-  for (const auto& s : mine.sends)
-    if (s.to != me) out.send_rows[static_cast<std::size_t>(s.to)] += s.range.size();
-  for (const auto& s : mine.receives)
-    if (s.from != me) {
-      out.recv_rows[static_cast<std::size_t>(s.from)] += s.range.size();
-      out.incoming.push_back(&s);
-    }
-  // the sender packs each peer's segments in its source order; the receiver reads them so
-  std::stable_sort(out.incoming.begin(), out.incoming.end(), [](const remap_segment* a, const remap_segment* b) {
-    return a->from != b->from ? a->from < b->from : a->from_offset < b->from_offset;
-  });
-  for (std::size_t p = 0; p < n; ++p) {
-    out.send_at[p] = out.send_total, out.send_total += out.send_rows[p];
-    out.recv_at[p] = out.recv_total, out.recv_total += out.recv_rows[p];
-  }
+  for (const auto& [key, tokens] : matrix) out.matrix.entries.push_back({key.first, key.second, tokens});
   return out;
 }
 
 //! Runs remap plan `x` on the calling rank: `source` holds x.ranks[me].source_tokens rows of
 //! `row_elems` elements, `target` receives x.ranks[me].target_tokens rows. Every rank of `c`
-//! must call it. Throws invalid_argument on a size mismatch.
+//! must call it; `step` labels the exchange in communicator errors. The rows move through
+//! the execution program of the remap (program/remap_program.hpp) and the host backend, as
+//! the attention engine moves its own. Throws invalid_argument on a size mismatch.
 template <communicator C, class T>
 void execute_remap(C& c, const remap_plan& x, std::span<const T> source, std::span<T> target, std::int64_t row_elems,
                    std::string_view step) {
   const rank_index me = c.rank();
-  ZEPPELIN_EXPECTS(static_cast<rank_index>(x.ranks.size()) == c.size() && row_elems >= 1,
-                   "remap: the plan and the communicator have different rank counts",
+  ZEPPELIN_EXPECTS(static_cast<rank_index>(x.ranks.size()) == c.size() && row_elems >= 1 && row_elems <= (std::int64_t{1} << 30),
+                   "remap: the plan and the communicator have different rank counts, or a bad row width",
                    {{"plan_ranks", double(x.ranks.size())}, {"ranks", double(c.size())}, {"row_elems", double(row_elems)}});
   const rank_remap& mine = x.ranks[static_cast<std::size_t>(me)];
   ZEPPELIN_EXPECTS(static_cast<std::int64_t>(source.size()) == mine.source_tokens * row_elems &&
@@ -182,36 +153,17 @@ void execute_remap(C& c, const remap_plan& x, std::span<const T> source, std::sp
                    "remap: buffer sizes do not match the plan",
                    {{"rank", double(me)}, {"source", double(source.size())}, {"source_rows", double(mine.source_tokens)},
                     {"target", double(target.size())}, {"target_rows", double(mine.target_tokens)}});
-  const auto n = static_cast<std::size_t>(c.size());
-  const auto w = static_cast<std::size_t>(row_elems);
-  const remap_packing pk = make_remap_packing(x, me);
-  std::vector<token_count> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
-  for (std::size_t p = 0; p < n; ++p) {
-    send_counts[p] = pk.send_rows[p] * row_elems, send_displs[p] = pk.send_at[p] * row_elems;
-    recv_counts[p] = pk.recv_rows[p] * row_elems, recv_displs[p] = pk.recv_at[p] * row_elems;
-  }
-  std::vector<T> out(static_cast<std::size_t>(pk.send_total * row_elems)), in(static_cast<std::size_t>(pk.recv_total * row_elems));
-  std::vector<token_count> cursor(send_displs);
-  for (const auto& s : mine.sends) {
-    const auto from = source.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.from_offset) * w);
-    const auto count = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.range.size()) * w);
-    if (s.to == me) {
-      std::copy_n(from, count, target.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s.to_offset) * w));
-    } else {
-      auto& at = cursor[static_cast<std::size_t>(s.to)];
-      std::copy_n(from, count, out.begin() + at);
-      at += count;
-    }
-  }
-  all_to_all_v(c, std::span<const T>(out), std::span<const token_count>(send_counts), std::span<const token_count>(send_displs),
-               std::span<T>(in), std::span<const token_count>(recv_counts), std::span<const token_count>(recv_displs), step);
-  std::size_t at = 0;
-  for (const remap_segment* s : pk.incoming) {
-    const auto count = static_cast<std::size_t>(s->range.size()) * w;
-    std::copy_n(in.begin() + static_cast<std::ptrdiff_t>(at), count,
-                target.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(s->to_offset) * w));
-    at += count;
-  }
+  // a row of row_elems elements is a `q` row of a row_elems-head, one-dimensional shape
+  const auto width = static_cast<std::int32_t>(row_elems);
+  const execution_program prog =
+      make_remap_program(x, wire_format::for_shape(width, 1, 1, static_cast<std::int32_t>(sizeof(T))), row_kind::q);
+  host_tensors<T> t{};
+  t.remap_source = source;
+  t.remap_target = target;
+  const no_attention_kernel kernel{};
+  host_backend<T, no_attention_kernel, C> backend(prog, pass_kind::forward, c, kernel, attention_dims{width, 1, 1, 0}, t, nullptr,
+                                                  step);
+  run_segment(prog, pass_kind::forward, 0, backend);
 }
 
 ZEPPELIN_NAMESPACE_END
