@@ -44,36 +44,46 @@ topology one_gpu() { return topology({"one", 1, 1, 1, {}, {1e9, 0}, {1e9, 0}, {"
 
 //! One ring of 2 over a link of bandwidth `bw` and latency `lat`: 1 node x 2 GPUs (NVLink)
 //! or 2 nodes x 1 GPU (one NIC each).
-topology ring_of_two(bool across_nodes, double bw, double lat) {
+topology ring_of_two(bool across_nodes, double bw, double lat, double memory_bandwidth = 1e12) {
   const link_spec link{bw, lat}, other{1e15, 0};
-  if (across_nodes) return topology({"two-nodes", 2, 1, 1, {}, other, link, {"G", 1e12, 1e9, 1e12}});
-  return topology({"one-node", 1, 2, 1, {}, link, other, {"G", 1e12, 1e9, 1e12}});
+  const gpu_spec gpu{"G", 1e12, 1e9, memory_bandwidth};
+  if (across_nodes) return topology({"two-nodes", 2, 1, 1, {}, other, link, gpu});
+  return topology({"one-node", 1, 2, 1, {}, link, other, gpu});
 }
 
-//! The expected step of one sequence of 4c tokens zigzag-split over a ring of two (see
-//! sim/simulate.hpp for the model): a = seconds per pair, f = one K/V (or dK/dV) transfer.
+//! The expected step of one sequence of 4c tokens zigzag-split over a ring of two, as the
+//! execution program runs it (program/detail/ring_collective.hpp, sim/backend.hpp), with
+//! a = seconds per pair, f = one round's K/V transfer (K and V: two payloads sharing the
+//! link), fd = one dK/dV transfer (fp32 accumulators: twice the bytes of bf16 K/V) and the
+//! memory operations at the GPU's memory bandwidth M (bytes read + written):
+//!   forward:  copy K, V into the ring buffer; the exchange of round 0 and the launches of
+//!             round 0 start together; round 1's launches wait for the exchange.
+//!   backward: copy K, V; round 0: exchange K/V, zero the dK/dV partial, launches; round 1:
+//!             the exchange (the finished accumulator) once round 0's launches are done and
+//!             BOTH ranks posted it (NCCL's rendezvous), zero, launches, add the received
+//!             partial; round 2: the accumulators go home, added into the rank's dK, dV.
 double ring_of_two_step(const model_config& m, const topology& t, double rate, token_count c) {
   const double a = 4.0 * m.heads * m.head_dim / rate;
   const double cd = static_cast<double>(c);
-  const double peak = t.gpu().peak_flops;
-  const bool inter = t.nodes() == 2;
-  const link_spec& link = inter ? t.nic_link() : t.intra_node_link();
-  const double f = link.latency + 2 * cd * kv_bytes_per_token(m) / link.bandwidth;
+  const double peak = t.gpu().peak_flops, M = t.gpu().memory_bandwidth;
+  const link_spec& link = t.nodes() == 2 ? t.nic_link() : t.intra_node_link();
+  const double kv_row = static_cast<double>(m.kv_width()) * m.bytes_per_element, dkv_row = static_cast<double>(m.kv_width()) * 4;
+  const double f = link.latency + 2 * cd * 2 * kv_row / link.bandwidth;
+  const double fd = link.latency + 2 * cd * 2 * dkv_row / link.bandwidth;
+  const double load = 2 * (2 * 2 * cd * kv_row) / M;  // copy K and V: read + write
+  const double zero = 2 * (2 * cd * dkv_row) / M;     // zero dK and dV
+  const double add = 2 * (3 * 2 * cd * dkv_row) / M;  // dK += in, dV += in: read two, write one
   const double c0[2] = {a * (cd * (cd + 1) + cd * cd), a * cd * (2 * cd + 1)};  // round 0: own chunks, causal
   const double c1 = a * 2 * cd * cd;                                          // round 1: full blocks
   const double lin = 2 * cd * linear_forward_flops_per_token(m) / peak;
   double fwd = 0;
-  for (int p = 0; p < 2; ++p) fwd = std::max(fwd, std::max(c0[p], f) + c1 + lin);
-  const double s = 2 * lin;
-  double e0[2], e1[2], acc[2];
-  for (int p = 0; p < 2; ++p) e0[p] = s + 2.5 * c0[p], e1[p] = std::max(e0[p], s + f) + 2.5 * c1;
-  // dK/dV of round 1 leave after the block and after the rank's K/V send (NCCL order)
-  double d[2], home[2];
-  for (int p = 0; p < 2; ++p) d[p] = std::max(e0[p], s + f);
-  for (int p = 0; p < 2; ++p) acc[p] = std::max(e1[p], d[1 - p] + f);
-  for (int p = 0; p < 2; ++p) home[p] = std::max(acc[p], d[p] + f) + f;  // arrives at the other rank
-  double bwd = 0;
-  for (int p = 0; p < 2; ++p) bwd = std::max(bwd, std::max(e1[p], home[1 - p]));
+  for (int p = 0; p < 2; ++p) fwd = std::max(fwd, load + std::max(c0[p], f) + c1 + lin);
+  const double L = 2 * lin + load;
+  double ready1[2], a1[2];
+  for (int p = 0; p < 2; ++p) ready1[p] = std::max(L + zero + 2.5 * c0[p], L + f);
+  const double x1 = std::max(ready1[0], ready1[1]) + fd;
+  for (int p = 0; p < 2; ++p) a1[p] = std::max(ready1[p] + zero + 2.5 * c1, x1) + add;
+  const double bwd = std::max(a1[0], a1[1]) + fd + add;
   const double head = 2 * cd * (lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m)) / peak;
   return m.layers * (fwd + bwd) + head;
 }
@@ -97,7 +107,8 @@ double finish(double start, double work, const std::vector<std::pair<double, dou
   return t + work;
 }
 
-//! ring_of_two_step with SM contention phi: both positions have the same work (c0 and c1 are
+//! ring_of_two_step with SM contention phi, on a GPU whose memory operations are free (the
+//! topology's memory bandwidth is huge): both positions have the same work (c0 and c1 are
 //! equal for the two positions), so they run in lockstep and each communicates exactly while
 //! its own send (and the mirror-image receive) is in flight.
 double ring_of_two_step_contended(const model_config& m, const topology& t, double rate, token_count c, double phi) {
@@ -105,15 +116,17 @@ double ring_of_two_step_contended(const model_config& m, const topology& t, doub
   const double cd = static_cast<double>(c);
   const double peak = t.gpu().peak_flops;
   const link_spec& link = t.nodes() == 2 ? t.nic_link() : t.intra_node_link();
-  const double f = link.latency + 2 * cd * kv_bytes_per_token(m) / link.bandwidth;
+  const double kv_row = static_cast<double>(m.kv_width()) * m.bytes_per_element, dkv_row = static_cast<double>(m.kv_width()) * 4;
+  const double f = link.latency + 2 * cd * 2 * kv_row / link.bandwidth;
+  const double fd = link.latency + 2 * cd * 2 * dkv_row / link.bandwidth;
   const double c0 = a * cd * (2 * cd + 1), c1 = a * 2 * cd * cd;
   const double lin = 2 * cd * linear_forward_flops_per_token(m) / peak;
   const double fwd = std::max(finish(0, c0, {{0, f}}, phi), f) + c1 + lin;
   const double s = 2 * lin;
   const double e0 = finish(s, 2.5 * c0, {{s, s + f}}, phi);
-  const double d = std::max(e0, s + f);  // dK/dV of round 1 leave; round 1 starts
-  const double e1 = finish(d, 2.5 * c1, {{s, s + f}, {d, d + f}}, phi);
-  const double bwd = std::max(e1, d + f) + f;  // the accumulators go home
+  const double ready1 = std::max(e0, s + f);  // round 1's exchange (the finished dK/dV) and launches start
+  const double e1 = finish(ready1, 2.5 * c1, {{s, s + f}, {ready1, ready1 + fd}}, phi);
+  const double bwd = std::max(e1, ready1 + fd) + fd;  // the accumulators go home
   const double head = 2 * cd * (lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m)) / peak;
   return m.layers * (fwd + bwd) + head;
 }
@@ -165,7 +178,8 @@ TEST_CASE("a ring of two: hand-computed rounds over NVLink and over one NIC", "[
       const sim_result r = simulate(p, b, t, m, {}, flat_cost(rate));
       CHECK(r.step_time_s == Approx(ring_of_two_step(m, t, rate, c)).epsilon(1e-9));
       const double kv = 2.0 * static_cast<double>(2 * c) * kv_bytes_per_token(m) * m.layers;  // per direction, both ranks
-      CHECK((across ? r.cross_node_bytes : r.intra_node_bytes) == Approx(kv * 4));  // fwd K/V; bwd K/V, dK/dV round 1, dK/dV home
+      // fwd K/V; bwd K/V; dK/dV round 1 and home, in fp32 (twice the bytes of bf16)
+      CHECK((across ? r.cross_node_bytes : r.intra_node_bytes) == Approx(kv * 6));
       for (const auto& br : r.ranks) CHECK(br.total_s() == Approx(r.step_time_s));
     }
   }
@@ -277,7 +291,7 @@ TEST_CASE("SM contention: the cited constant, and where it applies", "[sim][cont
     for (const bool across : {false, true})
       for (const double bw : {1e9, 2e10, 2e11}) {  // exposed, partly hidden, hidden
         CAPTURE(across, bw);
-        const topology t = ring_of_two(across, bw, across ? 1e-5 : 2e-6);
+        const topology t = ring_of_two(across, bw, across ? 1e-5 : 2e-6, /*memory_bandwidth=*/1e30);
         const plan p = even_split{2 * c}.partition(b, t);
         sim_cost_model cost = flat_cost(rate);
         cost.contention = {.nccl_ctas = 33, .gpu_sms = 132};
@@ -289,74 +303,74 @@ TEST_CASE("SM contention: the cited constant, and where it applies", "[sim][cont
   }
 }
 
-TEST_CASE("with routing, the simulator's flows are proxy_router's messages, chained per piece", "[sim][route]") {
+TEST_CASE("with routing, the simulator's flows are proxy_router's pieces, staged per NCCL group", "[sim][route]") {
   const model_config m = models::llama_3b();
   const topology t = clusters::cluster_a(2);  // 4 NICs per node, two GPUs on each
   const batch b = random_batch(5, 16 * 4096);
   const plan p = even_split{4608}.partition(b, t);
   REQUIRE(p.groups.size() == 1);
   sim_options o;
-  o.routing = true;
+  const proxy_router router{};
+  o.router.policy = router;
   o.record_trace = true;
   const sim_result r = simulate(p, b, t, m, o);
   const engine_run& fwd = r.trace.front().run;  // forward mb0
 
-  // expected: round k of the global ring, routed by the same router
+  // expected, derived here: round k of the global ring sends K and V of origin pos - k from
+  // every position to the next (two payloads of kv rows each), routed by the same router
   const ring_schedule s = make_ring_schedule(p, b, p.groups.front().id, 0);
   const std::int64_t G = s.size();
-  using row = std::tuple<std::int32_t, rank_index, rank_index, double, int>;  // round, src, dst, bytes, leg
-  std::vector<row> expected, actual;
+  const std::int64_t row = m.kv_width() * m.bytes_per_element;
+  using flow_row = std::tuple<std::int32_t, rank_index, rank_index, double, int>;  // round, src, dst, bytes, leg
+  std::vector<flow_row> expected, actual;
   int routed_edges = 0;
   for (std::int64_t k = 0; k + 1 < G; ++k) {
-    std::vector<ring_edge> edges;
+    std::vector<transfer> payloads;
     for (std::int64_t pos = 0; pos < G; ++pos) {
       const token_count tokens = s.buffer_tokens[static_cast<std::size_t>(((pos - k) % G + G) % G)];
-      edges.push_back({s.ranks[static_cast<std::size_t>(pos)], s.ranks[static_cast<std::size_t>((pos + 1) % G)],
-                       static_cast<std::int64_t>(std::llround(static_cast<double>(tokens) * kv_bytes_per_token(m)))});
+      for (int half = 0; half < 2; ++half)
+        payloads.push_back({s.ranks[static_cast<std::size_t>(pos)], s.ranks[static_cast<std::size_t>((pos + 1) % G)], tokens * row,
+                            static_cast<std::int32_t>(payloads.size()), 0, route_step::direct});
     }
-    for (const route_message& msg : o.proxy.route(edges, t)) {
-      expected.emplace_back(static_cast<std::int32_t>(k), msg.src, msg.dst, static_cast<double>(msg.bytes),
-                            static_cast<int>(msg.step == route_step::direct ? flow_leg::direct
-                                              : msg.step == route_step::dispatch ? flow_leg::dispatch
-                                              : msg.step == route_step::transfer ? flow_leg::transfer
-                                                                                 : flow_leg::combine));
-      routed_edges += msg.step == route_step::transfer;
+    for (const transfer& piece : router.route(payloads, t)) {
+      expected.emplace_back(static_cast<std::int32_t>(k), piece.src, piece.dst, static_cast<double>(piece.bytes),
+                            static_cast<int>(piece.step == route_step::direct     ? flow_leg::direct
+                                             : piece.step == route_step::dispatch ? flow_leg::dispatch
+                                             : piece.step == route_step::transfer ? flow_leg::transfer
+                                                                                  : flow_leg::combine));
+      routed_edges += piece.step == route_step::transfer;
     }
   }
-  CHECK(routed_edges > 0);  // the router did split some edges over several NICs
+  CHECK(routed_edges > 0);  // the router did split some payloads over several NICs
   for (const flow_record& f : fwd.flows) {
     const task_tag& g = fwd.tags[static_cast<std::size_t>(f.task)];
-    if (g.kind == task_kind::kv && g.layer == 0)
-      actual.emplace_back(g.round, f.source, f.destination, f.bytes, static_cast<int>(g.leg));
+    if (g.kind == task_kind::kv && g.layer == 0) actual.emplace_back(g.round, f.source, f.destination, f.bytes, static_cast<int>(g.leg));
   }
   std::sort(expected.begin(), expected.end());
   std::sort(actual.begin(), actual.end());
   CHECK(actual == expected);
 
-  // dispatch -> transfer -> combine: a leg starts only after a leg of the same round that
-  // delivered to its source has ended
-  // (on this cluster no send proxy is itself the source of a routed edge, so a transfer
-  // leaving a GPU that received a dispatch in its round carries that dispatch)
-  const auto feeders = [&](const flow_record& f, flow_leg feeder, bool ended) {
+  // NCCL group semantics: in a round, a rank's combine legs start after every transfer leg
+  // it received has ended, and its transfer legs after every dispatch leg it received
+  const auto latest = [&](const flow_record& f, flow_leg feeder) {
     const task_tag& g = fwd.tags[static_cast<std::size_t>(f.task)];
-    int n = 0;
+    double end = -1;
     for (const flow_record& x : fwd.flows) {
       const task_tag& h = fwd.tags[static_cast<std::size_t>(x.task)];
-      if (h.leg == feeder && h.round == g.round && h.layer == g.layer && x.destination == f.source &&
-          (!ended || x.end <= f.start + 1e-15))
-        ++n;
+      if (h.leg == feeder && h.round == g.round && h.layer == g.layer && x.destination == f.source) end = std::max(end, x.end);
     }
-    return n;
+    return end;
   };
   int combines = 0, transfers = 0;
   for (const flow_record& f : fwd.flows) {
     const task_tag& g = fwd.tags[static_cast<std::size_t>(f.task)];
+    if (g.kind != task_kind::kv) continue;
     if (g.leg == flow_leg::combine) {
-      CHECK(feeders(f, flow_leg::transfer, true) > 0);
+      CHECK(f.start >= latest(f, flow_leg::transfer) - 1e-15);
       ++combines;
     }
-    if (g.leg == flow_leg::transfer && feeders(f, flow_leg::dispatch, false) > 0) {
-      CHECK(feeders(f, flow_leg::dispatch, true) == feeders(f, flow_leg::dispatch, false));
+    if (g.leg == flow_leg::transfer && latest(f, flow_leg::dispatch) >= 0) {
+      CHECK(f.start >= latest(f, flow_leg::dispatch) - 1e-15);
       ++transfers;
     }
   }
@@ -364,7 +378,7 @@ TEST_CASE("with routing, the simulator's flows are proxy_router's messages, chai
   CHECK(transfers > 0);
   // routing moves the same bytes across nodes as the direct ring, plus NVLink legs
   sim_options direct = o;
-  direct.routing = false;
+  direct.router = {};
   const sim_result d = simulate(p, b, t, m, direct);
   CHECK(r.cross_node_bytes == Approx(d.cross_node_bytes));
   CHECK(r.intra_node_bytes > d.intra_node_bytes);

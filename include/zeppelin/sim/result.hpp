@@ -5,12 +5,14 @@
 //   per rank: attention, linear, exposed communication and idle seconds (they add up to
 //   step_time_s), the bytes that crossed nodes and NVLink, the attention kernels' launches,
 //   executed FLOPs and pairs (sim_options::launch changes the launches only), and optionally
-//   the phases' task timings for a Chrome trace (sim/trace.hpp). Ranks are CP ranks (a TP group when
+//   the phases' task timings for a Chrome trace (sim/trace.hpp) and the execution record of
+//   one layer (program/record.hpp). Ranks are CP ranks (a TP group when
 //   tensor_parallel > 1). Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
+#include <zeppelin/program/record.hpp>
 #include <zeppelin/sim/event_engine.hpp>
 
 #include <algorithm>
@@ -62,6 +64,7 @@ struct sim_result {
   std::int32_t micro_batches = 1;
   std::vector<rank_breakdown> ranks;
   std::vector<sim_phase> trace;  //!< filled when sim_options::record_trace
+  execution_record record;       //!< one layer's transfers and launches, when sim_options::record_execution
 };
 
 ZEPPELIN_NAMESPACE_END

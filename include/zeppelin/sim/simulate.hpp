@@ -3,38 +3,29 @@
 //   in : plan (validated against batch and topology), batch, topology (the
 //        tensor_parallel_view when TP > 1), model, sim_options, sim_cost_model
 //   out: sim_result (sim/result.hpp): step time, tokens/s, lower bound, efficiency,
-//        per-rank breakdown, imbalance, bytes moved, and optionally the phase timings.
-// The model, per micro-batch m (Hybrid DP's extra micro-batches run one after another):
-//   forward phase, one layer:  [remap B -> A] -> attention -> [remap A -> B] -> linear [-> TP]
-//   backward phase, one layer: linear [-> TP] -> [remap B -> A] -> attention -> [remap A -> B]
-//   - attention, ring groups (sim_options::collective == ring): G rounds; in round k position
-//     r computes its queries against the K/V it holds (one varlen call: the round's blocks
-//     of schedule/ring_schedule.hpp, priced by sim/detail/attention_call.hpp) while the K/V
-//     for round k + 1 travel from r - 1 (posted as soon as they arrived, as TE does), so a
-//     round waits only when its K/V are late. Backward: K/V go round the reversed ring and
-//     the partial dK/dV follow the computation (a position forwards dK/dV(o) once its own
-//     block is added and the partial from r + 1 arrived); the last dK/dV return home.
-//   - attention, all-gather (LLaMA CP): the ring all-gather of K/V precedes one call; the
-//     backward gathers again, computes, and reduce-scatters dK/dV: all on the critical path.
-//   - kernel launches (sim_options::launch): per_group = one varlen call per ring group,
-//     round and position, after that group's K/V; fused_round = one call per rank, queue
-//     and round over the blocks of all the rank's groups in the queue, after all their K/V
-//     (priced over the union of the blocks, sim/detail/attention_call.hpp).
-//   - sequences held whole by one rank: one varlen call per rank and direction.
-//   - engine (sim_options::engine): in_order = one stream in queue order (inter -> intra ->
-//     local, round by round); prioritized = Zeppelin's engine, preemptive stream priorities
-//     (inter > intra > local > linear), so local work fills the gaps of the rings.
+//        per-rank breakdown, imbalance, bytes moved, and optionally the phase timings and the
+//        execution record of one layer.
+// What runs is the plan's execution program (program/build.hpp, built from sim_options with
+// the model's wire format), run by the one driver (program/driver.hpp) on the simulator's
+// backend (sim/backend.hpp): the same phases, pieces, launches and dependencies the host and
+// device engines execute, priced by the cost model instead of executed. Per micro-batch m
+// (Hybrid DP's extra micro-batches run one after another):
+//   forward phase, one layer:  [remap_in] -> attention -> [remap_out] -> linear [-> TP]
+//   backward phase, one layer: linear [-> TP] -> [remap_in] -> attention -> [remap_out]
+//   - attention launches are priced per launch (sim/detail/attention_call.hpp, every block
+//     tiled on its own, as the CSR kernels do); copies and accumulator additions at the GPU's
+//     memory bandwidth;
+//   - every piece of a phase is a flow on the ports of sim/event_engine.hpp (NVLink per GPU,
+//     NIC send / receive shared by the GPUs mapped to it, max-min fair), with NCCL's group
+//     semantics per stage (sim/backend.hpp);
+//   - compute streams: one (in_order; the event engine's in-order stream) or Zeppelin's
+//     prioritised queues (preemptive stream priorities, inter > intra > local > linear);
 //   - linear modules: tokens x FLOPs per token (cost/linear_flops.hpp) at the GEMM rate, on
 //     the token-balanced layout with remapping, else on the attention layout; the LM head
-//     runs once per micro-batch after the layers (forward + backward, max over ranks).
-//   - links: every transfer is a flow on the ports of sim/event_engine.hpp (NVLink per GPU,
-//     NIC send / receive shared by the GPUs mapped to it, max-min fair). The transfers of a
-//     round go through a router (route/router.hpp): direct_router, or sim_options::proxy
-//     (proxy_router, three-step routing) with routing on; a routed piece runs dispatch ->
-//     transfer -> combine (sim/detail/phase_builder.hpp).
+//     runs once per micro-batch after the layers (forward + backward, max over ranks);
 //   - SM contention (sim_cost_model::contention, sim/sm_contention.hpp, on by default): a
 //     GPU's compute runs at (1 - f) while its own NCCL sends / receives / proxy legs are in
-//     flight, f = NCCL CTAs / SMs (16 / 132 on H100 / H200).
+//     flight, f = NCCL CTAs / SMs (16 / 132 on H100 / H200);
 //   - tensor parallelism: TP collectives block the stream after the linear modules.
 // Layers are identical: sim_options::chained_layers of them are simulated back to back and
 // the phase time is scaled to all layers. The step time is the sum over micro-batches of
@@ -42,7 +33,8 @@
 // breakdown are scaled the same way and add up to it.
 // Not modelled: the optimizer and the gradient all-reduce (the same for every method),
 // communication kernels waiting for SMs held by attention (the other side of the paper's
-// "bubbles"), activation recomputation. Host-only.
+// "bubbles"), the backward's per-pass preprocessing (one O . dO row sum) and the final
+// casts of the device engine, activation recomputation. Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
@@ -53,9 +45,13 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/validate.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
+#include <zeppelin/program/build.hpp>
+#include <zeppelin/program/driver.hpp>
+#include <zeppelin/program/program.hpp>
+#include <zeppelin/sim/backend.hpp>
 #include <zeppelin/sim/cost_model.hpp>
-#include <zeppelin/sim/detail/phase_builder.hpp>
 #include <zeppelin/sim/event_engine.hpp>
+#include <zeppelin/sim/tensor_parallel.hpp>
 #include <zeppelin/sim/lower_bound.hpp>
 #include <zeppelin/sim/options.hpp>
 #include <zeppelin/sim/result.hpp>
@@ -65,6 +61,26 @@
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
+
+namespace detail {
+//! Tokens each rank holds in the attention layout and in the linear modules' layout (the
+//! token-balanced one when the program remaps), per micro-batch: [micro-batch][rank].
+struct layer_tokens {
+  std::vector<std::vector<token_count>> attention, linear;
+};
+inline layer_tokens tokens_per_layout(const plan& p, const execution_program& prog) {
+  layer_tokens out;
+  const auto R = static_cast<std::size_t>(p.num_ranks());
+  out.attention.assign(static_cast<std::size_t>(prog.micro_batches), std::vector<token_count>(R, 0));
+  for (std::size_t r = 0; r < R; ++r)
+    for (const shard& s : p.placements[r].shards) out.attention[static_cast<std::size_t>(s.micro_batch)][r] += s.range.size();
+  out.linear = out.attention;
+  for (std::size_t mb = 0; mb < prog.linear_layout.size(); ++mb)
+    if (!prog.linear_layout[mb].empty())
+      for (std::size_t r = 0; r < R; ++r) out.linear[mb][r] = prog.linear_layout[mb][r].tokens();
+  return out;
+}
+}  // namespace detail
 
 //! Simulates one training step of `p`; see the file comment. Throws invalid_plan when the
 //! plan fails validate(p, b, t), invalid_argument for a bad model, cost model or options
@@ -77,15 +93,17 @@ ZEPPELIN_NAMESPACE_BEGIN
   ZEPPELIN_EXPECTS(o.chained_layers >= 0, "chained_layers must be >= 0 (0 = every layer)",
                    {{"chained_layers", double(o.chained_layers)}});
   ZEPPELIN_EXPECTS(o.tensor_parallel >= 1, "tensor_parallel must be >= 1", {{"tensor_parallel", double(o.tensor_parallel)}});
-  const bool all_gather = o.collective == attention_collective::all_gather ||
-                          (o.collective == attention_collective::from_plan && p.method == "allgather");
+  const execution_program prog = make_program(p, b, t, to_program_options(o, wire_format::for_model(m)));
   const int chained = o.chained_layers == 0 ? m.layers : std::min(o.chained_layers, m.layers);
   const double scale = static_cast<double>(m.layers) / chained;
-  const stream_policy policy =
-      o.engine == engine_policy::prioritized ? stream_policy::preemptive_priority : stream_policy::in_order;
+  const stream_policy policy = prog.streams.size() > 1 ? stream_policy::preemptive_priority : stream_policy::in_order;
   const auto R = static_cast<std::size_t>(t.num_ranks());
   const double slowdown = cost.contention.slowdown(t.gpu());
   const double head_flops = lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m);
+  const double linear_fwd_flops = linear_forward_flops_per_token(m);
+  const std::vector<detail::call_cost> prices = price_launches(prog, cost.attention);
+  const detail::layer_tokens tokens = detail::tokens_per_layout(p, prog);
+  const auto linear_priority = static_cast<std::int64_t>(prog.streams.size());
 
   sim_result res;
   res.method = p.method;
@@ -93,15 +111,32 @@ ZEPPELIN_NAMESPACE_BEGIN
   res.ranks.assign(R, {});
   double clock = 0;  // trace time axis
   for (std::int32_t mb = 0; mb < res.micro_batches; ++mb) {
-    const detail::mb_layout L = detail::make_mb_layout(p, b, t, m, cost, o, mb);
-    for (int direction = 0; direction < 2; ++direction) {
-      const bool forward = direction == 0;
+    const auto& linear_tokens = tokens.linear[static_cast<std::size_t>(mb)];
+    for (const pass_kind pass : {pass_kind::forward, pass_kind::backward}) {
+      const bool forward = pass == pass_kind::forward;
       event_engine e(t, policy, cost.link, slowdown);
-      detail::phase_builder builder(e, t, m, cost, o, L, all_gather);
+      launch_stats stats;
       std::vector<task_id> prev(R, no_task);
+      // the linear modules of one layer on every rank, after `prev`
+      const auto linear = [&](std::int32_t layer) {
+        for (std::size_t r = 0; r < R; ++r) {
+          const double flops = static_cast<double>(linear_tokens[r]) * linear_fwd_flops * (forward ? 1.0 : 2.0);
+          const task_tag tg{forward ? task_kind::linear_forward : task_kind::linear_backward, flow_leg::direct, -1, -1, layer, mb};
+          prev[r] = e.compute(static_cast<rank_index>(r), cost.linear.seconds(flops, t.gpu()), tg, linear_priority, {prev[r]});
+          if (o.tensor_parallel > 1) {
+            const double s = tensor_parallel_collectives_per_layer *
+                             tensor_parallel_collective_seconds(linear_tokens[r], m, t, o.tensor_parallel);
+            prev[r] = e.compute(static_cast<rank_index>(r), s, {task_kind::tensor_parallel, flow_leg::direct, -1, -1, layer, mb},
+                                linear_priority, {prev[r]});
+          }
+        }
+      };
       for (int l = 0; l < chained; ++l) {
-        if (forward) builder.forward_layer(l, prev);
-        else builder.backward_layer(chained - 1 - l, prev);
+        const std::int32_t layer = forward ? l : chained - 1 - l;
+        if (!forward) linear(layer);
+        sim_backend backend(e, prog, pass, t, prices, prev, layer, mb, stats, o.record_execution && l == 0 ? &res.record : nullptr);
+        run_pass(prog, pass, backend, [&](const program_segment& s) { return s.micro_batch == mb; });
+        if (forward) linear(layer);
       }
       engine_run run = e.run();
       const double phase = scale * run.makespan;
@@ -110,10 +145,9 @@ ZEPPELIN_NAMESPACE_BEGIN
       res.cross_node_bytes += scale * run.inter_node_bytes;
       res.intra_node_bytes += scale * run.intra_node_bytes;
       res.max_port_utilization = std::max(res.max_port_utilization, run.max_port_utilization);
-      const auto& launched = builder.stats();
-      res.attention_launches += scale * launched.launches;
-      res.attention_flops += scale * launched.flops;
-      if (forward) res.attention_pairs += launched.pairs / chained;  // every chained layer computes the same pairs
+      res.attention_launches += scale * stats.launches;
+      res.attention_flops += scale * stats.flops;
+      if (forward) res.attention_pairs += stats.pairs / chained;  // every chained layer computes the same pairs
       for (std::size_t r = 0; r < R; ++r) {
         const stream_accounting& a = run.ranks[r];
         rank_breakdown& br = res.ranks[r];
@@ -133,10 +167,10 @@ ZEPPELIN_NAMESPACE_BEGIN
     double head = 0;
     std::vector<double> per_rank(R);
     for (std::size_t r = 0; r < R; ++r) {
-      per_rank[r] = cost.linear.seconds(static_cast<double>(L.linear_tokens[r]) * head_flops, t.gpu());
+      per_rank[r] = cost.linear.seconds(static_cast<double>(linear_tokens[r]) * head_flops, t.gpu());
       head = std::max(head, per_rank[r]);
-      res.ranks[r].attention_tokens += L.attention_tokens[r];
-      res.ranks[r].linear_tokens += L.linear_tokens[r];
+      res.ranks[r].attention_tokens += tokens.attention[static_cast<std::size_t>(mb)][r];
+      res.ranks[r].linear_tokens += linear_tokens[r];
     }
     for (std::size_t r = 0; r < R; ++r) {
       res.ranks[r].linear_s += per_rank[r];
@@ -146,6 +180,7 @@ ZEPPELIN_NAMESPACE_BEGIN
     res.step_time_s += head;
     clock += head;
   }
+  res.record.sort();
   res.tokens_per_s = static_cast<double>(b.total_tokens()) / res.step_time_s;
   res.lower_bound_s = step_lower_bound(b, m, t, cost);
   res.efficiency = res.lower_bound_s / res.step_time_s;

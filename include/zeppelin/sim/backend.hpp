@@ -1,0 +1,226 @@
+// zeppelin/sim/backend.hpp
+// The simulator's backend of the execution program (program/driver.hpp): instead of moving
+// bytes and running kernels it adds tasks to an event engine (sim/event_engine.hpp), priced
+// by the cost model, with exactly the dependencies the device engine's streams and events
+// give them. It runs every rank.
+//   in : the event engine, the program, the pass, the per-launch prices, the per-rank tasks
+//        the segment starts after (`prev`, updated to the segment's end), the layer and
+//        micro-batch labels, an optional execution record
+//   out: tasks, and the launch statistics.
+// Per rank and operation:
+//   compute op   one compute task on the rank's GPU, after the previous operation of its
+//                stream (or the segment's start) and the operations it names in `after`;
+//                priority = its stream's priority. An attention launch costs its price
+//                (sim/detail/attention_call.hpp); a copy, add or zero costs its bytes
+//                (read + write) at the GPU's memory bandwidth.
+//   exchange     NCCL's group semantics, stage by stage (dispatch, transfer + direct,
+//                combine): a rank's group of a stage is posted once its previous
+//                communication has finished and the exchange's `after` operations are done;
+//                a piece flows once BOTH its ranks have posted the group holding it (the
+//                rendezvous of ncclSend / ncclRecv), and a rank's group completes when every
+//                piece it sends or receives in it has arrived.
+// The segment ends, per rank, when all its tasks have. Host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/core/transfer.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/cost/attention_flops.hpp>
+#include <zeppelin/program/program.hpp>
+#include <zeppelin/program/record.hpp>
+#include <zeppelin/sim/detail/attention_call.hpp>
+#include <zeppelin/sim/event_engine.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <variant>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! What the attention launches added so far compute.
+struct launch_stats {
+  double launches = 0;     //!< attention launches with work
+  double flops = 0;        //!< executed FLOPs, forward + backward, tile padding included
+  std::int64_t pairs = 0;  //!< (query, key) pairs per head, every launch
+};
+
+//! The price of every launch of a program (sim/detail/attention_call.hpp): each block of a
+//! launch is tiled on its own, as the CSR kernels do.
+[[nodiscard]] inline std::vector<detail::call_cost> price_launches(const execution_program& prog, const attention_time_model& model) {
+  std::vector<detail::call_cost> out;
+  out.reserve(prog.launches.size());
+  std::vector<detail::call_item> items;
+  for (const program_launch& l : prog.launches) {
+    items.clear();
+    for (std::size_t i = 0; i < l.blocks.size(); ++i) {
+      const attention_block& b = l.blocks[i];
+      items.push_back({static_cast<std::int32_t>(i), b.seq, b.q, block_pairs(b.q, b.k, b.mask)});
+    }
+    out.push_back(detail::price_call(items, model, prog.wire.heads, prog.wire.head_dim));
+  }
+  return out;
+}
+
+class sim_backend {
+ public:
+  sim_backend(event_engine& e, const execution_program& prog, pass_kind pass, const topology& t,
+              const std::vector<detail::call_cost>& prices, std::vector<task_id>& prev, std::int32_t layer, std::int32_t micro_batch,
+              launch_stats& stats, execution_record* record = nullptr)
+      : e_(e), prog_(prog), pass_(pass), t_(t), prices_(prices), prev_(prev), layer_(layer), mb_(micro_batch), stats_(stats),
+        record_(record), ranks_(static_cast<std::size_t>(prog.num_ranks())) {
+    std::iota(ranks_.begin(), ranks_.end(), 0);
+    const auto R = ranks_.size();
+    task_of_.resize(R);
+    last_.assign(R, std::vector<task_id>(prog.streams.size(), no_task));
+    comm_.assign(R, no_task);
+    parts_.resize(R);
+  }
+
+  [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return ranks_; }
+
+  void begin_segment(std::size_t seg) {
+    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+      task_of_[r].assign(prog_.pass(pass_)[r].segments.at(seg).ops.size(), no_task);
+      std::fill(last_[r].begin(), last_[r].end(), prev_[r]);
+      comm_[r] = prev_[r];
+      parts_[r].assign(1, prev_[r]);
+    }
+    segment_ = seg;
+  }
+
+  void end_segment(std::size_t) {
+    for (std::size_t r = 0; r < ranks_.size(); ++r) prev_[r] = parts_[r].size() == 1 ? parts_[r].front() : e_.join(parts_[r]);
+  }
+
+  void compute(rank_index rank, std::size_t, std::int32_t index, const program_op& op) {
+    const auto r = static_cast<std::size_t>(rank);
+    std::vector<task_id> deps{last_[r][static_cast<std::size_t>(op.stream)]};
+    for (const std::int32_t a : op.after) deps.push_back(task_of_[r][static_cast<std::size_t>(a)]);
+    const std::int64_t priority = prog_.streams[static_cast<std::size_t>(op.stream)].priority;
+    const task_kind kind = pass_ == pass_kind::forward ? task_kind::attention_forward : task_kind::attention_backward;
+    task_id id = no_task;
+    if (const auto* run = std::get_if<run_attention>(&op.body)) {
+      const program_launch& l = prog_.launches[static_cast<std::size_t>(run->launch)];
+      const detail::call_cost& c = prices_[static_cast<std::size_t>(run->launch)];
+      if (c.flops > 0) {
+        stats_.launches += 1;
+        stats_.flops += pass_ == pass_kind::forward ? c.flops : attention_backward_ratio * c.flops;
+        stats_.pairs += c.pairs;
+      }
+      if (record_) record_->add(l);
+      id = e_.compute(rank, pass_ == pass_kind::forward ? c.forward_s : c.backward_s, tag(kind, l.level, l.round), priority, deps);
+    } else {
+      id = e_.compute(rank, memory_seconds(r, op.body), tag(kind, -1, -1), priority, deps);
+    }
+    task_of_[r][static_cast<std::size_t>(index)] = id;
+    last_[r][static_cast<std::size_t>(op.stream)] = id;
+    parts_[r].push_back(id);
+  }
+
+  void exchange(std::int32_t phase, std::span<const rank_index> ranks, std::span<const std::int32_t> index) {
+    const program_phase& ph = prog_.phases[static_cast<std::size_t>(phase)];
+    const auto R = ranks_.size();
+    // per rank: posted once its previous communication and the op's `after` work are done
+    std::vector<task_id> ready(R, no_task);
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto r = static_cast<std::size_t>(ranks[i]);
+      const program_op& op = prog_.pass(pass_)[r].segments[segment_].ops[static_cast<std::size_t>(index[i])];
+      std::vector<task_id> deps{comm_[r]};
+      for (const std::int32_t a : op.after) deps.push_back(task_of_[r][static_cast<std::size_t>(a)]);
+      ready[r] = e_.join(deps);
+    }
+    std::vector<std::vector<task_id>> touched(R);
+    for (int stage = 0; stage < route_stages; ++stage) {
+      bool present = false;
+      for (const transfer& m : ph.pieces) present = present || stage_of(m.step) == stage;
+      if (!present) continue;
+      for (auto& v : touched) v.clear();
+      for (const transfer& m : ph.pieces) {
+        if (stage_of(m.step) != stage) continue;
+        const auto s = static_cast<std::size_t>(m.src), d = static_cast<std::size_t>(m.dst);
+        task_tag g = tag(flow_kind(ph, m), ph.level, ph.round);
+        g.leg = leg_of(m.step);
+        const task_id f = e_.flow(m.src, m.dst, static_cast<double>(m.bytes), g, {ready[s], ready[d]});
+        touched[s].push_back(f);
+        if (d != s) touched[d].push_back(f);
+        if (record_) record_->add(ph, m);
+      }
+      for (std::size_t r = 0; r < R; ++r)
+        if (!touched[r].empty()) {
+          touched[r].push_back(ready[r]);
+          ready[r] = e_.join(touched[r]);
+        }
+    }
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto r = static_cast<std::size_t>(ranks[i]);
+      comm_[r] = ready[r];
+      task_of_[r][static_cast<std::size_t>(index[i])] = ready[r];
+      parts_[r].push_back(ready[r]);
+    }
+  }
+
+ private:
+  [[nodiscard]] task_tag tag(task_kind k, std::int32_t level, std::int32_t round) const {
+    return {k, flow_leg::direct, level, round, layer_, mb_};
+  }
+  static flow_leg leg_of(route_step s) {
+    switch (s) {
+      case route_step::dispatch: return flow_leg::dispatch;
+      case route_step::transfer: return flow_leg::transfer;
+      case route_step::combine: return flow_leg::combine;
+      case route_step::direct: break;
+    }
+    return flow_leg::direct;
+  }
+  static task_kind flow_kind(const program_phase& ph, const transfer& m) {
+    switch (ph.bindings[static_cast<std::size_t>(m.payload)].rows_of) {
+      case row_kind::kv: return task_kind::kv;
+      case row_kind::dkv: return task_kind::dkv;
+      case row_kind::q:
+      case row_kind::qkv: break;
+    }
+    return task_kind::remap;
+  }
+  // bytes of one row of a buffer of the current pass on rank r
+  [[nodiscard]] std::int64_t row_bytes(std::size_t r, const buffer_ref& b) const {
+    if (b.where == buffer_ref::space::arena) return prog_.wire.row_bytes(prog_.pass(pass_)[r].arenas[static_cast<std::size_t>(b.index)].rows_of);
+    if (b.is(tensor_kind::dk) || b.is(tensor_kind::dv)) return prog_.wire.row_bytes(row_kind::dkv);
+    if (b.is(tensor_kind::remap_source) || b.is(tensor_kind::remap_target))
+      return prog_.wire.row_bytes(prog_.pass(pass_)[r].segments[segment_].rows_of);
+    return prog_.wire.row_bytes(row_kind::kv);
+  }
+  // seconds of a memory operation: bytes read plus bytes written at the memory bandwidth
+  [[nodiscard]] double memory_seconds(std::size_t r, const op_body& body) const {
+    const double bw = t_.gpu().memory_bandwidth;
+    if (!(bw > 0)) return 0;
+    double bytes = 0;
+    if (const auto* c = std::get_if<copy_rows>(&body))
+      for (const row_run& x : c->runs) bytes += 2.0 * static_cast<double>(x.rows * row_bytes(r, c->to));
+    if (const auto* a = std::get_if<add_rows>(&body))
+      for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(x.rows * row_bytes(r, a->to));
+    if (const auto* z = std::get_if<zero_rows>(&body)) bytes += static_cast<double>(z->rows * row_bytes(r, z->to));
+    return bytes / bw;
+  }
+
+  event_engine& e_;
+  const execution_program& prog_;
+  pass_kind pass_;
+  const topology& t_;
+  const std::vector<detail::call_cost>& prices_;
+  std::vector<task_id>& prev_;
+  std::int32_t layer_, mb_;
+  launch_stats& stats_;
+  execution_record* record_;
+  std::vector<rank_index> ranks_;
+  std::size_t segment_ = 0;
+  std::vector<std::vector<task_id>> task_of_;  //!< [rank][op]: the op's task in this segment
+  std::vector<std::vector<task_id>> last_;     //!< [rank][stream]: the stream's last task
+  std::vector<task_id> comm_;                  //!< [rank]: its last communication
+  std::vector<std::vector<task_id>> parts_;    //!< [rank]: every task of the segment
+};
+
+ZEPPELIN_NAMESPACE_END
