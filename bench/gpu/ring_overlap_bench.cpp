@@ -5,7 +5,7 @@
 //      zigzag chunks) --heads 16 --kv-heads 4 --head-dim 128 --dtype bf16 --reps 10
 // Out: per configuration, medians over --reps (after 2 warm-ups) of the slowest rank's time:
 //      full      the engine's forward (R rounds: compute overlapped with the KV ring)
-//      compute   the same forward with a transport that moves nothing (compute alone)
+//      compute   the same forward with every phase's pieces removed (compute alone)
 //      comm      the same ring exchanges alone (each round's KV send/receive group)
 //      per step  (full, compute, comm) / R, and hidden = (compute + comm - full) / comm,
 //      the share of the communication hidden behind compute (1 = fully hidden).
@@ -18,6 +18,7 @@
 #include <zeppelin/cuda/executor/attention_engine.hpp>
 #include <zeppelin/cuda/stream_set.hpp>
 #include <zeppelin/partition/even_split.hpp>
+#include <zeppelin/program/build.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -34,13 +35,6 @@
 using namespace zeppelin;
 
 namespace {
-
-//! A transport that moves nothing: the engine's compute alone.
-struct null_transport {
-  template <device_communicator C>
-  void exchange(C&, std::span<const transfer>, std::span<const std::span<const std::byte>>, std::span<const std::span<std::byte>>,
-                std::string_view) const {}
-};
 
 struct options {
   int ranks = 4;
@@ -100,10 +94,13 @@ int main(int argc, char** argv) {
   const batch b({static_cast<token_count>(o.tokens)});
   const plan p = even_split{.capacity = b.total_tokens()}.partition(b, topo);
   const attention_dims dims{.heads = o.heads, .kv_heads = o.kv_heads, .head_dim = o.head_dim};
-  const device_attention_engine<> full(p, b, dims, o.type);
-  const device_attention_engine<null_transport> compute_only(p, b, dims, o.type);
-  const auto& rounds_of = full.schedules();
-  const std::int32_t rounds = rounds_of.empty() ? 1 : rounds_of.front().rounds();
+  const device_attention_engine full(p, b, topo, dims, o.type);
+  // the same program with nothing to move: the engine's compute alone
+  execution_program silent = full.program();
+  for (program_phase& ph : silent.phases) ph.pieces.clear();
+  const device_attention_engine compute_only(std::move(silent), dims, o.type);
+  std::int32_t rounds = 1;
+  for (const program_level& lv : full.program().levels) rounds = std::max(rounds, lv.rounds[0]);
   std::vector<double> t_full, t_compute, t_comm;
   std::mutex m;
   std::barrier sync(o.ranks);

@@ -7,8 +7,9 @@
 // (nccl/bootstrap.hpp) -> one nccl_communicator for the whole job -> the same batch and plan
 // on every rank (a seeded sampler, the hierarchical partitioner; fingerprints cross-checked
 // with MPI_Allreduce) -> the rank's rows in the loader layout -> device dispatch
-// (execute_remap_device) -> device attention engine forward + backward (ring rounds
-// overlapped with NCCL on the high-priority communication stream) -> inverse dispatch.
+// (execute_remap_device) -> device attention engine forward + backward (the plan's execution
+// program: ring rounds overlapped with NCCL on the communication stream, fused launches,
+// prioritised queues, proxy routing) -> inverse dispatch.
 // Out: rank 0 prints the plan summary and the slowest rank's median forward / backward time;
 // every rank prints a checksum of its returned O and dQ rows. Errors (NCCL, CUDA, bad
 // arguments) print on the failing rank and abort the MPI job (never a hang: the NCCL
@@ -24,6 +25,7 @@
 #include <zeppelin/exec/relayout.hpp>
 #include <zeppelin/nccl.hpp>
 #include <zeppelin/partition/hierarchical.hpp>
+#include <zeppelin/program/options.hpp>
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -173,7 +175,13 @@ int run(int argc, char** argv) {
   ZEPPELIN_EXPECTS(fp_min == fp_max, "ranks planned differently (fingerprints differ)", {{"rank", double(rank)}});
 
   const attention_dims dims{.heads = o.heads, .kv_heads = o.kv_heads, .head_dim = o.head_dim};
-  const device_attention_engine<> engine(p, b, dims, device::dtype::bf16);
+  // Zeppelin's engine: a level's groups fused into one launch per round, prioritised queues,
+  // inter-node payloads routed over every NIC (program/options.hpp)
+  program_options options;
+  options.launch = launch_policy::fused_round;
+  options.engine = engine_policy::prioritized;
+  options.router.policy = proxy_router{};
+  const device_attention_engine engine(p, b, topo, dims, device::dtype::bf16, options);
   const auto loader = loader_layout(b, size);
   const remap_plan disp = make_dispatch_plan(loader, p.placements);
   const remap_plan back = inverse(disp);

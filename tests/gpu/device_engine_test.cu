@@ -1,11 +1,17 @@
 // [gpu] The CUDA executors end to end on a device loopback world (N ranks on one GPU): for
 // every partitioner on emulated 2..16 ranks, dispatch -> device attention engine forward and
 // backward -> inverse dispatch equals the single-GPU reference (the same kernels on the whole
-// packed batch), fp16; with the direct and the proxy-routed transport.
+// packed batch), fp16, per sequence; under the direct and the proxy router, per-group and fused
+// launches; and every run's execution record (what the engine moved and launched on every
+// rank) equals the record of the program the host engine and the simulator run for the same
+// plan and options.
 #include "distributed_support.hpp"
 
+#include <zeppelin/program/build.hpp>
+#include <zeppelin/program/record.hpp>
 #include <zeppelin/route/proxy.hpp>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -25,17 +31,23 @@ batch gpu_lengths(random_generator& rng, rank_index ranks) {
   return batch(lengths);
 }
 
-void check_against_reference(const gpu_results& got, const gpu_problem& ref) {
-  CHECK_FALSE(any_nan(got.o));
-  CHECK_FALSE(any_nan(got.dq));
-  CHECK_FALSE(any_nan(got.dk));
-  CHECK_FALSE(any_nan(got.dv));
-  // fp16 outputs of fp32 arithmetic in another summation order: a few fp16 ulps
-  CHECK(relative_l2(got.o, ref.o) < 2e-3);
+// fp16 outputs of fp32 arithmetic in another summation order: a few fp16 ulps per sequence,
+// and an absolute floor of 1e-2 per value (max_sequence_error)
+void check_against_reference(const gpu_results& got, const gpu_problem& ref, const batch& b) {
+  const auto qw = static_cast<std::size_t>(ref.dims.q_row()), kw = static_cast<std::size_t>(ref.dims.kv_row());
+  CHECK(max_sequence_error(got.o, ref.o, b, qw, 1e-2) < 4e-3);
   CHECK(max_abs_diff(got.lse, ref.lse) < 1e-3);
-  CHECK(relative_l2(got.dq, ref.dq) < 5e-3);
-  CHECK(relative_l2(got.dk, ref.dk) < 5e-3);
-  CHECK(relative_l2(got.dv, ref.dv) < 5e-3);
+  CHECK(max_sequence_error(got.dq, ref.dq, b, qw, 1e-2) < 1e-2);
+  CHECK(max_sequence_error(got.dk, ref.dk, b, kw, 1e-2) < 1e-2);
+  CHECK(max_sequence_error(got.dv, ref.dv, b, kw, 1e-2) < 1e-2);
+}
+
+// The engine ran exactly its program, and that program is the one make_program gives for the
+// same plan, topology and options (the host engine's and the simulator's program).
+void check_record(const gpu_results& got, const plan& p, const batch& b, const topology& t, program_options o) {
+  CHECK(got.record == program_record(got.program));
+  o.wire = got.program.wire;  // the engine's: fp16 elements, fp32 accumulators
+  CHECK(program_record(make_program(p, b, t, o)) == got.record);
 }
 
 }  // namespace
@@ -54,9 +66,15 @@ TEST_CASE("device engine: distributed attention equals the single-GPU reference 
       const token_count fair = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
       const plan p = make_plan(method, b, t, rng.below(2) ? fair : b.max_length());
       const gpu_problem ref = make_gpu_problem(b, dims, rng());
+      program_options o;
+      o.launch = rng.below(2) ? launch_policy::fused_round : launch_policy::per_group;
+      o.engine = rng.below(2) ? engine_policy::prioritized : engine_policy::in_order;
       INFO("method " << p.method << " topology " << nodes << "x" << gpus << " sequences " << b.size() << " tokens "
-                     << b.total_tokens() << " head_dim " << dims.head_dim << " kv_heads " << dims.kv_heads);
-      check_against_reference(run_device_distributed(p, b, ref), ref);
+                     << b.total_tokens() << " head_dim " << dims.head_dim << " kv_heads " << dims.kv_heads << " launch "
+                     << to_string(o.launch) << " engine " << to_string(o.engine));
+      const gpu_results got = run_device_distributed(p, b, t, ref, o);
+      check_against_reference(got, ref, b);
+      check_record(got, p, b, t, o);
       ++cases;
     }
   }
@@ -72,11 +90,13 @@ TEST_CASE("device engine: one long sequence over a 16-rank global ring (zigzag, 
     const plan p = make_plan(1, b, t, b.total_tokens());  // even_split: the sequence over all 16 ranks
     const gpu_problem ref = make_gpu_problem(b, dims, 99 + static_cast<std::uint64_t>(len));
     INFO("length " << len);
-    check_against_reference(run_device_distributed(p, b, ref), ref);
+    const gpu_results got = run_device_distributed(p, b, t, ref);
+    check_against_reference(got, ref, b);
+    check_record(got, p, b, t, {});
   }
 }
 
-TEST_CASE("device engine: proxy-routed transport gives the same result", "[gpu][executor]") {
+TEST_CASE("device engine: proxy routing (no fallback to direct) gives the same result", "[gpu][executor]") {
   ZEPPELIN_REQUIRE_GPU();
   const topology t = test_topology(2, 4, 2);
   random_generator rng(31);
@@ -86,8 +106,18 @@ TEST_CASE("device engine: proxy-routed transport gives the same result", "[gpu][
     const plan p = make_plan(method, b, t, (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks());
     const gpu_problem ref = make_gpu_problem(b, dims, rng());
     INFO("method " << p.method);
-    device_routed_transport<proxy_router> routed;
-    routed.topo = t;
-    check_against_reference(run_device_distributed(p, b, ref, routed), ref);
+    program_options o;
+    o.router.policy = proxy_router{.fallback_to_direct = false};
+    const gpu_results got = run_device_distributed(p, b, t, ref, o);
+    // some inter-node bytes went through a proxy: a piece whose ends are not the edge's
+    bool proxied = false;
+    for (const program_phase& ph : got.program.phases)
+      for (const transfer& piece : ph.pieces) {
+        const transfer& whole = ph.payloads.at(static_cast<std::size_t>(piece.payload));
+        proxied = proxied || piece.src != whole.src || piece.dst != whole.dst;
+      }
+    CHECK(proxied);
+    check_against_reference(got, ref, b);
+    check_record(got, p, b, t, o);
   }
 }

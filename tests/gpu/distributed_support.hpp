@@ -3,7 +3,7 @@
 // single-GPU reference (the device kernels on the whole packed batch, one causal CSR block per
 // sequence), plans of every partitioner, and one distributed run on a device loopback world:
 // loader layout -> device dispatch -> device attention engine forward + backward -> inverse
-// dispatch, gathered back into the packed order.
+// dispatch, gathered back into the packed order, with every rank's execution record.
 #pragma once
 
 #include "../exec/plan_support.hpp"
@@ -16,6 +16,8 @@
 #include <zeppelin/cuda/executor/attention_engine.hpp>
 #include <zeppelin/cuda/executor/remap.hpp>
 #include <zeppelin/exec/relayout.hpp>
+#include <zeppelin/program/options.hpp>
+#include <zeppelin/program/record.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -95,16 +97,19 @@ std::vector<T> layout_rows(const std::vector<T>& packed, const placement& pl, co
   return out;
 }
 
-//! The distributed results in packed order (as floats).
+//! The distributed results in packed order (as floats), what every rank's engine moved and
+//! launched (merged, sorted) and the program it ran.
 struct gpu_results {
   std::vector<float> o, lse, dq, dk, dv;
+  execution_record record;
+  execution_program program;
 };
 
-//! One distributed run of plan p (see the file comment).
-template <class Transport = device_direct_transport>
-gpu_results run_device_distributed(const plan& p, const batch& b, const gpu_problem& g, Transport transport = {}) {
+//! One distributed run of plan p on topology t under `options` (see the file comment).
+inline gpu_results run_device_distributed(const plan& p, const batch& b, const topology& t, const gpu_problem& g,
+                                          const program_options& options = {}) {
   const attention_dims dims = g.dims;
-  const device_attention_engine<Transport> engine(p, b, dims, g.type, transport);
+  const device_attention_engine engine(p, b, t, dims, g.type, options);
   const rank_index R = p.num_ranks();
   const auto loader = loader_layout(b, R);
   const remap_plan disp = make_dispatch_plan(loader, p.placements);
@@ -113,7 +118,7 @@ gpu_results run_device_distributed(const plan& p, const batch& b, const gpu_prob
   const auto qw = static_cast<std::size_t>(dims.q_row()), kw = static_cast<std::size_t>(dims.kv_row());
   const auto H = static_cast<std::size_t>(dims.heads);
   gpu_results out{std::vector<float>(T * qw, NAN), std::vector<float>(T * H, NAN), std::vector<float>(T * qw, NAN),
-                  std::vector<float>(T * kw, NAN), std::vector<float>(T * kw, NAN)};
+                  std::vector<float>(T * kw, NAN), std::vector<float>(T * kw, NAN), {}, engine.program()};
   std::mutex out_mutex;
   device_loopback_world world{.ranks = R, .gpus_per_node = p.gpus_per_node, .timeout = std::chrono::milliseconds(60000)};
   world.run([&](device_loopback_comm& c) {
@@ -130,21 +135,24 @@ gpu_results run_device_distributed(const plan& p, const batch& b, const gpu_prob
     device_buffer<std::uint16_t> bo(nl * qw), bdq(nl * qw), bdk(nl * kw), bdv(nl * kw);
     for (auto* x : {&o, &dq, &dk, &dv, &bo, &bdq, &bdk, &bdv}) x->fill_bytes(0xff);  // poison: NaN in fp16
     lse.fill_bytes(0xff);
-    execute_remap_device(c, disp, lq.get(), q.get(), qw * e, s, "dispatch q", transport);
-    execute_remap_device(c, disp, lk.get(), k.get(), kw * e, s, "dispatch k", transport);
-    execute_remap_device(c, disp, lv.get(), v.get(), kw * e, s, "dispatch v", transport);
-    execute_remap_device(c, disp, ldo.get(), d_o.get(), qw * e, s, "dispatch do", transport);
-    engine.forward(c, device_forward_io{q.get(), k.get(), v.get(), o.get(), lse.get()}, s);
-    engine.backward(c, device_backward_io{q.get(), k.get(), v.get(), o.get(), d_o.get(), lse.get(), dq.get(), dk.get(), dv.get()}, s);
-    execute_remap_device(c, back, o.get(), bo.get(), qw * e, s, "return o", transport);
-    execute_remap_device(c, back, dq.get(), bdq.get(), qw * e, s, "return dq", transport);
-    execute_remap_device(c, back, dk.get(), bdk.get(), kw * e, s, "return dk", transport);
-    execute_remap_device(c, back, dv.get(), bdv.get(), kw * e, s, "return dv", transport);
+    execute_remap_device(c, disp, lq.get(), q.get(), qw * e, s, "dispatch q");
+    execute_remap_device(c, disp, lk.get(), k.get(), kw * e, s, "dispatch k");
+    execute_remap_device(c, disp, lv.get(), v.get(), kw * e, s, "dispatch v");
+    execute_remap_device(c, disp, ldo.get(), d_o.get(), qw * e, s, "dispatch do");
+    execution_record mine;
+    engine.forward(c, device_forward_io{q.get(), k.get(), v.get(), o.get(), lse.get()}, s, &mine);
+    engine.backward(c, device_backward_io{q.get(), k.get(), v.get(), o.get(), d_o.get(), lse.get(), dq.get(), dk.get(), dv.get()}, s,
+                    &mine);
+    execute_remap_device(c, back, o.get(), bo.get(), qw * e, s, "return o");
+    execute_remap_device(c, back, dq.get(), bdq.get(), qw * e, s, "return dq");
+    execute_remap_device(c, back, dk.get(), bdk.get(), kw * e, s, "return dk");
+    execute_remap_device(c, back, dv.get(), bdv.get(), kw * e, s, "return dv");
     ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
     c.synchronize("end");
     const auto ho = bo.download(), hdq = bdq.download(), hdk = bdk.download(), hdv = bdv.download();
     const auto hl = lse.download();
     std::lock_guard lock(out_mutex);
+    out.record.merge(mine);
     std::size_t row = 0;
     for (const shard& sh : lp.shards) {  // loader layout rows -> packed rows
       const auto at = static_cast<std::size_t>(b.offset(sh.seq) + sh.range.begin);
@@ -166,7 +174,30 @@ gpu_results run_device_distributed(const plan& p, const batch& b, const gpu_prob
         for (std::size_t h = 0; h < H; ++h) out.lse[h * T + at + i] = hl[h * n + row];
     }
   });
+  out.record.sort();
   return out;
+}
+
+//! The largest error over the sequences of b of `got` against `ref` (packed [T][w]): per
+//! sequence ||got - ref||_2 / max(||ref||_2, floor * sqrt(n)) over its n values. The absolute
+//! floor keeps a sequence whose true gradient is 0 (a 1-token sequence has dQ = dK = 0) from
+//! dividing rounding residue by rounding residue; per sequence, a short sequence's error is
+//! not hidden in the norm of a long one. NaN anywhere gives infinity.
+inline double max_sequence_error(const std::vector<float>& got, const std::vector<float>& ref, const batch& b, std::size_t w,
+                                 double floor) {
+  double worst = 0;
+  for (sequence_index s = 0; s < b.size(); ++s) {
+    const auto from = static_cast<std::size_t>(b.offset(s)) * w, n = static_cast<std::size_t>(b.length(s)) * w;
+    double num = 0, den = 0;
+    for (std::size_t i = from; i < from + n; ++i) {
+      if (std::isnan(got[i])) return INFINITY;
+      const double d = double(got[i]) - double(ref[i]);
+      num += d * d;
+      den += double(ref[i]) * double(ref[i]);
+    }
+    worst = std::max(worst, std::sqrt(num) / std::max(std::sqrt(den), floor * std::sqrt(static_cast<double>(n))));
+  }
+  return worst;
 }
 
 //! Largest |a - b| (NaN in a counts as infinite).
