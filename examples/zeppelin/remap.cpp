@@ -82,7 +82,7 @@ void run_remap(const remap_options& o) {
   for (rank_index r = 0; r < p.num_ranks(); ++r) {
     std::printf("%6d %10lld %10lld  ", r, static_cast<long long>(p.current[static_cast<std::size_t>(r)]),
                 static_cast<long long>(p.target[static_cast<std::size_t>(r)]));
-    for (const auto& t : m.transfers)
+    for (const auto& t : m.entries)
       if (t.from == r) std::printf(" %d:%lld", t.to, static_cast<long long>(t.tokens));
     std::printf("\n");
   }

@@ -45,7 +45,7 @@ TEST_CASE("exact_remap is feasible and balances to floor/ceil", "[remap]") {
       const auto m = exact_remap{.objective = o}.solve(p);
       REQUIRE_NOTHROW(check_remap_matrix(p, m));
       std::vector<token_count> after = p.current;
-      for (const auto& t : m.transfers) after[static_cast<std::size_t>(t.from)] -= t.tokens, after[static_cast<std::size_t>(t.to)] += t.tokens;
+      for (const auto& t : m.entries) after[static_cast<std::size_t>(t.from)] -= t.tokens, after[static_cast<std::size_t>(t.to)] += t.tokens;
       REQUIRE(after == p.target);
       const token_count mean = std::accumulate(p.current.begin(), p.current.end(), token_count{0}) / p.num_ranks();
       for (const auto x : after) REQUIRE((x == mean || x == mean + 1));
@@ -162,7 +162,7 @@ TEST_CASE("greedy_remap is feasible and never beats exact_remap", "[remap]") {
 
 TEST_CASE("exact_remap is deterministic and handles trivial cases", "[remap]") {
   const auto p = make_remap_problem({5, 5, 5, 5}, 2, 1, 3);
-  CHECK(exact_remap{}.solve(p).transfers.empty());
+  CHECK(exact_remap{}.solve(p).entries.empty());
   const auto one = make_remap_problem({7}, 1, 1, 3);
   CHECK(exact_remap{}.solve(one) == remap_matrix{1, {}});
   random_generator rng(6);

@@ -32,12 +32,12 @@ struct greedy_remap {
     rank_index global = 0;  // every rank below it has no open deficit
     for (rank_index i = 0; i < d; ++i) {
       token_count give = p.surplus(i);
-      const auto first = m.transfers.size();
+      const auto first = m.entries.size();
       const rank_index lo = p.node_of(i) * P, hi = lo + P;
       for (rank_index j = lo; j < hi && give > 0; ++j) {
         const token_count q = std::min(give, open[static_cast<std::size_t>(j)]);
         if (q == 0) continue;
-        m.transfers.push_back({i, j, q});
+        m.entries.push_back({i, j, q});
         open[static_cast<std::size_t>(j)] -= q;
         give -= q;
       }
@@ -47,13 +47,13 @@ struct greedy_remap {
           if (j == global) ++global;
           continue;
         }
-        m.transfers.push_back({i, j, q});
+        m.entries.push_back({i, j, q});
         open[static_cast<std::size_t>(j)] -= q;
         give -= q;
         if (open[static_cast<std::size_t>(j)] == 0 && j == global) ++global;
       }
-      std::sort(m.transfers.begin() + static_cast<std::ptrdiff_t>(first), m.transfers.end(),
-                [](const remap_transfer& a, const remap_transfer& b) { return a.to < b.to; });
+      std::sort(m.entries.begin() + static_cast<std::ptrdiff_t>(first), m.entries.end(),
+                [](const remap_entry& a, const remap_entry& b) { return a.to < b.to; });
     }
     return m;
   }

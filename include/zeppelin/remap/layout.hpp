@@ -139,12 +139,12 @@ inline void append_merged(placement& pl, const remap_segment& s) {
   const auto n = static_cast<std::size_t>(d);
   const auto a = rank_tokens(p, micro_batch);
   std::vector<token_count> sent(n, 0), received(n, 0);
-  for (std::size_t k = 0; k < m.transfers.size(); ++k) {
-    const auto& t = m.transfers[k];
+  for (std::size_t k = 0; k < m.entries.size(); ++k) {
+    const auto& t = m.entries[k];
     ZEPPELIN_EXPECTS(t.from >= 0 && t.from < d && t.to >= 0 && t.to < d && t.from != t.to && t.tokens > 0,
                      "bad matrix entry", {{"from", double(t.from)}, {"to", double(t.to)}, {"tokens", double(t.tokens)}});
-    ZEPPELIN_EXPECTS(k == 0 || m.transfers[k - 1].from < t.from ||
-                         (m.transfers[k - 1].from == t.from && m.transfers[k - 1].to < t.to),
+    ZEPPELIN_EXPECTS(k == 0 || m.entries[k - 1].from < t.from ||
+                         (m.entries[k - 1].from == t.from && m.entries[k - 1].to < t.to),
                      "matrix entries must be sorted and unique", {{"entry", double(k)}});
     sent[static_cast<std::size_t>(t.from)] += t.tokens;
     received[static_cast<std::size_t>(t.to)] += t.tokens;
@@ -160,11 +160,11 @@ inline void append_merged(placement& pl, const remap_segment& s) {
   // and everything from lower-ranked sources (transfers are sorted by source).
   std::vector<token_count> recv_cursor(n);
   for (std::size_t r = 0; r < n; ++r) recv_cursor[r] = a[r] - sent[r];
-  std::vector<token_count> dest_offset(m.transfers.size());
-  for (std::size_t k = 0; k < m.transfers.size(); ++k) {
-    auto& c = recv_cursor[static_cast<std::size_t>(m.transfers[k].to)];
+  std::vector<token_count> dest_offset(m.entries.size());
+  for (std::size_t k = 0; k < m.entries.size(); ++k) {
+    auto& c = recv_cursor[static_cast<std::size_t>(m.entries[k].to)];
     dest_offset[k] = c;
-    c += m.transfers[k].tokens;
+    c += m.entries[k].tokens;
   }
   // Walk each source buffer: the kept prefix, then the chunks in ascending destination.
   std::size_t k = 0;
@@ -193,8 +193,8 @@ inline void append_merged(placement& pl, const remap_segment& s) {
       }
     };
     emit(r, 0, a[ri] - sent[ri]);
-    for (; k < m.transfers.size() && m.transfers[k].from == r; ++k)
-      emit(m.transfers[k].to, dest_offset[k], m.transfers[k].tokens);
+    for (; k < m.entries.size() && m.entries[k].from == r; ++k)
+      emit(m.entries[k].to, dest_offset[k], m.entries[k].tokens);
   }
   for (std::size_t r = 0; r < n; ++r) {
     auto& rec = out.ranks[r].receives;
@@ -215,9 +215,9 @@ template <remap_solver Solver>
 [[nodiscard]] inline remap_plan inverse(const remap_plan& x) {
   remap_plan y{};
   y.matrix.ranks = x.matrix.ranks;
-  y.matrix.transfers.reserve(x.matrix.transfers.size());
-  for (const auto& t : x.matrix.transfers) y.matrix.transfers.push_back({t.to, t.from, t.tokens});
-  std::sort(y.matrix.transfers.begin(), y.matrix.transfers.end(), [](const remap_transfer& a, const remap_transfer& b) {
+  y.matrix.entries.reserve(x.matrix.entries.size());
+  for (const auto& t : x.matrix.entries) y.matrix.entries.push_back({t.to, t.from, t.tokens});
+  std::sort(y.matrix.entries.begin(), y.matrix.entries.end(), [](const remap_entry& a, const remap_entry& b) {
     return a.from != b.from ? a.from < b.from : a.to < b.to;
   });
   const auto flip = [](remap_segment s) {

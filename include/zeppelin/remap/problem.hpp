@@ -139,33 +139,35 @@ inline void validate_remap_problem(const remap_problem& p) {
   return p;
 }
 
-//! M_ij > 0 entry of a transfer matrix.
-struct remap_transfer {
+//! One positive entry M_ij of a remap matrix: `tokens` tokens that rank `from` hands to rank
+//! `to`. A count of tokens, not a message: the bytes, offsets and route pieces that carry it
+//! are the execution program's transfers (core/transfer.hpp, program/remap_program.hpp).
+struct remap_entry {
   rank_index from = 0;
   rank_index to = 0;
   token_count tokens = 0;
-  friend bool operator==(const remap_transfer&, const remap_transfer&) = default;
+  friend bool operator==(const remap_entry&, const remap_entry&) = default;
 };
 
 //! A sparse transfer matrix: the positive entries, sorted by (from, to), no duplicates, no
 //! diagonal entries.
 struct remap_matrix {
   rank_index ranks = 0;
-  std::vector<remap_transfer> transfers{};
+  std::vector<remap_entry> entries{};
 
   //! M_ij (0 when absent). O(log nnz).
   [[nodiscard]] token_count at(rank_index i, rank_index j) const noexcept {
-    const auto it = std::lower_bound(transfers.begin(), transfers.end(), remap_transfer{i, j, 0},
-                                     [](const remap_transfer& a, const remap_transfer& b) {
+    const auto it = std::lower_bound(entries.begin(), entries.end(), remap_entry{i, j, 0},
+                                     [](const remap_entry& a, const remap_entry& b) {
                                        return a.from != b.from ? a.from < b.from : a.to < b.to;
                                      });
-    return it != transfers.end() && it->from == i && it->to == j ? it->tokens : 0;
+    return it != entries.end() && it->from == i && it->to == j ? it->tokens : 0;
   }
   //! The d x d matrix (row i = what rank i sends).
   [[nodiscard]] std::vector<std::vector<token_count>> dense() const {
     std::vector<std::vector<token_count>> m(static_cast<std::size_t>(ranks),
                                             std::vector<token_count>(static_cast<std::size_t>(ranks), 0));
-    for (const auto& t : transfers) m[static_cast<std::size_t>(t.from)][static_cast<std::size_t>(t.to)] = t.tokens;
+    for (const auto& t : entries) m[static_cast<std::size_t>(t.from)][static_cast<std::size_t>(t.to)] = t.tokens;
     return m;
   }
   friend bool operator==(const remap_matrix&, const remap_matrix&) = default;
@@ -196,7 +198,7 @@ struct remap_costs {
                    {{"matrix_ranks", double(m.ranks)}, {"problem_ranks", double(p.num_ranks())}});
   std::vector<double> send(static_cast<std::size_t>(m.ranks), 0.0), recv(static_cast<std::size_t>(m.ranks), 0.0);
   remap_costs c{};
-  for (const auto& t : m.transfers) {
+  for (const auto& t : m.entries) {
     const double w = p.cost(t.from, t.to) * static_cast<double>(t.tokens);
     send[static_cast<std::size_t>(t.from)] += w;
     recv[static_cast<std::size_t>(t.to)] += w;
@@ -216,12 +218,12 @@ inline void check_remap_matrix(const remap_problem& p, const remap_matrix& m) {
   ZEPPELIN_EXPECTS(m.ranks == p.num_ranks(), "the matrix and the problem have different rank counts",
                    {{"matrix_ranks", double(m.ranks)}, {"problem_ranks", double(p.num_ranks())}});
   std::vector<token_count> row(static_cast<std::size_t>(m.ranks), 0), col(row);
-  for (std::size_t k = 0; k < m.transfers.size(); ++k) {
-    const auto& t = m.transfers[k];
+  for (std::size_t k = 0; k < m.entries.size(); ++k) {
+    const auto& t = m.entries[k];
     ZEPPELIN_EXPECTS(t.from >= 0 && t.from < m.ranks && t.to >= 0 && t.to < m.ranks && t.from != t.to && t.tokens > 0,
                      "bad matrix entry", {{"from", double(t.from)}, {"to", double(t.to)}, {"tokens", double(t.tokens)}});
     if (k > 0) {
-      const auto& q = m.transfers[k - 1];
+      const auto& q = m.entries[k - 1];
       ZEPPELIN_EXPECTS(q.from < t.from || (q.from == t.from && q.to < t.to), "matrix entries must be sorted and unique",
                        {{"entry", double(k)}});
     }

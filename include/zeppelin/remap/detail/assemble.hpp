@@ -36,7 +36,7 @@ inline remap_matrix assemble_remap(const remap_problem& p, const std::vector<tok
           if (need == 0) ++j;
         }
         const token_count q = std::min(give, need);
-        m.transfers.push_back({i, j, q});
+        m.entries.push_back({i, j, q});
         give -= q;
         need -= q;
         if (need == 0) ++j;
@@ -63,7 +63,7 @@ inline remap_matrix assemble_remap(const remap_problem& p, const std::vector<tok
         if (rl == 0) ++rj;
       }
       const token_count q = std::min({amount, sl, rl});
-      m.transfers.push_back({si, rj, q});
+      m.entries.push_back({si, rj, q});
       amount -= q;
       sl -= q;
       rl -= q;
@@ -71,7 +71,7 @@ inline remap_matrix assemble_remap(const remap_problem& p, const std::vector<tok
       if (rl == 0) ++rj;
     }
   }
-  std::sort(m.transfers.begin(), m.transfers.end(), [](const remap_transfer& a, const remap_transfer& b) {
+  std::sort(m.entries.begin(), m.entries.end(), [](const remap_entry& a, const remap_entry& b) {
     return a.from != b.from ? a.from < b.from : a.to < b.to;
   });
   return m;
