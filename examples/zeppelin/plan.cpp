@@ -28,6 +28,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace zeppelin_tool {
 namespace {
@@ -43,18 +44,18 @@ struct plan_arguments {
   bool json = false;
 };
 
-zeppelin::plan make_plan(const plan_arguments& a, const zeppelin::batch& b, const zeppelin::topology& t) {
+// The partitioner the arguments name, through the one registry (partition/registry.hpp).
+zeppelin::any_partitioner make_partitioner(const plan_arguments& a, const zeppelin::topology& t) {
   using namespace zeppelin;
-  if (a.method == "hierarchical") {
-    if (a.metric == "tokens") return hierarchical<token_metric>{.capacity = a.capacity}.partition(b, t);
-    if (a.metric == "attention") return hierarchical<attention_cost_metric>{.capacity = a.capacity}.partition(b, t);
-    cost_model_metric<> m{.model = attention_time_model::for_gpu(t.gpu())};
-    return hierarchical<cost_model_metric<>>{.capacity = a.capacity, .metric = m}.partition(b, t);
-  }
-  if (a.method == "even_split") return even_split{.capacity = a.capacity}.partition(b, t);
-  if (a.method == "allgather") return allgather{.capacity = a.capacity, .cp_size = a.cp_size}.partition(b, t);
-  if (a.method == "hybrid_dp") return hybrid_dp{.capacity = a.capacity}.partition(b, t);
-  return per_document{.capacity = a.capacity, .cp_size = a.cp_size}.partition(b, t);
+  const partitioner_settings settings{.capacity = a.capacity,
+                                      .cp_size = a.cp_size,
+                                      .metric = make_load_metric(load_metric_kind_by_name(a.metric), t.gpu())};
+  return partitioner_by_name(a.method, settings);
+}
+
+template <class Names>
+std::vector<std::string> as_strings(const Names& names) {
+  return {names.begin(), names.end()};
 }
 
 nlohmann::ordered_json to_json(const zeppelin::plan& p) {
@@ -114,13 +115,17 @@ void add_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "partition a batch of sequence lengths over a cluster and print the plan");
   cmd->add_option("--method", args->method, "partitioner")
       ->required()
-      ->check(CLI::IsMember({"hierarchical", "even_split", "allgather", "hybrid_dp", "per_document"}));
+      ->check(CLI::IsMember(as_strings(zeppelin::partitioner_names)));
   cmd->add_option("--lengths", args->lengths_file, "file with one sequence length per line")->required();
   cmd->add_option("--nodes", args->nodes, "number of nodes N")->check(CLI::PositiveNumber);
   cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(CLI::PositiveNumber);
   cmd->add_option("--capacity", args->capacity, "tokens per GPU per micro-batch L")->check(CLI::PositiveNumber);
   cmd->add_option("--metric", args->metric, "hierarchical load metric for local sequences")
-      ->check(CLI::IsMember({"tokens", "attention", "cost_model"}));
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names;
+        for (const auto k : zeppelin::load_metric_kinds) names.emplace_back(zeppelin::to_string(k));
+        return names;
+      }()));
   cmd->add_option("--cp-size", args->cp_size, "allgather / per_document CP group size (0: all GPUs)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", args->json, "print the plan as JSON");
@@ -130,7 +135,7 @@ void add_plan_command(CLI::App& app) {
     // per GPU) matter for the cost model metric.
     const zeppelin::topology t({"plan", args->nodes, args->gpus_per_node, args->gpus_per_node, {},
                                 zeppelin::links::nvlink_h100(), zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
-    const zeppelin::plan p = make_plan(*args, b, t);
+    const zeppelin::plan p = zeppelin::partition(make_partitioner(*args, t), b, t);
     zeppelin::validate(p, b, t);
     if (args->json) std::cout << to_json(p).dump() << '\n';
     else print_summary(p, b, t);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <zeppelin/partition/allgather.hpp>
+#include <zeppelin/partition/any_load_metric.hpp>
 #include <zeppelin/partition/even_split.hpp>
 #include <zeppelin/partition/hierarchical.hpp>
 #include <zeppelin/partition/hybrid_dp.hpp>
@@ -12,3 +13,4 @@
 #include <zeppelin/partition/partitioner.hpp>
 #include <zeppelin/partition/per_document.hpp>
 #include <zeppelin/partition/plan_stats.hpp>
+#include <zeppelin/partition/registry.hpp>

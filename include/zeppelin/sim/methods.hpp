@@ -19,11 +19,13 @@
 // group); with all sequences in ONE global ring that is already one launch per rank and
 // round, so per_group and fused_round give the same step for te_cp, te_cp+routing and
 // llama_cp (one group each). Hybrid DP (ByteScale-like) runs each CP group's ring on its own:
-// per_group. Zeppelin's engine runs a queue's ring groups round by round in lockstep and its
-// kernels take a CSR list of blocks with per-block offsets and masks, so round k of every
-// group of a queue is one launch per rank (exec/attention_engine.hpp, cuda/attention_params.hpp):
-// fused_round for te_cp+routing+engine and zeppelin. Without it, a rank in many small rings
-// issues many small launches that the throughput tables price at a low rate.
+// per_group. Zeppelin's engine runs a level's ring groups round by round in lockstep and its
+// kernels take a CSR list of blocks with per-block offsets and masks over one K/V arena, so
+// round k of every group of a level is one launch per rank, split only where the CSR form
+// needs it (program/launch_waves.hpp): fused_round for te_cp+routing+engine and zeppelin.
+// Without it, a rank in many small rings issues many small launches that the throughput
+// tables price at a low rate. Every engine and the simulator run the same execution program
+// (program/), so these launches are the ones the engines make.
 // The ablations follow Fig. 11: TE CP + routing; + partitioner and engine; + remapping (the
 // full Zeppelin). Capacity: setup.tokens_per_gpu x (1 + capacity_slack) tokens per GPU (x TP
 // per CP rank), the same for every method. The paper's L is a token CAPACITY per GPU, not
@@ -42,10 +44,8 @@
 #include <zeppelin/core/model.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
-#include <zeppelin/partition/allgather.hpp>
-#include <zeppelin/partition/even_split.hpp>
-#include <zeppelin/partition/hierarchical.hpp>
-#include <zeppelin/partition/hybrid_dp.hpp>
+#include <zeppelin/partition/any_load_metric.hpp>
+#include <zeppelin/partition/registry.hpp>
 #include <zeppelin/sim/cost_model.hpp>
 #include <zeppelin/sim/options.hpp>
 #include <zeppelin/sim/result.hpp>
@@ -63,28 +63,33 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 enum class method_kind : std::uint8_t { te_cp, llama_cp, hybrid_dp, te_cp_routing, te_cp_routing_engine, zeppelin };
 
-//! A method: its name and how it partitions and executes.
+//! A method: its name and how it partitions and executes (the rows of the table above).
 struct method_spec {
   method_kind kind = method_kind::te_cp;
   std::string_view name;
   std::string_view description;
-  bool routing = false;
-  bool prioritized_engine = false;
-  bool remap = false;
+  std::string_view partitioner;                     //!< a partitioner_names entry (partition/registry.hpp)
+  bool routing = false;                             //!< proxy_router, else direct_router
+  engine_policy engine = engine_policy::in_order;
+  bool remap = false;                               //!< remap with the exact solver (max_send)
   launch_policy launch = launch_policy::per_group;  //!< see the file comment
 };
 
 //! Every method, baselines first, then the ablations and Zeppelin.
 inline constexpr std::array<method_spec, 6> method_specs{{
-    {method_kind::te_cp, "te_cp", "TransformerEngine CP: even zigzag split, one global ring", false, false, false},
-    {method_kind::llama_cp, "llama_cp", "LLaMA-3 CP: even split, all-gather K/V before attention", true, false, false},
-    {method_kind::hybrid_dp, "hybrid_dp", "ByteScale-like: DP for short, ring CP for long, FLOP-balanced micro-batches", false,
-     false, false},
-    {method_kind::te_cp_routing, "te_cp+routing", "TE CP with proxy routing over every NIC", true, false, false},
+    {method_kind::te_cp, "te_cp", "TransformerEngine CP: even zigzag split, one global ring", even_split::name, false,
+     engine_policy::in_order, false},
+    {method_kind::llama_cp, "llama_cp", "LLaMA-3 CP: even split, all-gather K/V before attention", allgather::name, true,
+     engine_policy::in_order, false},
+    {method_kind::hybrid_dp, "hybrid_dp", "ByteScale-like: DP for short, ring CP for long, FLOP-balanced micro-batches",
+     hybrid_dp::name, false, engine_policy::in_order, false},
+    {method_kind::te_cp_routing, "te_cp+routing", "TE CP with proxy routing over every NIC", even_split::name, true,
+     engine_policy::in_order, false},
     {method_kind::te_cp_routing_engine, "te_cp+routing+engine",
-     "routing + hierarchical partitioner + attention engine (no remapping)", true, true, false, launch_policy::fused_round},
-    {method_kind::zeppelin, "zeppelin", "Zeppelin: hierarchical partitioner, engine, routing, remapping", true, true, true,
-     launch_policy::fused_round},
+     "routing + hierarchical partitioner + attention engine (no remapping)", hierarchical<>::name, true,
+     engine_policy::prioritized, false, launch_policy::fused_round},
+    {method_kind::zeppelin, "zeppelin", "Zeppelin: hierarchical partitioner, engine, routing, remapping",
+     hierarchical<>::name, true, engine_policy::prioritized, true, launch_policy::fused_round},
 }};
 
 //! The method called `name` (a method_specs name). Throws invalid_argument listing the names.
@@ -98,16 +103,16 @@ inline constexpr std::array<method_spec, 6> method_specs{{
 }
 
 //! How a method is run.
-//! The load metric hierarchical<> balances local sequences with (partition/load_metric.hpp).
-enum class zeppelin_metric : std::uint8_t { tokens = 0, attention = 1, cost_model = 2 };
-
 struct method_setup {
   token_count tokens_per_gpu = 4096;  //!< the paper's 4K per GPU
   double capacity_slack = 1.0 / 8;    //!< headroom over tokens_per_gpu; 0 = exact fill (see the file comment)
   int tensor_parallel = 1;            //!< TP inside CP (13B on cluster A, 30B on cluster C: 2)
   int chained_layers = 1;             //!< sim_options::chained_layers
-  zeppelin_metric metric = zeppelin_metric::attention;  //!< for te_cp+routing+engine and zeppelin
+  //! The load metric hierarchical<> balances with (te_cp+routing+engine and zeppelin;
+  //! partition/load_metric.hpp); the cost-model metric prices the model's heads and head_dim.
+  load_metric_kind metric = load_metric_kind::attention;
   bool record_trace = false;
+  bool record_execution = false;          //!< sim_options::record_execution
   std::optional<launch_policy> launch{};  //!< default: the method's (method_spec::launch)
   std::optional<sim_cost_model> cost{};  //!< default: sim_cost_model::for_topology(view)
 };
@@ -128,39 +133,27 @@ struct method_run {
   return per_gpu * setup.tensor_parallel;
 }
 
-//! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank.
+//! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank; the
+//! cost-model metric prices model `m`'s heads (32 x 128 when none is given) on view.gpu().
 [[nodiscard]] inline plan partition_for(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
-                                       zeppelin_metric metric = zeppelin_metric::attention, const model_config* m = nullptr) {
-  switch (spec.kind) {
-    case method_kind::te_cp:
-    case method_kind::te_cp_routing: return even_split{capacity}.partition(b, view);
-    case method_kind::llama_cp: return allgather{capacity, 0}.partition(b, view);
-    case method_kind::hybrid_dp: return hybrid_dp{capacity}.partition(b, view);
-    case method_kind::te_cp_routing_engine:
-    case method_kind::zeppelin:
-      switch (metric) {
-        case zeppelin_metric::tokens: return hierarchical<token_metric>{capacity, {}}.partition(b, view);
-        case zeppelin_metric::attention: return hierarchical<attention_cost_metric>{capacity, {}}.partition(b, view);
-        case zeppelin_metric::cost_model: {
-          cost_model_metric<> cm{attention_time_model::for_gpu(view.gpu()), m ? m->heads : 32, m ? m->head_dim : 128};
-          return hierarchical<cost_model_metric<>>{capacity, cm}.partition(b, view);
-        }
-      }
-  }
-  ZEPPELIN_THROW(invalid_argument, "unknown method kind", {});
+                                       load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
+  const partitioner_settings settings{
+      .capacity = capacity, .cp_size = 0, .metric = make_load_metric(metric, view.gpu(), m ? m->heads : 32, m ? m->head_dim : 128)};
+  return partition(partitioner_by_name(spec.partitioner, settings), b, view);
 }
 
-//! The sim_options of `spec` under `setup`.
+//! The sim_options of `spec` under `setup` (the collective of llama_cp's all-gather groups is
+//! in its plan: partition/allgather.hpp sets it).
 [[nodiscard]] inline sim_options options_for(const method_spec& spec, const method_setup& setup) {
   sim_options o;
-  o.collective = spec.kind == method_kind::llama_cp ? attention_collective::all_gather : attention_collective::ring;
-  o.routing = spec.routing;
-  o.remap = spec.remap;
-  o.engine = spec.prioritized_engine ? engine_policy::prioritized : engine_policy::in_order;
+  if (spec.routing) o.router.policy = proxy_router{};
+  if (spec.remap) o.remap = remap_objective::max_send;
+  o.engine = spec.engine;
   o.launch = setup.launch ? *setup.launch : spec.launch;
   o.tensor_parallel = setup.tensor_parallel;
   o.chained_layers = setup.chained_layers;
   o.record_trace = setup.record_trace;
+  o.record_execution = setup.record_execution;
   return o;
 }
 

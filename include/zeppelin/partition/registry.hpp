@@ -1,0 +1,94 @@
+// zeppelin/partition/registry.hpp
+// Every partitioner as one value, and the one place that maps a method name to a partitioner
+// (the `zeppelin plan` and `zeppelin simulate` tools, the simulator's methods and the examples
+// all choose through it).
+//   in : a partitioner name (partitioner_names) and partitioner_settings: the capacity L
+//        every model takes, the CP group size of allgather and per_document, the load metric
+//        of hierarchical
+//   out: any_partitioner, a std::variant of the configured models; partition(p, b, t) runs
+//        the one it holds and returns its plan (plan.method == the name)
+// Settings a model does not read are ignored (cp_size by even_split, hierarchical and
+// hybrid_dp; the metric by all but hierarchical). Throws invalid_argument for an unknown name,
+// listing the valid ones; partition() throws what the model throws. Host-only.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/partition/allgather.hpp>
+#include <zeppelin/partition/any_load_metric.hpp>
+#include <zeppelin/partition/even_split.hpp>
+#include <zeppelin/partition/hierarchical.hpp>
+#include <zeppelin/partition/hybrid_dp.hpp>
+#include <zeppelin/partition/partitioner.hpp>
+#include <zeppelin/partition/per_document.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+using any_partitioner = std::variant<hierarchical<token_metric>, hierarchical<attention_cost_metric>,
+                                     hierarchical<cost_model_metric<>>, even_split, allgather, hybrid_dp, per_document>;
+
+struct partitioner_settings {
+  token_count capacity = 4096;          //!< L, tokens per GPU per micro-batch
+  std::int32_t cp_size = 0;             //!< allgather, per_document: ranks per CP group (0: all)
+  any_load_metric metric = token_metric{};  //!< hierarchical: what a GPU's load is
+};
+
+namespace detail {
+
+struct partitioner_entry {
+  std::string_view name;
+  any_partitioner (*make)(const partitioner_settings&);
+};
+
+inline any_partitioner make_hierarchical(const partitioner_settings& s) {
+  return std::visit([&](const auto& m) -> any_partitioner { return hierarchical<std::decay_t<decltype(m)>>{s.capacity, m}; },
+                    s.metric);
+}
+
+inline constexpr std::array<partitioner_entry, 5> partitioners{{
+    {hierarchical<>::name, make_hierarchical},
+    {even_split::name, [](const partitioner_settings& s) -> any_partitioner { return even_split{s.capacity}; }},
+    {allgather::name, [](const partitioner_settings& s) -> any_partitioner { return allgather{s.capacity, s.cp_size}; }},
+    {hybrid_dp::name, [](const partitioner_settings& s) -> any_partitioner { return hybrid_dp{s.capacity}; }},
+    {per_document::name, [](const partitioner_settings& s) -> any_partitioner { return per_document{s.capacity, s.cp_size}; }},
+}};
+
+}  // namespace detail
+
+//! The names partitioner_by_name accepts, in registry order.
+inline constexpr std::array<std::string_view, detail::partitioners.size()> partitioner_names = [] {
+  std::array<std::string_view, detail::partitioners.size()> names{};
+  for (std::size_t i = 0; i < names.size(); ++i) names[i] = detail::partitioners[i].name;
+  return names;
+}();
+
+//! The partitioner called `name`, configured by `s`.
+[[nodiscard]] inline any_partitioner partitioner_by_name(std::string_view name, const partitioner_settings& s = {}) {
+  std::string valid;
+  for (const detail::partitioner_entry& e : detail::partitioners) {
+    if (e.name == name) return e.make(s);
+    valid += (valid.empty() ? "" : ", ") + std::string(e.name);
+  }
+  ZEPPELIN_THROW(invalid_argument, "unknown partitioner '" + std::string(name) + "' (valid: " + valid + ")", {});
+}
+
+//! The plan the partitioner held by `p` makes for `b` on `t`.
+[[nodiscard]] inline plan partition(const any_partitioner& p, const batch& b, const topology& t) {
+  return std::visit([&](const auto& model) { return model.partition(b, t); }, p);
+}
+
+//! The name of the partitioner held by `p` (plan.method of its plans).
+[[nodiscard]] inline std::string_view name_of(const any_partitioner& p) noexcept {
+  return std::visit([](const auto& model) -> std::string_view { return std::decay_t<decltype(model)>::name; }, p);
+}
+
+ZEPPELIN_NAMESPACE_END
