@@ -1,20 +1,30 @@
-// host_ring_attention: plan a batch with a partitioner, dispatch random Q, K, V, dO from the
-// loader layout to the plan's layout, run the attention engine forward and backward on
-// N * P thread ranks (host loopback world), bring O, dQ, dK, dV back with the inverse
-// dispatch and compare with the dense single-rank causal reference of every sequence.
-//   host_ring_attention --method hierarchical --lengths lengths.txt --nodes 2 --gpus-per-node 4
-//                       --heads 4 --kv-heads 2 --head-dim 16 --seed 1 [--routing proxy|direct]
-//                       [--nics-per-node 2] [--capacity C] [--fp32]
+// host_ring_attention: one attention layer of a method (sim/methods.hpp: its partitioner,
+// collective, routing, engine, launches and remap) executed for real on N * P host thread
+// ranks (host loopback world), forward and backward, and checked against the dense
+// single-rank reference of every sequence.
+//   host_ring_attention --method zeppelin --lengths lengths.txt --cluster c --nodes 2
+//                       --gpus-per-node 4 --heads 4 --kv-heads 2 --head-dim 16 --seed 1
+//                       [--slack S] [--fp32] [--record FILE]
+// Flow per rank: random Q|K|V and dO rows in a data loader's layout are dispatched to the
+// layout the linear modules see (the token-balanced one of each micro-batch the program
+// remaps, else the plan's attention layout); the program's remap_in moves Q|K|V to the
+// attention layout, the engine runs the forward, remap_out brings O back; backward: dO in,
+// the engine's backward, dQ|dK|dV out; everything returns to the loader layout and is
+// compared with the reference. The plan and the execution program are exactly those
+// `zeppelin simulate --method M` prices for the same batch, cluster, shape and slack:
+// --record writes this run's execution record (every transfer every rank sent and every
+// launch it ran, program/record.hpp), which equals the one `zeppelin simulate --record`
+// writes (the shape and element type given to both: --dtype fp64, or fp32 with --fp32).
 // Prints the plan, timings, and as its LAST line
 //   max_abs_err_out=<O and LSE> max_abs_err_grad=<dQ, dK, dV>
 // Exit status 1 when an error exceeds the tolerance (1e-10 in fp64, 1e-4 in fp32), 2 on bad input.
 #include <zeppelin/comm.hpp>
 #include <zeppelin/core/random.hpp>
-#include <zeppelin/core/topology.hpp>
+#include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/length_file.hpp>
 #include <zeppelin/exec.hpp>
-#include <zeppelin/partition.hpp>
-#include <zeppelin/route/proxy.hpp>
+#include <zeppelin/program.hpp>
+#include <zeppelin/sim/methods.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +32,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <string>
@@ -33,51 +44,54 @@ using namespace zeppelin;
 namespace {
 
 struct options {
-  std::string method = "hierarchical";
+  std::string method = "zeppelin";
   std::string lengths;
+  std::string cluster = "c";
   int nodes = 1;
-  int gpus_per_node = 1;
-  int nics_per_node = 1;
+  int gpus_per_node = 0;  // 0: the preset's
   int heads = 4;
   int kv_heads = 4;
   int head_dim = 16;
   std::uint64_t seed = 1;
-  std::string routing = "direct";
-  token_count capacity = 0;
+  double slack = method_setup{}.capacity_slack;
   bool fp32 = false;
+  std::string record_file;
 };
-
-template <class P>
-plan plan_with(P method, const batch& b, const topology& t, token_count capacity, bool fixed) {
-  for (;;) {
-    method.capacity = capacity;
-    try {
-      return method.partition(b, t);
-    } catch (const infeasible&) {
-      if (fixed) throw;
-      capacity += capacity / 8 + 1;  // the smallest capacity (from ceil(T / R)) the method accepts
-    }
-  }
-}
-
-plan make_plan(const options& o, const batch& b, const topology& t) {
-  const bool fixed = o.capacity > 0;
-  const token_count c = fixed ? o.capacity : (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
-  if (o.method == "hierarchical") return plan_with(hierarchical<>{}, b, t, c, fixed);
-  if (o.method == "even_split") return plan_with(even_split{}, b, t, c, fixed);
-  if (o.method == "allgather") return plan_with(allgather{}, b, t, c, fixed);
-  if (o.method == "hybrid_dp") return plan_with(hybrid_dp{}, b, t, c, fixed);
-  if (o.method == "per_document") return plan_with(per_document{}, b, t, c, fixed);
-  ZEPPELIN_THROW(invalid_argument, "unknown method '" + o.method + "'", {});
-}
 
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
 
-template <class T, class Transport>
-int run(const options& o, const batch& b, const plan& p, Transport transport) {
+// rows of a tensor of width w, laid out as `pl` (shards in buffer order), from the packed stream
+template <class T>
+std::vector<T> rows_of(const std::vector<T>& global, const placement& pl, const batch& b, std::int64_t w) {
+  std::vector<T> out;
+  for (const shard& s : pl.shards)
+    out.insert(out.end(), global.begin() + (b.offset(s.seq) + s.range.begin) * w, global.begin() + (b.offset(s.seq) + s.range.end) * w);
+  return out;
+}
+
+// the layout the linear modules see, per rank: each micro-batch's token-balanced layout when
+// the program remaps it, else its shards of the attention layout
+std::vector<placement> linear_layout(const plan& p, const execution_program& prog) {
+  std::vector<placement> out(static_cast<std::size_t>(p.num_ranks()));
+  for (std::int32_t mb = 0; mb < prog.micro_batches; ++mb)
+    for (std::size_t r = 0; r < out.size(); ++r) {
+      const bool remapped = static_cast<std::size_t>(mb) < prog.linear_layout.size() && !prog.linear_layout[static_cast<std::size_t>(mb)].empty();
+      if (remapped) {
+        const auto& s = prog.linear_layout[static_cast<std::size_t>(mb)][r].shards;
+        out[r].shards.insert(out[r].shards.end(), s.begin(), s.end());
+      } else {
+        for (const shard& s : p.placements[r].shards)
+          if (s.micro_batch == mb) out[r].shards.push_back(s);
+      }
+    }
+  return out;
+}
+
+template <class T>
+int run(const options& o, const batch& b, const plan& p, const topology& t, const program_options& po) {
   const attention_dims dims{.heads = o.heads, .kv_heads = o.kv_heads, .head_dim = o.head_dim};
-  const std::int64_t qw = dims.q_row(), kw = dims.kv_row();
+  const std::int64_t qw = dims.q_row(), kw = dims.kv_row(), qkv = qw + 2 * kw;
   const auto T_ = static_cast<std::size_t>(b.total_tokens());
   random_generator rng(o.seed, 1);
   const auto fill = [&](std::size_t n) {
@@ -106,70 +120,144 @@ int run(const options& o, const batch& b, const plan& p, Transport transport) {
     for (auto& th : pool) th.join();
   }
   const double reference_s = seconds_since(t0);
+  // Q|K|V of one token as one row (what the QKV projection produces), packed stream order
+  std::vector<T> qkv_rows(T_ * static_cast<std::size_t>(qkv));
+  for (std::size_t i = 0; i < T_; ++i) {
+    std::copy_n(q.begin() + static_cast<std::ptrdiff_t>(i * qw), qw, qkv_rows.begin() + static_cast<std::ptrdiff_t>(i * qkv));
+    std::copy_n(k.begin() + static_cast<std::ptrdiff_t>(i * kw), kw, qkv_rows.begin() + static_cast<std::ptrdiff_t>(i * qkv + qw));
+    std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(i * kw), kw, qkv_rows.begin() + static_cast<std::ptrdiff_t>(i * qkv + qw + kw));
+  }
 
   t0 = clock_type::now();
-  const attention_engine<T, host_attention, Transport> engine(p, b, dims, {}, transport);
+  const attention_engine<T> engine(p, b, t, dims, po);
+  const execution_program& prog = engine.program();
   const auto loader = loader_layout(b, p.num_ranks());
-  const remap_plan disp = make_dispatch_plan(loader, p.placements), back = inverse(disp);
+  const auto linear = linear_layout(p, prog);
+  const remap_plan disp = make_dispatch_plan(loader, linear), back = inverse(disp);
   const double setup_s = seconds_since(t0);
 
   std::vector<T> o_out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
   double lse_err = 0, forward_s = 0, backward_s = 0;
+  execution_record record;
   std::mutex m;
   t0 = clock_type::now();
   host_loopback_world world{.ranks = p.num_ranks(), .gpus_per_node = p.gpus_per_node, .timeout = std::chrono::seconds(600)};
   world.run([&](host_loopback_comm& c) {
     const rank_index me = c.rank();
-    const auto& lp = loader[static_cast<std::size_t>(me)];
+    const auto ri = static_cast<std::size_t>(me);
     const token_count n = engine.rows(me);
-    const auto slice = [&](const std::vector<T>& g, std::int64_t w) {
-      std::vector<T> out;
-      for (const shard& s : lp.shards)
-        out.insert(out.end(), g.begin() + (b.offset(s.seq) + s.range.begin) * w, g.begin() + (b.offset(s.seq) + s.range.end) * w);
-      return out;
-    };
-    const auto to_plan = [&](const std::vector<T>& g, std::int64_t w) {
-      const auto src = slice(g, w);
-      std::vector<T> dst(static_cast<std::size_t>(n * w));
+    execution_record mine;
+    // loader layout -> the linear modules' layout (rows of width w)
+    const auto dispatch = [&](const std::vector<T>& global, std::int64_t w) {
+      const auto src = rows_of(global, loader[ri], b, w);
+      std::vector<T> dst(static_cast<std::size_t>(disp.ranks[ri].target_tokens * w));
       execute_remap(c, disp, std::span<const T>(src), std::span<T>(dst), w, "dispatch");
       return dst;
     };
-    const auto lq = to_plan(q, qw), lk = to_plan(k, kw), lv = to_plan(v, kw), ldo = to_plan(d_o, qw);
-    std::vector<T> lo(lq.size()), ll(static_cast<std::size_t>(n * dims.heads)), gq(lq.size()), gk(lk.size()), gv(lv.size());
+    // per micro-batch: the program's remap segment between the linear layout (rows `lin`, the
+    // micro-batch's part of the linear buffer) and the attention layout, or a plain copy of the
+    // micro-batch's rows when the program does not remap it
+    const auto move = [&](pass_kind pass, segment_kind kind, std::span<const T> from, std::span<T> to, std::int64_t w) {
+      token_count lin = 0;
+      for (std::int32_t mb = 0; mb < prog.micro_batches; ++mb) {
+        const bool remapped = static_cast<std::size_t>(mb) < prog.linear_layout.size() &&
+                              !prog.linear_layout[static_cast<std::size_t>(mb)].empty();
+        token_count rows = 0;
+        if (remapped) {
+          rows = prog.linear_layout[static_cast<std::size_t>(mb)][ri].tokens();
+        } else {
+          for (const shard& s : p.placements[ri].shards) rows += s.micro_batch == mb ? s.range.size() : 0;
+        }
+        const bool into_attention = kind == segment_kind::remap_in;
+        const auto part = [&](auto span) { return span.subspan(static_cast<std::size_t>(lin * w), static_cast<std::size_t>(rows * w)); };
+        if (remapped) {
+          engine.remap(c, pass, mb, kind, into_attention ? part(from) : from, into_attention ? to : part(to), &mine);
+        } else {
+          token_count at = lin;
+          for (std::size_t i = 0; i < p.placements[ri].shards.size(); ++i) {
+            const shard& s = p.placements[ri].shards[i];
+            if (s.micro_batch != mb) continue;
+            const auto a = static_cast<std::size_t>(engine.shard_row(me, i) * w), l = static_cast<std::size_t>(at * w);
+            const auto count = static_cast<std::size_t>(s.range.size() * w);
+            if (into_attention) std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(l), count, to.begin() + static_cast<std::ptrdiff_t>(a));
+            else std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(a), count, to.begin() + static_cast<std::ptrdiff_t>(l));
+            at += s.range.size();
+          }
+        }
+        lin += rows;
+      }
+    };
+    const token_count lin_rows = disp.ranks[ri].target_tokens;
+    const auto in_qkv = dispatch(qkv_rows, qkv), in_do = dispatch(d_o, qw);
+    // forward: Q|K|V into the attention layout, attention, O out
+    std::vector<T> a_qkv(static_cast<std::size_t>(n * qkv));
+    move(pass_kind::forward, segment_kind::remap_in, in_qkv, a_qkv, qkv);
+    std::vector<T> lq(static_cast<std::size_t>(n * qw)), lk(static_cast<std::size_t>(n * kw)), lv(lk.size());
+    for (token_count r = 0; r < n; ++r) {
+      const auto row = a_qkv.begin() + r * qkv;
+      std::copy_n(row, qw, lq.begin() + r * qw);
+      std::copy_n(row + qw, kw, lk.begin() + r * kw);
+      std::copy_n(row + qw + kw, kw, lv.begin() + r * kw);
+    }
+    std::vector<T> lo(lq.size()), ll(static_cast<std::size_t>(n * dims.heads));
     auto f0 = clock_type::now();
-    engine.forward(c, std::span<const T>(lq), std::span<const T>(lk), std::span<const T>(lv), std::span<T>(lo), std::span<T>(ll));
+    engine.forward(c, std::span<const T>(lq), std::span<const T>(lk), std::span<const T>(lv), std::span<T>(lo), std::span<T>(ll), &mine);
     const double fs = seconds_since(f0);
+    std::vector<T> out_o(static_cast<std::size_t>(lin_rows * qw));
+    move(pass_kind::forward, segment_kind::remap_out, lo, out_o, qw);
+    // backward: dO into the attention layout, attention, dQ|dK|dV out
+    std::vector<T> a_do(lq.size());
+    move(pass_kind::backward, segment_kind::remap_in, in_do, a_do, qw);
+    std::vector<T> gq(lq.size()), gk(lk.size()), gv(lv.size());
     f0 = clock_type::now();
     engine.backward(c, std::span<const T>(lq), std::span<const T>(lk), std::span<const T>(lv), std::span<const T>(lo),
-                    std::span<const T>(ldo), std::span<const T>(ll), std::span<T>(gq), std::span<T>(gk), std::span<T>(gv));
+                    std::span<const T>(a_do), std::span<const T>(ll), std::span<T>(gq), std::span<T>(gk), std::span<T>(gv), &mine);
     const double bs = seconds_since(f0);
+    std::vector<T> a_grad(a_qkv.size()), out_grad(static_cast<std::size_t>(lin_rows * qkv));
+    for (token_count r = 0; r < n; ++r) {
+      const auto row = a_grad.begin() + r * qkv;
+      std::copy_n(gq.begin() + r * qw, qw, row);
+      std::copy_n(gk.begin() + r * kw, kw, row + qw);
+      std::copy_n(gv.begin() + r * kw, kw, row + qw + kw);
+    }
+    move(pass_kind::backward, segment_kind::remap_out, a_grad, out_grad, qkv);
+    // LSE, in the attention layout
     double le = 0;
     token_count row = 0;
-    for (const shard& s : p.placements[static_cast<std::size_t>(me)].shards)
+    for (const shard& s : p.placements[ri].shards)
       for (token_count pos = s.range.begin; pos < s.range.end; ++pos, ++row)
         for (int h = 0; h < dims.heads; ++h)
           le = std::max(le, std::abs(double(ll[static_cast<std::size_t>(h * n + row)]) -
                                      double(rl[static_cast<std::size_t>(b.offset(s.seq) * dims.heads + h * b.length(s.seq) + pos)])));
-    const auto to_loader = [&](const std::vector<T>& local, std::int64_t w, std::vector<T>& g) {
-      std::vector<T> dst(static_cast<std::size_t>(back.ranks[static_cast<std::size_t>(me)].target_tokens * w));
+    // back to the loader layout, into the global tensors
+    const auto undispatch = [&](const std::vector<T>& local, std::int64_t w) {
+      std::vector<T> dst(static_cast<std::size_t>(back.ranks[ri].target_tokens * w));
       execute_remap(c, back, std::span<const T>(local), std::span<T>(dst), w, "undispatch");
-      std::lock_guard lock(m);
-      auto it = dst.begin();
-      for (const shard& s : lp.shards) {
-        std::copy_n(it, s.range.size() * w, g.begin() + (b.offset(s.seq) + s.range.begin) * w);
-        it += s.range.size() * w;
-      }
+      return dst;
     };
-    to_loader(lo, qw, o_out);
-    to_loader(gq, qw, dq);
-    to_loader(gk, kw, dk);
-    to_loader(gv, kw, dv);
+    const auto lo_back = undispatch(out_o, qw), grad_back = undispatch(out_grad, qkv);
     std::lock_guard lock(m);
+    std::size_t at = 0;
+    for (const shard& s : loader[ri].shards)
+      for (token_count pos = s.range.begin; pos < s.range.end; ++pos, ++at) {
+        const auto g = static_cast<std::size_t>(b.offset(s.seq) + pos);
+        std::copy_n(lo_back.begin() + static_cast<std::ptrdiff_t>(at * qw), qw, o_out.begin() + static_cast<std::ptrdiff_t>(g * qw));
+        const auto gr = grad_back.begin() + static_cast<std::ptrdiff_t>(at * qkv);
+        std::copy_n(gr, qw, dq.begin() + static_cast<std::ptrdiff_t>(g * qw));
+        std::copy_n(gr + qw, kw, dk.begin() + static_cast<std::ptrdiff_t>(g * kw));
+        std::copy_n(gr + qw + kw, kw, dv.begin() + static_cast<std::ptrdiff_t>(g * kw));
+      }
     lse_err = std::max(lse_err, le);
     forward_s = std::max(forward_s, fs);
     backward_s = std::max(backward_s, bs);
+    record.merge(mine);
   });
   const double distributed_s = seconds_since(t0);
+  if (!o.record_file.empty()) {
+    std::ofstream f(o.record_file);
+    if (!f) ZEPPELIN_THROW(invalid_argument, "cannot write the record file " + o.record_file, {});
+    write_record_json(f, record);
+  }
   const auto diff = [](const std::vector<T>& a, const std::vector<T>& r) {
     double x = 0;
     for (std::size_t i = 0; i < a.size(); ++i) x = std::max(x, std::abs(double(a[i]) - double(r[i])));
@@ -178,8 +266,11 @@ int run(const options& o, const batch& b, const plan& p, Transport transport) {
   const double err_out = std::max(diff(o_out, ro), lse_err);
   const double err_grad = std::max({diff(dq, rdq), diff(dk, rdk), diff(dv, rdv)});
   const double tol = o.fp32 ? 1e-4 : 1e-10;
-  std::printf("timing: reference %.3f s, plan+setup %.3f s, distributed (dispatch, fwd, bwd, undispatch) %.3f s "
-              "[slowest rank: forward %.3f s, backward %.3f s]\n",
+  std::printf("program: %zu levels, %zu phases, %zu launches; %s launches, %s engine%s\n", prog.levels.size(), prog.phases.size(),
+              prog.launches.size(), std::string(to_string(po.launch)).c_str(), std::string(to_string(po.engine)).c_str(),
+              prog.linear_layout.empty() ? "" : ", remapped");
+  std::printf("timing: reference %.3f s, plan+program %.3f s, distributed (dispatch, layer fwd + bwd, undispatch) %.3f s "
+              "[slowest rank: attention forward %.3f s, backward %.3f s]\n",
               reference_s, setup_s, distributed_s, forward_s, backward_s);
   std::printf("max_abs_err_out=%.3e max_abs_err_grad=%.3e\n", err_out, err_grad);
   return err_out <= tol && err_grad <= tol ? 0 : 1;
@@ -189,46 +280,45 @@ int run(const options& o, const batch& b, const plan& p, Transport transport) {
 
 int main(int argc, char** argv) {
   options o;
-  CLI::App app{"Distributed causal varlen attention on host threads, checked against a dense reference"};
-  app.add_option("--method", o.method, "hierarchical | even_split | allgather | hybrid_dp | per_document")
-      ->check(CLI::IsMember({"hierarchical", "even_split", "allgather", "hybrid_dp", "per_document"}));
+  CLI::App app{"One attention layer of a method on host thread ranks, checked against a dense reference"};
+  std::vector<std::string> method_names;
+  for (const method_spec& s : method_specs) method_names.emplace_back(s.name);
+  app.add_option("--method", o.method, "te_cp | llama_cp | hybrid_dp | te_cp+routing | te_cp+routing+engine | zeppelin")
+      ->check(CLI::IsMember(method_names));
   app.add_option("--lengths", o.lengths, "file of sequence lengths, one per line")->required()->check(CLI::ExistingFile);
+  app.add_option("--cluster", o.cluster, "cluster preset: a, b, c, wlb, hydraulis")->check(CLI::IsMember({"a", "b", "c", "wlb", "hydraulis"}));
   app.add_option("--nodes", o.nodes, "nodes N")->check(CLI::Range(1, 64));
-  app.add_option("--gpus-per-node", o.gpus_per_node, "ranks per node P")->check(CLI::Range(1, 64));
-  app.add_option("--nics-per-node", o.nics_per_node, "NICs per node (proxy pieces per inter-node transfer)")->check(CLI::Range(1, 64));
-  app.add_option("--heads", o.heads, "query heads")->check(CLI::PositiveNumber);
-  app.add_option("--kv-heads", o.kv_heads, "key/value heads (divides heads)")->check(CLI::PositiveNumber);
-  app.add_option("--head-dim", o.head_dim, "head dimension")->check(CLI::PositiveNumber);
+  app.add_option("--gpus-per-node", o.gpus_per_node, "ranks per node P (default: the preset's)")->check(CLI::Range(1, 64));
+  app.add_option("--heads", o.heads, "query heads")->check(CLI::Range(1, 1024));
+  app.add_option("--kv-heads", o.kv_heads, "key/value heads (divides heads)")->check(CLI::Range(1, 1024));
+  app.add_option("--head-dim", o.head_dim, "head dimension")->check(CLI::Range(1, 1024));
   app.add_option("--seed", o.seed, "seed of the random tensors");
-  app.add_option("--routing", o.routing, "inter-node transfers: direct | proxy")->check(CLI::IsMember({"direct", "proxy"}));
-  app.add_option("--capacity", o.capacity, "tokens per rank (default: the smallest the method accepts from ceil(T / R))");
+  app.add_option("--slack", o.slack, "capacity headroom over the average tokens per GPU (as zeppelin simulate)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_flag("--fp32", o.fp32, "run in fp32 (default fp64)");
+  app.add_option("--record", o.record_file, "write the execution record (JSON) of this run");
   CLI11_PARSE(app, argc, argv);
   try {
     const batch b(read_lengths_file(o.lengths));
-    topology_config tc;
-    tc.name = "host";
-    tc.nodes = o.nodes;
-    tc.gpus_per_node = o.gpus_per_node;
-    tc.nics_per_node = std::min(o.nics_per_node, o.gpus_per_node);
-    tc.intra_node = {300e9, 3e-6};
-    tc.nic = {48e9, 10e-6};
-    tc.gpu = {"host", 1e15, 80e9, 3e12};
-    const topology t(tc);
-    const plan p = make_plan(o, b, t);
-    std::size_t groups = p.groups.size();
-    std::printf("batch: %d sequences, %lld tokens (longest %lld); plan %s on %dx%d ranks, capacity %lld, %zu ring groups, "
-                "%d micro-batch(es), routing %s, %s\n",
+    const topology t = cluster_by_name(o.cluster, o.nodes, o.gpus_per_node);
+    // the plan and options `zeppelin simulate --method M` uses (TP 1)
+    const method_spec& spec = method_by_name(o.method);
+    method_setup setup;
+    setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+    setup.capacity_slack = o.slack;
+    const plan p = partition_for(spec, b, t, method_capacity(setup), setup.metric);
+    const attention_dims dims{.heads = o.heads, .kv_heads = o.kv_heads, .head_dim = o.head_dim};
+    validate(dims);
+    const program_options po =
+        to_program_options(options_for(spec, setup), wire_format::for_shape(o.heads, o.kv_heads, o.head_dim, o.fp32 ? 4 : 8));
+    std::printf("batch: %d sequences, %lld tokens (longest %lld); method %s: plan %s on %dx%d ranks, capacity %lld, %zu groups, "
+                "%d micro-batch(es), %s\n",
                 static_cast<int>(b.size()), static_cast<long long>(b.total_tokens()), static_cast<long long>(b.max_length()),
-                p.method.c_str(), o.nodes, o.gpus_per_node, static_cast<long long>(p.capacity), groups, p.micro_batches(),
-                o.routing.c_str(), o.fp32 ? "fp32" : "fp64");
+                o.method.c_str(), p.method.c_str(), t.nodes(), t.gpus_per_node(), static_cast<long long>(p.capacity),
+                p.groups.size(), p.micro_batches(), o.fp32 ? "fp32" : "fp64");
     for (const auto& note : p.notes) std::printf("note: %s\n", note.c_str());
-    if (o.routing == "proxy") {
-      const routed_transport<proxy_router> tr{proxy_router{.fallback_to_direct = false}, t};
-      return o.fp32 ? run<float>(o, b, p, tr) : run<double>(o, b, p, tr);
-    }
-    return o.fp32 ? run<float>(o, b, p, direct_transport{}) : run<double>(o, b, p, direct_transport{});
-  } catch (const zeppelin::error& e) {
+    return o.fp32 ? run<float>(o, b, p, t, po) : run<double>(o, b, p, t, po);
+  } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << '\n';
     return 2;
   }

@@ -10,6 +10,12 @@
 //      --no-contention turns the SM contention model off (sim/sm_contention.hpp),
 //      --launch per_group|fused_round overrides every method's attention launch policy
 //      (sim_options::launch; default: each method's own, sim/methods.hpp).
+//      --method M simulates one method; --record FILE (with one method) writes the execution
+//      record of one simulated layer (program/record.hpp): every transfer and launch priced,
+//      the same file examples/host_ring_attention --record writes when it executes that
+//      method on the same batch, cluster and shape.
+//      --heads, --kv-heads, --head-dim, --dtype override the model's attention shape and
+//      element type (e.g. a small fp64 shape to compare with the host engine).
 // Defaults: GitHub, cluster C (4 nodes x 8 H200), 128K tokens, LLaMA-7B, every method.
 #include "commands.hpp"
 
@@ -22,7 +28,9 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,40 +48,44 @@ struct simulate_options {
   int gpus_per_node = 0;  // 0: the preset's
   std::string model = "7b";
   std::string methods = "all";
+  std::string method;
+  std::string record_file;
+  int heads = 0, kv_heads = 0, head_dim = 0;  // 0: the model's
+  int element_bytes = 0;                      // 0: the model's (--dtype)
   int tensor_parallel = 0;  // 0: the paper's choice (13B on A, 30B on C: 2)
   int chained_layers = 1;
   double slack = zeppelin::method_setup{}.capacity_slack;
   bool no_contention = false;
-  std::string launch = "method";
+  std::optional<zeppelin::launch_policy> launch;  // empty: each method's own
   std::string trace_file;
   std::string trace_method = "zeppelin";
   bool json = false;
 };
 
-zeppelin::topology make_cluster(const simulate_options& o) {
-  using namespace zeppelin;
-  const topology preset = cluster_by_name(o.cluster, o.nodes);
-  if (o.gpus_per_node == 0 || o.gpus_per_node == preset.gpus_per_node()) return preset;
-  // Same GPUs, links and NIC-to-GPU ratio, another node size.
-  topology_config c = preset.config();
-  const int ratio = std::max(1, preset.gpus_per_node() / preset.nics_per_node());
-  c.gpus_per_node = o.gpus_per_node;
-  c.nics_per_node = std::max(1, o.gpus_per_node / ratio);
-  c.gpu_to_nic.clear();
-  return topology(std::move(c));
-}
-
-std::vector<std::string> split_methods(const std::string& list) {
+std::vector<std::string> split_methods(const simulate_options& o) {
   std::vector<std::string> out;
-  if (list == "all") {
+  if (!o.method.empty()) return {o.method};
+  if (o.methods == "all") {
     for (const auto& s : zeppelin::method_specs) out.emplace_back(s.name);
     return out;
   }
-  std::stringstream ss(list);
+  std::stringstream ss(o.methods);
   std::string item;
   while (std::getline(ss, item, ','))
     if (!item.empty()) out.push_back(item);
+  if (out.empty()) ZEPPELIN_THROW(invalid_argument, "--methods names no method", {{"methods_given", 0.0}});
   return out;
+}
+
+//! The model with the shape overrides of `o`.
+zeppelin::model_config shaped_model(const simulate_options& o) {
+  zeppelin::model_config m = zeppelin::model_by_name(o.model);
+  if (o.heads > 0) m.heads = o.heads;
+  if (o.kv_heads > 0) m.kv_heads = o.kv_heads;
+  if (o.head_dim > 0) m.head_dim = o.head_dim;
+  if (o.element_bytes > 0) m.bytes_per_element = o.element_bytes;
+  zeppelin::validate(m);
+  return m;
 }
 
 int paper_tensor_parallel(const std::string& cluster, const zeppelin::model_config& m) {
@@ -86,28 +98,30 @@ void run_simulate(const simulate_options& o) {
   using namespace zeppelin;
   const batch b = o.lengths_file.empty() ? sample_batch(dataset_by_name(o.dataset), o.tokens, o.seed)
                                          : batch(read_lengths_file(o.lengths_file));
-  const topology cluster = make_cluster(o);
-  const model_config model = model_by_name(o.model);
+  const topology cluster = cluster_by_name(o.cluster, o.nodes, o.gpus_per_node);
+  const model_config model = shaped_model(o);
   method_setup setup;
   setup.tensor_parallel = o.tensor_parallel > 0 ? o.tensor_parallel : paper_tensor_parallel(o.cluster, model);
   setup.tokens_per_gpu = (b.total_tokens() + cluster.num_ranks() - 1) / cluster.num_ranks();
   setup.chained_layers = o.chained_layers;
   setup.capacity_slack = o.slack;
-  if (o.launch == "per_group") setup.launch = launch_policy::per_group;
-  if (o.launch == "fused_round") setup.launch = launch_policy::fused_round;
+  setup.launch = o.launch;
   if (o.no_contention) {
     sim_cost_model cost = sim_cost_model::for_topology(tensor_parallel_view(cluster, setup.tensor_parallel));
     cost.contention.enabled = false;
     setup.cost = cost;
   }
-  const std::vector<std::string> names = split_methods(o.methods);
+  const std::vector<std::string> names = split_methods(o);
   for (const auto& n : names) (void)method_by_name(n);  // reject unknown names before any work
   if (!o.trace_file.empty()) (void)method_by_name(o.trace_method);
+  if (!o.record_file.empty() && names.size() != 1)
+    ZEPPELIN_THROW(invalid_argument, "--record needs exactly one method (--method M)", {{"methods", double(names.size())}});
 
   std::vector<method_run> runs;
   for (const auto& n : names) {
     method_setup s = setup;
     s.record_trace = !o.trace_file.empty() && n == o.trace_method;
+    s.record_execution = !o.record_file.empty();
     runs.push_back(run_method(n, b, cluster, model, s));
   }
   double te = 0;
@@ -127,6 +141,12 @@ void run_simulate(const simulate_options& o) {
     if (!written) throw std::runtime_error("--trace-method " + o.trace_method + " is not among --methods");
   }
 
+  if (!o.record_file.empty()) {
+    std::ofstream f(o.record_file);
+    if (!f) throw std::runtime_error("cannot write " + o.record_file);
+    write_record_json(f, runs.front().result.record);
+  }
+
   if (o.json) {
     nlohmann::json j;
     j["batch"] = {{"source", source}, {"sequences", b.size()}, {"tokens", b.total_tokens()}, {"max_length", b.max_length()}};
@@ -136,7 +156,7 @@ void run_simulate(const simulate_options& o) {
     j["tensor_parallel"] = setup.tensor_parallel;
     j["capacity_slack"] = setup.capacity_slack;
     j["sm_contention"] = !o.no_contention;
-    j["launch"] = o.launch;
+    j["launch"] = o.launch ? std::string(to_string(*o.launch)) : std::string("method");
     j["methods"] = nlohmann::json::array();
     for (const auto& r : runs) {
       const sim_result& s = r.result;
@@ -174,7 +194,7 @@ void run_simulate(const simulate_options& o) {
               "launches %s\n\n",
               cluster.name().c_str(), cluster.nodes(), cluster.gpus_per_node(), cluster.gpu().name.c_str(), cluster.nics_per_node(),
               model.name.c_str(), setup.tensor_parallel, setup.capacity_slack, o.no_contention ? "off" : "on",
-              o.launch == "method" ? "the method's" : o.launch.c_str());
+              o.launch ? std::string(to_string(*o.launch)).c_str() : "the method's");
   std::printf("%-22s %10s %10s %8s %6s %6s %8s %9s %9s\n", "method", "step ms", "tokens/s", "speedup", "eff", "imbal",
               "xnode GB", "comm ms", "idle ms");
   for (const auto& r : runs) {
@@ -207,9 +227,17 @@ void add_simulate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--model", options->model, "model preset: 3b, 7b, 13b, 30b, 70b, 550m, 8x550m, llama3-8b, gpt-7b, ...")
       ->capture_default_str();
-  cmd->add_option("--methods", options->methods,
-                  "comma-separated: te_cp, llama_cp, hybrid_dp, te_cp+routing, te_cp+routing+engine, zeppelin; or all")
-      ->capture_default_str();
+  auto* methods = cmd->add_option("--methods", options->methods,
+                                  "comma-separated: te_cp, llama_cp, hybrid_dp, te_cp+routing, te_cp+routing+engine, zeppelin; or all")
+                      ->capture_default_str();
+  cmd->add_option("--method", options->method, "one method (see --methods)")->excludes(methods);
+  cmd->add_option("--record", options->record_file,
+                  "write the execution record (JSON: every transfer and launch of one layer) of the one method simulated");
+  cmd->add_option("--heads", options->heads, "query heads (default: the model's)")->check(CLI::Range(1, 65535));
+  cmd->add_option("--kv-heads", options->kv_heads, "K/V heads (default: the model's)")->check(CLI::Range(1, 65535));
+  cmd->add_option("--head-dim", options->head_dim, "head dimension (default: the model's)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--dtype", options->element_bytes, "element type of the activations: bf16, fp16, fp32, fp64 (default: the model's)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, int>{{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp64", 8}}));
   cmd->add_option("--tp", options->tensor_parallel, "TP size inside CP (default: 2 for 13B on a and 30B on c, else 1)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--layers", options->chained_layers, "layers simulated back to back per phase (0 = all)")
@@ -220,10 +248,11 @@ void add_simulate_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--no-contention", options->no_contention, "no SM contention between NCCL kernels and compute");
   cmd->add_option("--launch", options->launch,
-                  "attention launches: method (each method's own), per_group (one per ring group and round) or fused_round "
-                  "(one per GPU, queue and round over all its rings)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"method", "per_group", "fused_round"}));
+                  "attention launches: per_group (one per ring group and round) or fused_round (one per GPU, level and round "
+                  "over all its rings); default: each method's own")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, zeppelin::launch_policy>{{"per_group", zeppelin::launch_policy::per_group},
+                                                         {"fused_round", zeppelin::launch_policy::fused_round}}));
   cmd->add_option("--trace", options->trace_file, "write a Chrome trace JSON (Perfetto) of --trace-method");
   cmd->add_option("--trace-method", options->trace_method, "method whose trace --trace writes")->capture_default_str();
   cmd->add_flag("--json", options->json, "print JSON");

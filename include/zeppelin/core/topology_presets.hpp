@@ -6,9 +6,11 @@
 
 #include <zeppelin/core/topology.hpp>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <string_view>
+#include <utility>
 
 ZEPPELIN_NAMESPACE_BEGIN
 
@@ -77,6 +79,22 @@ inline topology cluster_by_name(std::string_view name, int nodes) {
   if (name == "wlb") return clusters::wlb_h100_roce(nodes);
   if (name == "hydraulis") return clusters::hydraulis_a800_ib(nodes);
   ZEPPELIN_THROW(invalid_argument, "unknown cluster '" + std::string(name) + "' (valid: a, b, c, wlb, hydraulis)", {});
+}
+
+//! cluster_by_name(name, nodes) with `gpus_per_node` GPUs per node instead of the preset's:
+//! the same GPUs and links, and the preset's GPUs-per-NIC ratio (at least one NIC per node).
+//! gpus_per_node == 0 keeps the preset's. Throws invalid_argument for an unknown name or a
+//! negative count.
+inline topology cluster_by_name(std::string_view name, int nodes, int gpus_per_node) {
+  const topology preset = cluster_by_name(name, nodes);
+  ZEPPELIN_EXPECTS(gpus_per_node >= 0, "GPUs per node must be positive (0: the preset's)", {{"gpus_per_node", double(gpus_per_node)}});
+  if (gpus_per_node == 0 || gpus_per_node == preset.gpus_per_node()) return preset;
+  topology_config c = preset.config();
+  const int ratio = std::max(1, preset.gpus_per_node() / preset.nics_per_node());
+  c.gpus_per_node = gpus_per_node;
+  c.nics_per_node = std::max(1, gpus_per_node / ratio);
+  c.gpu_to_nic.clear();
+  return topology(std::move(c));
 }
 
 ZEPPELIN_NAMESPACE_END
