@@ -28,6 +28,8 @@
 // A rank is "stalled" while its stream is free and some of its compute tasks are unfinished
 // (waiting on communication or on another rank), "idle" when it has nothing left to do.
 // Deterministic: ties in time are broken by rank and task index. Host-only.
+// Code: event_engine builds the DAG; event_engine::runner (below it) runs the event loop, with
+// detail/event_stream.hpp for a rank's stream and detail/event_flows.hpp for the flows moving bytes.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -35,7 +37,8 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/link_model.hpp>
-#include <zeppelin/sim/detail/fair_share.hpp>
+#include <zeppelin/sim/detail/event_flows.hpp>
+#include <zeppelin/sim/detail/event_stream.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -159,8 +162,9 @@ class event_engine {
         program_(static_cast<std::size_t>(R_)) {
     ZEPPELIN_EXPECTS(std::isfinite(comm_slowdown) && comm_slowdown >= 0 && comm_slowdown < 1,
                      "the compute slowdown while communicating must lie in [0, 1)", {{"comm_slowdown", comm_slowdown}});
-    fair_.capacity.assign(2 * static_cast<std::size_t>(R_) + 2 * static_cast<std::size_t>(M_), t.nic_link().bandwidth);
-    std::fill_n(fair_.capacity.begin(), 2 * static_cast<std::size_t>(R_), t.intra_node_link().bandwidth);
+    // the ports flow() assigns: per rank an NVLink egress and ingress, per NIC a send and a receive port
+    port_capacity_.assign(2 * static_cast<std::size_t>(R_) + 2 * static_cast<std::size_t>(M_), t.nic_link().bandwidth);
+    std::fill_n(port_capacity_.begin(), 2 * static_cast<std::size_t>(R_), t.intra_node_link().bandwidth);
   }
 
   //! A compute task of `seconds` (finite, >= 0) on `rank`. Lower `priority` runs first under
@@ -172,10 +176,9 @@ class event_engine {
                      {{"seconds", seconds}});
     ZEPPELIN_EXPECTS(static_cast<int>(tag.kind) <= static_cast<int>(task_kind::tensor_parallel),
                      "a compute task needs a compute kind", {{"kind", double(static_cast<int>(tag.kind))}});
-    const task_id id = add(tag, deps);
+    const task_id id = add(node_kind::compute, tag, deps);
     node& n = nodes_.back();
-    n.type = 0;
-    n.a = rank;
+    n.rank = rank;
     n.amount = seconds;
     n.priority = priority;
     n.order = static_cast<std::int32_t>(program_[static_cast<std::size_t>(rank)].size());
@@ -191,19 +194,18 @@ class event_engine {
   task_id flow(rank_index source, rank_index destination, double bytes, task_tag tag, std::span<const task_id> deps) {
     const link_class c = t_.between(source, destination);  // validates both ranks
     ZEPPELIN_EXPECTS(std::isfinite(bytes) && bytes >= 0, "flow sizes must be finite and non-negative", {{"bytes", bytes}});
-    const task_id id = add(tag, deps);
+    const task_id id = add(node_kind::flow, tag, deps);
     node& n = nodes_.back();
-    n.type = 1;
-    n.a = source;
-    n.b = destination;
+    n.rank = source;
+    n.destination = destination;
     n.amount = bytes;
     n.link = c;
     if (c == link_class::intra_node) {
-      n.port_a = source;
-      n.port_b = R_ + destination;
+      n.send_port = source;
+      n.receive_port = R_ + destination;
     } else if (c == link_class::inter_node) {
-      n.port_a = 2 * R_ + t_.nic_of(source);
-      n.port_b = 2 * R_ + M_ + t_.nic_of(destination);
+      n.send_port = 2 * R_ + t_.nic_of(source);
+      n.receive_port = 2 * R_ + M_ + t_.nic_of(destination);
     }
     return id;
   }
@@ -212,12 +214,7 @@ class event_engine {
   }
 
   //! A marker that completes with the last of `deps` (at 0 when there are none).
-  task_id join(std::span<const task_id> deps) {
-    task_tag tag{};
-    const task_id id = add(tag, deps);
-    nodes_.back().type = 2;
-    return id;
-  }
+  task_id join(std::span<const task_id> deps) { return add(node_kind::join, task_tag{}, deps); }
   task_id join(std::initializer_list<task_id> deps) { return join(std::span<const task_id>(deps.begin(), deps.size())); }
 
   [[nodiscard]] std::size_t size() const noexcept { return nodes_.size(); }
@@ -227,23 +224,34 @@ class event_engine {
   [[nodiscard]] engine_run run();
 
  private:
-  struct node {
-    task_tag tag{};
-    std::uint8_t type = 2;  // 0 compute, 1 flow, 2 join
-    rank_index a = 0, b = 0;
-    double amount = 0;
-    std::int64_t priority = 0;
-    std::int32_t order = 0;
-    link_class link = link_class::local;
-    std::int32_t port_a = -1, port_b = -1;
-    std::int32_t waiting = 0;
-    std::int32_t first_succ = -1;  // linked list of successors in succ_
+  //! Which resource a task occupies.
+  enum class node_kind : std::uint8_t {
+    compute,  //!< its rank's compute stream
+    flow,     //!< two ports (or nothing: local and empty flows)
+    join,     //!< nothing
   };
 
-  task_id add(task_tag tag, std::span<const task_id> deps) {
+  struct node {
+    task_tag tag{};
+    node_kind kind = node_kind::join;
+    rank_index rank = 0;                             // compute: its stream's rank; flow: the source
+    rank_index destination = 0;                      // flow
+    double amount = 0;                               // compute: full-speed seconds; flow: bytes
+    std::int64_t priority = 0;                       // compute
+    std::int32_t order = 0;                          // compute: position in its rank's program
+    link_class link = link_class::local;             // flow
+    std::int32_t send_port = -1, receive_port = -1;  // flow over a link: the ports it occupies
+    std::int32_t waiting = 0;                        // dependencies not yet completed
+    std::int32_t first_succ = -1;                    // linked list of successors in succ_
+  };
+
+  class runner;  // one run's state and the steps of its event loop (below)
+
+  task_id add(node_kind kind, task_tag tag, std::span<const task_id> deps) {
     const auto id = static_cast<task_id>(nodes_.size());
     node n{};
     n.tag = tag;
+    n.kind = kind;
     nodes_.push_back(n);
     for (const task_id d : deps) {
       if (d == no_task) continue;
@@ -263,272 +271,325 @@ class event_engine {
   int M_;
   std::vector<node> nodes_;
   std::vector<std::pair<task_id, std::int32_t>> succ_;  // (successor, next)
-  std::vector<std::vector<task_id>> program_;
-  detail::fair_share_state fair_;
+  std::vector<std::vector<task_id>> program_;           // per rank, its compute tasks in the order added
+  std::vector<double> port_capacity_;                   // bytes/s, indexed by node::send_port / receive_port
 };
 
-inline engine_run event_engine::run() {
-  using std::size_t;
-  const size_t T = nodes_.size(), R = static_cast<size_t>(R_);
-  engine_run out;
-  out.start.assign(T, -1.0);
-  out.end.assign(T, -1.0);
-  out.tags.resize(T);
-  for (size_t i = 0; i < T; ++i) out.tags[i] = nodes_[i].tag;
-  out.ranks.resize(R);
+//! One run of an event_engine. Every iteration of run()'s loop moves the clock to the next
+//! event (a compute task's end, a flow's last byte, a flow's arrival after its latency),
+//! completes what ends there, releases the tasks that were waiting for it, and starts compute
+//! on the streams that changed. Reads the engine's tasks and counts down their `waiting`.
+class event_engine::runner {
+ public:
+  explicit runner(event_engine& engine)
+      : e_(engine), ranks_(static_cast<std::size_t>(engine.R_)), flows_(engine.port_capacity_) {
+    const std::size_t tasks = e_.nodes_.size();
+    out_.start.assign(tasks, -1.0);
+    out_.end.assign(tasks, -1.0);
+    out_.tags.resize(tasks);
+    for (std::size_t i = 0; i < tasks; ++i) out_.tags[i] = e_.nodes_[i].tag;
+    out_.ranks.resize(ranks_);
+    streams_.resize(ranks_);
+    for (std::size_t r = 0; r < ranks_; ++r) streams_[r].unfinished = static_cast<std::int32_t>(e_.program_[r].size());
+    released_.assign(tasks, 0);
+    compute_left_.assign(tasks, 0.0);
+    for (std::size_t i = 0; i < tasks; ++i)
+      if (e_.nodes_[i].kind == node_kind::compute) compute_left_[i] = e_.nodes_[i].amount;
+    ready_.resize(ranks_);
+    flows_touching_.assign(ranks_, 0);
+    communication_changed_.assign(ranks_, 0);
+  }
 
-  // per rank stream state
-  struct stream {
-    task_id running = no_task;
-    double run_start = 0, run_end = 0;
-    double mark = 0, work_left = 0, rate = 1;  // full-speed seconds left at `mark`, current speed
-    std::int32_t generation = 0;
-    std::int32_t next = 0;     // in_order: index into the program
-    std::int32_t pending = 0;  // compute tasks not finished
-    double free_since = 0;     // when the stream last became free
-    bool dirty = false;
-  };
-  std::vector<stream> st(R);
-  for (size_t r = 0; r < R; ++r) st[r].pending = static_cast<std::int32_t>(program_[r].size());
-  std::vector<char> released(T, 0);
-  std::vector<std::int32_t> comm(R, 0);  // flows in flight with the rank as an end
-  std::vector<char> comm_changed(R, 0);
-  auto touch = [&](rank_index r, std::int32_t d) {
-    auto& c = comm[static_cast<size_t>(r)];
-    const bool was = c > 0;
-    c += d;
-    if (was != (c > 0)) comm_changed[static_cast<size_t>(r)] = 1;
-  };
-  auto speed = [&](rank_index r, task_id id) {
-    return slowdown_ > 0 && comm[static_cast<size_t>(r)] > 0 &&
-                   nodes_[static_cast<size_t>(id)].tag.kind != task_kind::tensor_parallel
-               ? 1.0 - slowdown_
-               : 1.0;
-  };
-  std::vector<double> remaining_time(T, 0.0);
-  for (size_t i = 0; i < T; ++i)
-    if (nodes_[i].type == 0) remaining_time[i] = nodes_[i].amount;
+  engine_run run() {
+    release_tasks_without_dependencies();
+    start_compute_on_changed_streams();
+    while (true) {
+      flows_.share_ports_if_changed();
+      const double next = next_event_time();
+      if (!std::isfinite(next)) break;
+      advance_clock_to(next);
+      complete_compute_ending_now();
+      complete_flows_arriving_now();
+      release_ready_tasks();
+      reprice_compute_after_communication_changes();
+      start_compute_on_changed_streams();
+    }
+    return finish();
+  }
+
+ private:
   using ready_entry = std::tuple<std::int64_t, std::int32_t, task_id>;  // priority, order, id
-  std::vector<std::priority_queue<ready_entry, std::vector<ready_entry>, std::greater<>>> ready(R);
+  using ready_queue = std::priority_queue<ready_entry, std::vector<ready_entry>, std::greater<>>;
   using timed = std::tuple<double, std::int32_t, std::int32_t>;  // time, rank or task, generation
-  std::priority_queue<timed, std::vector<timed>, std::greater<>> compute_done, latency_done;
+  using timed_queue = std::priority_queue<timed, std::vector<timed>, std::greater<>>;
 
-  std::vector<task_id> active;           // flows moving bytes
-  std::vector<double> left_bytes(T, 0.0), rate;
-  std::vector<std::int32_t> pa, pb;
-  bool rates_dirty = false;
-  double now = 0;
-  std::vector<task_id> work;  // tasks whose dependencies are all done, to release now
-  size_t completed = 0;
+  const node& task(task_id id) const { return e_.nodes_[static_cast<std::size_t>(id)]; }
+  detail::compute_stream& stream(rank_index r) { return streams_[static_cast<std::size_t>(r)]; }
 
-  auto complete = [&](task_id id) {
-    const auto i = static_cast<size_t>(id);
-    out.end[i] = now;
-    ++completed;
-    for (std::int32_t e = nodes_[i].first_succ; e >= 0; e = succ_[static_cast<size_t>(e)].second) {
-      const task_id s = succ_[static_cast<size_t>(e)].first;
-      if (--nodes_[static_cast<size_t>(s)].waiting == 0) work.push_back(s);
-    }
-  };
-  auto release_all = [&] {
-    while (!work.empty()) {
-      const task_id id = work.back();
-      work.pop_back();
-      const auto i = static_cast<size_t>(id);
-      node& n = nodes_[i];
-      released[i] = 1;
-      if (n.type == 2) {
-        out.start[i] = now;
-        complete(id);
-      } else if (n.type == 1) {
-        out.start[i] = now;
-        if (n.link == link_class::local || n.amount == 0) {
-          out.flows.push_back({id, n.a, n.b, n.amount, n.link, now, now});
-          complete(id);
-        } else {
-          left_bytes[i] = n.amount;
-          active.push_back(id);
-          rates_dirty = true;
-          touch(n.a, 1);
-          touch(n.b, 1);
-        }
-      } else {
-        auto& s = st[static_cast<size_t>(n.a)];
-        if (policy_ != stream_policy::in_order) ready[static_cast<size_t>(n.a)].push({n.priority, n.order, id});
-        s.dirty = true;
-      }
-    }
-  };
-  auto account_gap = [&](stream& s, rank_index r, double until) {
-    const double gap = until - s.free_since;
-    if (gap > 0) (s.pending > 0 ? out.ranks[static_cast<size_t>(r)].stalled : out.ranks[static_cast<size_t>(r)].idle) += gap;
-  };
-  auto start_task = [&](rank_index r, task_id id) {
-    auto& s = st[static_cast<size_t>(r)];
-    account_gap(s, r, now);
-    s.running = id;
-    s.run_start = now;
-    s.mark = now;
-    s.work_left = remaining_time[static_cast<size_t>(id)];
-    s.rate = speed(r, id);
-    s.run_end = now + s.work_left / s.rate;
-    if (out.start[static_cast<size_t>(id)] < 0) out.start[static_cast<size_t>(id)] = now;
-    compute_done.push({s.run_end, r, s.generation});
-  };
-  auto try_start = [&](rank_index r) {
-    auto& s = st[static_cast<size_t>(r)];
-    s.dirty = false;
-    const auto& prog = program_[static_cast<size_t>(r)];
-    if (policy_ == stream_policy::in_order) {
-      if (s.running == no_task && s.next < static_cast<std::int32_t>(prog.size()) &&
-          released[static_cast<size_t>(prog[static_cast<size_t>(s.next)])])
-        start_task(r, prog[static_cast<size_t>(s.next++)]);
-      return;
-    }
-    auto& q = ready[static_cast<size_t>(r)];
-    if (q.empty()) return;
-    if (s.running != no_task) {
-      if (policy_ != stream_policy::preemptive_priority) return;
-      const node& cur = nodes_[static_cast<size_t>(s.running)];
-      if (std::get<0>(q.top()) >= cur.priority) return;
-      // suspend the running task
-      const auto i = static_cast<size_t>(s.running);
-      if (now > s.run_start) {
-        out.segments.push_back({s.running, r, s.run_start, now});
-        out.ranks[static_cast<size_t>(r)].busy[static_cast<int>(cur.tag.kind)] += now - s.run_start;
-      }
-      remaining_time[i] = std::max(0.0, s.work_left - (now - s.mark) * s.rate);
-      q.push({cur.priority, cur.order, s.running});
-      ++s.generation;
-      s.running = no_task;
-      s.free_since = now;
-    }
-    const task_id id = std::get<2>(q.top());
-    q.pop();
-    start_task(r, id);
-  };
-  // a rank whose communication started or stopped: its running task changes speed now
-  auto reprice = [&] {
-    if (slowdown_ == 0) return;
-    for (size_t r = 0; r < R; ++r) {
-      if (!comm_changed[r]) continue;
-      comm_changed[r] = 0;
-      auto& s = st[r];
-      if (s.running == no_task) continue;
-      const double v = speed(static_cast<rank_index>(r), s.running);
-      if (v == s.rate) continue;
-      s.work_left = std::max(0.0, s.work_left - (now - s.mark) * s.rate);
-      s.mark = now;
-      s.rate = v;
-      s.run_end = now + s.work_left / v;
-      ++s.generation;
-      compute_done.push({s.run_end, static_cast<std::int32_t>(r), s.generation});
-    }
-  };
+  // ---- the steps of the loop --------------------------------------------------------------
 
-  for (size_t i = 0; i < T; ++i)
-    if (nodes_[i].waiting == 0) work.push_back(static_cast<task_id>(i));
-  std::reverse(work.begin(), work.end());  // release in index order
-  release_all();
-  std::fill(comm_changed.begin(), comm_changed.end(), 0);  // nothing runs yet
-  for (rank_index r = 0; r < R_; ++r) try_start(r);
+  // Releases, in index order, every task with no dependencies; nothing runs yet, so no
+  // running task needs repricing for the flows this starts.
+  void release_tasks_without_dependencies() {
+    for (std::size_t i = e_.nodes_.size(); i-- > 0;)
+      if (e_.nodes_[i].waiting == 0) newly_ready_.push_back(static_cast<task_id>(i));  // popped from the back
+    release_ready_tasks();
+    std::fill(communication_changed_.begin(), communication_changed_.end(), 0);
+  }
 
-  std::vector<task_id> drained;
-  while (true) {
-    if (rates_dirty) {
-      pa.resize(active.size());
-      pb.resize(active.size());
-      for (size_t k = 0; k < active.size(); ++k) {
-        pa[k] = nodes_[static_cast<size_t>(active[k])].port_a;
-        pb[k] = nodes_[static_cast<size_t>(active[k])].port_b;
-      }
-      fair_.solve(pa, pb, rate);
-      // utilisation check (no port double-booked)
-      std::vector<double>& use = fair_.left;  // reuse as scratch: the solver resets it per call
-      for (size_t k = 0; k < active.size(); ++k) use[static_cast<size_t>(pa[k])] = use[static_cast<size_t>(pb[k])] = 0;
-      for (size_t k = 0; k < active.size(); ++k) {
-        use[static_cast<size_t>(pa[k])] += rate[k];
-        use[static_cast<size_t>(pb[k])] += rate[k];
-      }
-      for (size_t k = 0; k < active.size(); ++k)
-        for (const auto p : {pa[k], pb[k]})
-          out.max_port_utilization =
-              std::max(out.max_port_utilization, use[static_cast<size_t>(p)] / fair_.capacity[static_cast<size_t>(p)]);
-      rates_dirty = false;
-    }
-    while (!compute_done.empty()) {
-      const auto& [t, r, g] = compute_done.top();
-      if (st[static_cast<size_t>(r)].generation == g && st[static_cast<size_t>(r)].running != no_task) break;
-      compute_done.pop();  // stale (preempted)
+  // The earliest of: a running compute task's end, a flow's arrival, a flow's last byte
+  // (infinity when nothing is in progress). Drops the compute ends made stale by preemption
+  // or a speed change on the way.
+  double next_event_time() {
+    while (!compute_ends_.empty()) {
+      const auto& [t, r, g] = compute_ends_.top();
+      if (is_current(r, g)) break;
+      compute_ends_.pop();
     }
     double next = std::numeric_limits<double>::infinity();
-    if (!compute_done.empty()) next = std::get<0>(compute_done.top());
-    if (!latency_done.empty()) next = std::min(next, std::get<0>(latency_done.top()));
-    for (size_t k = 0; k < active.size(); ++k)
-      next = std::min(next, now + left_bytes[static_cast<size_t>(active[k])] / rate[k]);
-    if (!std::isfinite(next)) break;
-    const double dt = next - now;
-    // flows: advance, and drain those that finish now
-    drained.clear();
-    size_t keep = 0;
-    for (size_t k = 0; k < active.size(); ++k) {
-      const task_id id = active[k];
-      double& left = left_bytes[static_cast<size_t>(id)];
-      // the flow that set `next` drains even when dt is below the clock's resolution at `now`
-      // (a tiny flow late in a phase: now + dt == now), else time would never advance
-      if (left <= rate[k] * dt * (1 + 1e-12) + 1e-9 * nodes_[static_cast<size_t>(id)].amount || now + left / rate[k] <= next) {
-        drained.push_back(id);
-      } else {
-        left -= rate[k] * dt;
-        rate[keep] = rate[k];
-        active[keep++] = id;
+    if (!compute_ends_.empty()) next = std::get<0>(compute_ends_.top());
+    if (!arrivals_.empty()) next = std::min(next, std::get<0>(arrivals_.top()));
+    return std::min(next, flows_.next_drain(now_));
+  }
+
+  // Moves every flow's bytes up to `next` and sets the clock there; a flow whose last byte
+  // left counts its bytes and arrives its link latency later.
+  void advance_clock_to(double next) {
+    const std::vector<task_id>& drained = flows_.advance(now_, next);
+    now_ = next;
+    for (const task_id id : drained) {
+      const node& n = task(id);
+      (n.link == link_class::inter_node ? out_.inter_node_bytes : out_.intra_node_bytes) += n.amount;
+      arrivals_.push({now_ + link_model::latency(n.link, e_.t_), id, 0});
+    }
+  }
+
+  // Every compute task whose (current) end is now completes and frees its stream.
+  void complete_compute_ending_now() {
+    while (!compute_ends_.empty() && std::get<0>(compute_ends_.top()) <= now_) {
+      const auto [t, r, g] = compute_ends_.top();
+      compute_ends_.pop();
+      if (!is_current(r, g)) continue;
+      detail::compute_stream& s = stream(r);
+      const task_id id = s.running;
+      account_busy(r, s);
+      s.release(now_);
+      --s.unfinished;
+      s.needs_scheduling = true;
+      complete(id);
+    }
+  }
+
+  // Every flow whose bytes arrived by now (last byte + latency) completes; its ends stop
+  // communicating.
+  void complete_flows_arriving_now() {
+    while (!arrivals_.empty() && std::get<0>(arrivals_.top()) <= now_) {
+      const task_id id = std::get<1>(arrivals_.top());
+      arrivals_.pop();
+      const node& n = task(id);
+      out_.flows.push_back({id, n.rank, n.destination, n.amount, n.link, out_.start[static_cast<std::size_t>(id)], now_});
+      count_communication(n.rank, -1);
+      count_communication(n.destination, -1);
+      complete(id);
+    }
+  }
+
+  // Releases the tasks whose dependencies all completed (and, through joins and empty
+  // flows that complete at once, the tasks those release): a join completes, a flow
+  // starts moving bytes (or completes: local or empty), a compute task queues on its stream.
+  void release_ready_tasks() {
+    while (!newly_ready_.empty()) {
+      const task_id id = newly_ready_.back();
+      newly_ready_.pop_back();
+      released_[static_cast<std::size_t>(id)] = 1;
+      switch (task(id).kind) {
+        case node_kind::join: release_join(id); break;
+        case node_kind::flow: release_flow(id); break;
+        case node_kind::compute: release_compute(id); break;
       }
     }
-    active.resize(keep);
-    rate.resize(keep);
-    now = next;
-    if (!drained.empty()) rates_dirty = true;
-    for (const task_id id : drained) {
-      const node& n = nodes_[static_cast<size_t>(id)];
-      const double lat = link_model::latency(n.link, t_);
-      (n.link == link_class::inter_node ? out.inter_node_bytes : out.intra_node_bytes) += n.amount;
-      latency_done.push({now + lat, id, 0});
-    }
-    // compute completions at `now`
-    while (!compute_done.empty() && std::get<0>(compute_done.top()) <= now) {
-      const auto [t, r, g] = compute_done.top();
-      compute_done.pop();
-      auto& s = st[static_cast<size_t>(r)];
-      if (s.generation != g || s.running == no_task) continue;
-      const task_id id = s.running;
-      const node& n = nodes_[static_cast<size_t>(id)];
-      out.segments.push_back({id, r, s.run_start, now});
-      out.ranks[static_cast<size_t>(r)].busy[static_cast<int>(n.tag.kind)] += now - s.run_start;
-      s.running = no_task;
-      s.free_since = now;
-      --s.pending;
-      s.dirty = true;
-      complete(id);
-    }
-    while (!latency_done.empty() && std::get<0>(latency_done.top()) <= now) {
-      const task_id id = std::get<1>(latency_done.top());
-      latency_done.pop();
-      const node& n = nodes_[static_cast<size_t>(id)];
-      out.flows.push_back({id, n.a, n.b, n.amount, n.link, out.start[static_cast<size_t>(id)], now});
-      touch(n.a, -1);
-      touch(n.b, -1);
-      complete(id);
-    }
-    release_all();
-    reprice();
-    for (rank_index r = 0; r < R_; ++r)
-      if (st[static_cast<size_t>(r)].dirty) try_start(r);
   }
-  ZEPPELIN_EXPECTS(completed == T, "event engine: some tasks never ran (a dependency cycle)",
-                   {{"tasks", double(T)}, {"completed", double(completed)}});
-  out.makespan = now;
-  for (size_t r = 0; r < R; ++r) account_gap(st[r], static_cast<rank_index>(r), now);
-  return out;
-}
+
+  // SM contention: a running task on a rank whose communication started or stopped changes
+  // speed now (and so its end).
+  void reprice_compute_after_communication_changes() {
+    if (e_.slowdown_ == 0) return;
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      if (!communication_changed_[r]) continue;
+      communication_changed_[r] = 0;
+      detail::compute_stream& s = streams_[r];
+      if (s.free()) continue;
+      const double v = compute_speed(static_cast<rank_index>(r), s.running);
+      if (v == s.speed) continue;
+      s.change_speed(now_, v);
+      compute_ends_.push({s.run_end, static_cast<std::int32_t>(r), s.generation});
+    }
+  }
+
+  // Every stream that had a task released or completed starts (or, preemptive, switches to)
+  // the task its policy picks.
+  void start_compute_on_changed_streams() {
+    for (rank_index r = 0; r < e_.R_; ++r)
+      if (stream(r).needs_scheduling) schedule_stream(r);
+  }
+
+  // The makespan, and each rank's trailing stalled or idle time.
+  engine_run finish() {
+    const std::size_t tasks = e_.nodes_.size();
+    ZEPPELIN_EXPECTS(completed_ == tasks, "event engine: some tasks never ran (a dependency cycle)",
+                     {{"tasks", double(tasks)}, {"completed", double(completed_)}});
+    out_.makespan = now_;
+    for (rank_index r = 0; r < e_.R_; ++r) account_gap(r, stream(r), now_);
+    out_.max_port_utilization = flows_.max_port_utilization();
+    return std::move(out_);
+  }
+
+  // ---- releasing and completing tasks -----------------------------------------------------
+
+  // `id` ends now; the successors it was the last dependency of become ready.
+  void complete(task_id id) {
+    const auto i = static_cast<std::size_t>(id);
+    out_.end[i] = now_;
+    ++completed_;
+    for (std::int32_t e = e_.nodes_[i].first_succ; e >= 0; e = e_.succ_[static_cast<std::size_t>(e)].second) {
+      const task_id s = e_.succ_[static_cast<std::size_t>(e)].first;
+      if (--e_.nodes_[static_cast<std::size_t>(s)].waiting == 0) newly_ready_.push_back(s);
+    }
+  }
+
+  // a join is a marker: it completes as it is released
+  void release_join(task_id id) {
+    out_.start[static_cast<std::size_t>(id)] = now_;
+    complete(id);
+  }
+
+  // a local or empty flow completes at once; any other starts moving bytes, and its ends
+  // count as communicating until it arrives
+  void release_flow(task_id id) {
+    const node& n = task(id);
+    out_.start[static_cast<std::size_t>(id)] = now_;
+    if (n.link == link_class::local || n.amount == 0) {
+      out_.flows.push_back({id, n.rank, n.destination, n.amount, n.link, now_, now_});
+      complete(id);
+      return;
+    }
+    flows_.add(id, n.send_port, n.receive_port, n.amount);
+    count_communication(n.rank, 1);
+    count_communication(n.destination, 1);
+  }
+
+  // in_order streams find it through the program; the priority policies queue it
+  void release_compute(task_id id) {
+    const node& n = task(id);
+    if (e_.policy_ != stream_policy::in_order) ready_[static_cast<std::size_t>(n.rank)].push({n.priority, n.order, id});
+    stream(n.rank).needs_scheduling = true;
+  }
+
+  // ---- compute streams --------------------------------------------------------------------
+
+  // A scheduled end (rank, generation) still stands: nothing preempted or repriced the task.
+  bool is_current(rank_index r, std::int32_t generation) {
+    const detail::compute_stream& s = stream(r);
+    return s.generation == generation && !s.free();
+  }
+
+  // The speed a compute task runs at on `r` now: slowed while the rank communicates, unless
+  // it is a TP collective (communication itself).
+  double compute_speed(rank_index r, task_id id) const {
+    return e_.slowdown_ > 0 && flows_touching_[static_cast<std::size_t>(r)] > 0 &&
+                   task(id).tag.kind != task_kind::tensor_parallel
+               ? 1.0 - e_.slowdown_
+               : 1.0;
+  }
+
+  // Starts the task the stream policy picks on a free stream; under preemptive_priority,
+  // suspends the running task first when a strictly more urgent one is ready.
+  void schedule_stream(rank_index r) {
+    detail::compute_stream& s = stream(r);
+    s.needs_scheduling = false;
+    const auto& program = e_.program_[static_cast<std::size_t>(r)];
+    if (e_.policy_ == stream_policy::in_order) {
+      if (s.free() && s.next_in_program < static_cast<std::int32_t>(program.size()) &&
+          released_[static_cast<std::size_t>(program[static_cast<std::size_t>(s.next_in_program)])])
+        start_compute(r, program[static_cast<std::size_t>(s.next_in_program++)]);
+      return;
+    }
+    ready_queue& ready = ready_[static_cast<std::size_t>(r)];
+    if (ready.empty()) return;
+    if (!s.free()) {
+      if (e_.policy_ != stream_policy::preemptive_priority) return;
+      if (std::get<0>(ready.top()) >= task(s.running).priority) return;
+      suspend_running(r);
+    }
+    const task_id id = std::get<2>(ready.top());
+    ready.pop();
+    start_compute(r, id);
+  }
+
+  // The running task gives up the stream now, keeps its full-speed work left, and goes back
+  // to the ready queue.
+  void suspend_running(rank_index r) {
+    detail::compute_stream& s = stream(r);
+    const node& n = task(s.running);
+    if (now_ > s.run_start) account_busy(r, s);
+    compute_left_[static_cast<std::size_t>(s.running)] = s.work_left_at(now_);
+    ready_[static_cast<std::size_t>(r)].push({n.priority, n.order, s.running});
+    ++s.generation;
+    s.release(now_);
+  }
+
+  // `id` takes the free stream of `r` now (ending the stream's stalled or idle gap) and is
+  // scheduled to end at the speed `r` allows now.
+  void start_compute(rank_index r, task_id id) {
+    detail::compute_stream& s = stream(r);
+    account_gap(r, s, now_);
+    s.start(id, now_, compute_left_[static_cast<std::size_t>(id)], compute_speed(r, id));
+    if (out_.start[static_cast<std::size_t>(id)] < 0) out_.start[static_cast<std::size_t>(id)] = now_;
+    compute_ends_.push({s.run_end, r, s.generation});
+  }
+
+  // ---- accounting ---------------------------------------------------------------------------
+
+  // The running task held the stream from its run_start to now: a segment, and busy time of its kind.
+  void account_busy(rank_index r, const detail::compute_stream& s) {
+    out_.segments.push_back({s.running, r, s.run_start, now_});
+    out_.ranks[static_cast<std::size_t>(r)].busy[static_cast<int>(task(s.running).tag.kind)] += now_ - s.run_start;
+  }
+
+  // The stream was free from free_since to `until`: stalled while the rank had compute left,
+  // else idle.
+  void account_gap(rank_index r, const detail::compute_stream& s, double until) {
+    const double gap = until - s.free_since;
+    stream_accounting& a = out_.ranks[static_cast<std::size_t>(r)];
+    if (gap > 0) (s.unfinished > 0 ? a.stalled : a.idle) += gap;
+  }
+
+  // A flow with `r` as an end starts (+1) or arrives (-1); notes when the rank starts or
+  // stops communicating.
+  void count_communication(rank_index r, std::int32_t delta) {
+    std::int32_t& count = flows_touching_[static_cast<std::size_t>(r)];
+    const bool was = count > 0;
+    count += delta;
+    if (was != (count > 0)) communication_changed_[static_cast<std::size_t>(r)] = 1;
+  }
+
+  event_engine& e_;
+  std::size_t ranks_;
+  engine_run out_;
+  double now_ = 0;
+  std::size_t completed_ = 0;
+  std::vector<task_id> newly_ready_;  // dependencies all completed, not yet released (popped from the back)
+  std::vector<char> released_;        // per task
+  std::vector<double> compute_left_;  // per compute task: full-speed seconds left (less after a suspension)
+  std::vector<detail::compute_stream> streams_;
+  std::vector<ready_queue> ready_;   // per rank (priority policies): released tasks not running
+  timed_queue compute_ends_;         // (end, rank, stream generation); stale entries skipped
+  timed_queue arrivals_;             // (last byte + latency, flow task, 0)
+  detail::flows_in_flight flows_;
+  std::vector<std::int32_t> flows_touching_;  // per rank: flows in flight (released, not arrived) with it as an end
+  std::vector<char> communication_changed_;   // per rank: flows_touching_ crossed zero since the last reprice
+};
+
+inline engine_run event_engine::run() { return runner(*this).run(); }
 
 ZEPPELIN_NAMESPACE_END
