@@ -35,6 +35,8 @@ struct recorded_transfer {
   rank_index src = 0;
   rank_index dst = 0;
   std::int64_t bytes = 0;
+  // == spelled out: the one <=> implies is declared but never defined by nvcc 13's front end
+  friend constexpr bool operator==(const recorded_transfer&, const recorded_transfer&) = default;
   friend constexpr auto operator<=>(const recorded_transfer&, const recorded_transfer&) = default;
 };
 
@@ -45,6 +47,8 @@ struct recorded_launch {
   pass_kind pass = pass_kind::forward;
   std::int64_t blocks = 0;
   token_count rows = 0;
+  // == spelled out: the one <=> implies is declared but never defined by nvcc 13's front end
+  friend constexpr bool operator==(const recorded_launch&, const recorded_launch&) = default;
   friend constexpr auto operator<=>(const recorded_launch&, const recorded_launch&) = default;
 };
 
