@@ -11,6 +11,7 @@
 #include <zeppelin/remap/greedy.hpp>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 using namespace zeppelin;
@@ -169,4 +170,45 @@ TEST_CASE("exact_remap is deterministic and handles trivial cases", "[remap]") {
   const auto q = random_problem(rng, 16, 8, 100000);
   CHECK(exact_remap{}.solve(q) == exact_remap{}.solve(q));
   CHECK_THROWS_AS(exact_remap{}.solve(remap_problem{{1, 2, 3}, {2, 2, 2}, 2, 1, 1}), invalid_argument);
+}
+
+TEST_CASE("exact_remap finishes with a valid matrix when the costs are nearly equal or overflow", "[remap]") {
+  // Regression: the water fill's level minus h_k = b cap_k / (c - b) exceeded 2^63 when c - b
+  // is tiny against b cap_k (first case: h ~ 1e19), or was inf - inf when b cap_k overflows a
+  // double (second case); the unchecked floor gave INT64_MIN, then a repair loop ran ~2^63
+  // times or the assembly read out of bounds.
+  struct costs {
+    std::vector<token_count> tokens;
+    double intra, inter;
+  };
+  const costs cases[] = {
+      {{3000, 0, 0, 0}, 1.0, 1.0000000000000002},
+      {{1000, 0, 0, 0}, 1e306, 1e307},
+      {{3000, 0, 0, 0}, 1.0000000000000002, 1.0},  // the intra-node side water-filled instead
+      {{1000, 0, 0, 0}, 1e307, 1e306},
+      {{1000000, 7, 0, 123456, 5, 0, 0, 999}, 1.0, 1.0000000000000002},
+      {{1000000, 7, 0, 123456, 5, 0, 0, 999}, 1e300, 1e308},
+  };
+  for (const auto& c : cases) {
+    const auto p = make_remap_problem(c.tokens, 2, c.intra, c.inter);
+    for (const auto o : all_objectives) {
+      INFO("ranks " << p.num_ranks() << " b " << c.intra << " c " << c.inter << " objective " << to_string(o));
+      const auto m = exact_remap{.objective = o}.solve(p);
+      REQUIRE_NOTHROW(check_remap_matrix(p, m));
+      std::vector<token_count> after = p.current;
+      for (const auto& t : m.entries) after[static_cast<std::size_t>(t.from)] -= t.tokens, after[static_cast<std::size_t>(t.to)] += t.tokens;
+      CHECK(after == p.target);
+    }
+  }
+}
+
+TEST_CASE("the remap assembly rejects inconsistent amounts instead of reading out of bounds", "[remap]") {
+  // Node 0 = ranks 0, 1 holds {8, 0}, node 1 = ranks 2, 3 holds {0, 0}: B = {2, 2, 2, 2}.
+  const auto p = make_remap_problem({8, 0, 0, 0}, 2, 1.0, 3.0);
+  const std::vector<token_count> x{4, 0, 0, 0}, r{0, 0, 2, 2};
+  CHECK(detail::assemble_remap(p, x, r, {{0, 1, 4}}) == exact_remap{}.solve(p));
+  CHECK_THROWS_AS(detail::assemble_remap(p, {std::numeric_limits<token_count>::min(), 0, 0, 0}, r, {{0, 1, 4}}), error);
+  CHECK_THROWS_AS(detail::assemble_remap(p, {7, 0, 0, 0}, r, {{0, 1, 4}}), error);     // intra part unbalanced
+  CHECK_THROWS_AS(detail::assemble_remap(p, x, r, {{0, 1, 3}}), error);                // flows short of x
+  CHECK_THROWS_AS(detail::assemble_remap(p, x, {0, 0, 4, 0}, {{0, 1, 4}}), error);     // r above a deficit
 }

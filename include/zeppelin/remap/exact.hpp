@@ -17,8 +17,8 @@
 //     builds the node flows; inside a node (and inside a node pair) every sender/receiver
 //     split costs the same, so detail/assemble.hpp matches them in rank order.
 // (2) Given X, the nodes decouple: node u's best largest send cost f_u(X_u) is a water-fill
-//     of X_u (or of its intra part S_u - X_u) over its senders (detail/water_fill.hpp, exact
-//     for integers), likewise g_u(I_u) for its receivers; the objective is max_u f_u(X_u)
+//     of X_u (or of its intra part S_u - X_u) over its senders (zeppelin/detail/water_fill.hpp,
+//     exact for integers), likewise g_u(I_u) for its receivers; the objective is max_u f_u(X_u)
 //     (max_send) or max_u max(f_u(X_u), g_u(I_u)) (max_send_receive).
 // (3) c >= b: f_u and g_u are non-decreasing, so the componentwise smallest feasible X wins:
 //     X_u = E_u = max(e_u, 0), I_u = max(-e_u, 0) (no node both exports and imports, so
@@ -33,15 +33,18 @@
 // (5) min_inter_volume with c < b: X_u = E_u is forced (inter-node volume >= sum E_u, equal
 //     iff X = E); the water-fills then minimise the largest send (and receive) cost.
 // Integrality is free: every step above works on integers.
+// Degenerate costs (c - b tiny against b times the tokens, or b times the tokens beyond a
+// double) still give a feasible matrix: the water fill clamps its levels and repairs its
+// rounding (bounded work); it is optimal up to the double rounding of those costs.
 // Tests: tests/remap/exact_test.cpp checks the optimum against GLPK (LP lower bound and a
 // MILP solve) and a brute-force enumeration on small instances.
 // Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/detail/water_fill.hpp>
 #include <zeppelin/remap/detail/assemble.hpp>
 #include <zeppelin/remap/detail/node_transport.hpp>
-#include <zeppelin/remap/detail/water_fill.hpp>
 #include <zeppelin/remap/problem.hpp>
 #include <zeppelin/remap/solver.hpp>
 
@@ -90,8 +93,7 @@ struct exact_remap {
       }
       const bool up = c >= b;  // true: fill the inter-node part, false: the intra-node part
       for (int k = 0; k < P; ++k) base[static_cast<std::size_t>(k)] = (up ? b : c) * double(cap[static_cast<std::size_t>(k)]);
-      detail::water_fill(base.data(), up ? c - b : b - c, cap.data(), static_cast<std::size_t>(P),
-                         up ? inter_amount : side_total - inter_amount, z.data(), scratch);
+      detail::water_fill(base, up ? c - b : b - c, cap, up ? inter_amount : side_total - inter_amount, z, scratch);
       for (int k = 0; k < P; ++k)
         out[static_cast<std::size_t>(u * P + k)] =
             up ? z[static_cast<std::size_t>(k)] : cap[static_cast<std::size_t>(k)] - z[static_cast<std::size_t>(k)];
