@@ -1,10 +1,11 @@
 // Exact fill (L = T / R, the paper's 4K tokens per GPU, and L = ceil(T / R)): the remainder
-// dealer of even_split / allgather, water filling, the weighted zigzag of fragment groups,
-// and the hierarchical partitioner's spills, against brute-force oracles on small instances.
+// dealer of even_split / allgather (its arithmetic: tests/schedule/zigzag_test.cpp), water
+// filling, the weighted zigzag of fragment groups, and the hierarchical partitioner's spills,
+// against brute-force oracles on small instances.
 #include "partition_test_support.hpp"
 
 #include <zeppelin/core/topology_presets.hpp>
-#include <zeppelin/partition/detail/water_fill.hpp>
+#include <zeppelin/detail/water_fill.hpp>
 #include <zeppelin/partition/detail/weighted_zigzag.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
@@ -41,19 +42,6 @@ batch dataset_batch(random_generator& rng, token_count total) {
 }
 
 }  // namespace
-
-TEST_CASE("zigzag_extras: the cyclic run of positions holding one token more", "[partition][fill]") {
-  for (std::int32_t G = 1; G <= 9; ++G)
-    for (token_count len = 1; len <= 6 * G + 3; ++len) {
-      const auto run = detail::zigzag_extras(len, G);
-      token_count lo = detail::zigzag_tokens(len, G, 0);
-      for (std::int32_t p = 0; p < G; ++p) lo = std::min(lo, detail::zigzag_tokens(len, G, p));
-      for (std::int32_t p = 0; p < G; ++p) {
-        const bool in_run = ((p - run.first) % G + G) % G < run.count;
-        CHECK(detail::zigzag_tokens(len, G, p) == lo + (in_run ? 1 : 0));
-      }
-    }
-}
 
 TEST_CASE("even_split and allgather fit every batch at exact fill, tokens per rank within one", "[partition][fill]") {
   // Before the dealer every sequence's extra tokens sat on the first ring positions: GitHub

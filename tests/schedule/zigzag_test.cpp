@@ -3,7 +3,8 @@
 // (L, G) including L < 2G and L = 1; exact causal balance when 2G | L; the proven imbalance
 // bound (tight to one pair) otherwise; optimality against every near-equal split for G <= 4;
 // never worse than the plain floor(c L / n) rule; TE's THD index map as an oracle for
-// divisible lengths; the checked wrapper's errors.
+// divisible lengths; the checked wrapper's errors; the per-position tokens and pairs, the
+// runs of extra tokens and the dealer that rotates them over a ring.
 #include <catch2/catch.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
@@ -72,6 +73,15 @@ static_assert(chunk_range(1, 4, 0) == token_range{0, 1} && chunk_range(1, 4, 1).
 static_assert(zigzag_chunks(16, 2, 0) == zigzag_pair{{0, 4}, {12, 16}});
 static_assert(zigzag_chunks(16, 2, 1) == zigzag_pair{{4, 8}, {8, 12}});
 static_assert(zigzag_imbalance_bound(16, 2) == 0);
+static_assert(zigzag_tokens(9, 2, 0) == 5 && zigzag_tokens(9, 2, 1) == 4);  // chunks 3, 2, 2, 2 (s = 1)
+static_assert(zigzag_pairs(16, 2, 0) == zigzag_pairs(16, 2, 1));
+static_assert(zigzag_extras(10, 4) == zigzag_extra_run{0, 2});  // s = 2 <= G
+static_assert(zigzag_extras(13, 4) == zigzag_extra_run{3, 1});  // s = 5 > G: position 2G - s = 3
+static_assert(zigzag_extras(16, 4) == zigzag_extra_run{} && zigzag_extras(12, 4) == zigzag_extra_run{});
+static_assert([] {
+  zigzag_dealer d(4);
+  return d.next(10) == 0 && d.next(13) == 3 && d.next(16) == 0 && d.next(3) == 3;
+}());
 
 TEST_CASE("zigzag chunks tile the sequence with near-equal sizes", "[schedule][zigzag]") {
   random_generator rng(0x2a2a, 1);
@@ -193,4 +203,57 @@ TEST_CASE("zigzag_chunks_checked rejects bad input with the offending numbers", 
     CHECK(e.value("group_size") == 3.0);
   }
   CHECK_THROWS_AS(zigzag_chunks_checked(10, 3, -1), invalid_argument);
+}
+
+TEST_CASE("zigzag_tokens and zigzag_pairs: what each position holds and computes", "[schedule][zigzag]") {
+  random_generator rng(13, 5);
+  for (int t = 0; t < 3000; ++t) {
+    const auto G = static_cast<std::int32_t>(rng.between(1, 64));
+    const token_count L = t % 2 == 0 ? rng.between(1, 6 * G) : rng.between(1, 1'000'000);
+    token_count tokens = 0;
+    std::int64_t pairs = 0;
+    for (std::int32_t i = 0; i < G; ++i) {
+      const zigzag_pair z = zigzag_chunks(L, G, i);
+      REQUIRE(zigzag_tokens(L, G, i) == z.head.size() + z.tail.size());
+      REQUIRE(zigzag_pairs(L, G, i) == chunk_pairs(z.head) + chunk_pairs(z.tail));
+      tokens += zigzag_tokens(L, G, i);
+      pairs += zigzag_pairs(L, G, i);
+    }
+    REQUIRE(tokens == L);
+    REQUIRE(pairs == causal_pairs(L));
+  }
+}
+
+TEST_CASE("zigzag_extras: the cyclic run of positions holding one token more", "[schedule][zigzag]") {
+  for (std::int32_t G = 1; G <= 9; ++G)
+    for (token_count len = 1; len <= 6 * G + 3; ++len) {
+      const auto run = zigzag_extras(len, G);
+      token_count lo = zigzag_tokens(len, G, 0);
+      for (std::int32_t p = 0; p < G; ++p) lo = std::min(lo, zigzag_tokens(len, G, p));
+      for (std::int32_t p = 0; p < G; ++p) {
+        const bool in_run = ((p - run.first) % G + G) % G < run.count;
+        CHECK(zigzag_tokens(len, G, p) == lo + (in_run ? 1 : 0));
+      }
+    }
+}
+
+TEST_CASE("zigzag_dealer: ring ranks within one token over a batch, divisible lengths not rotated",
+          "[schedule][zigzag]") {
+  random_generator rng(17, 6);
+  for (int t = 0; t < 500; ++t) {
+    const auto G = static_cast<std::int32_t>(rng.between(1, 16));
+    zigzag_dealer dealer(G);
+    std::vector<token_count> held(static_cast<std::size_t>(G), 0);
+    const auto n = static_cast<int>(rng.between(1, 40));
+    for (int j = 0; j < n; ++j) {
+      const token_count L = rng.below(4) == 0 ? 2 * G * rng.between(1, 50) : rng.between(1, 5000);
+      const std::int32_t offset = dealer.next(L);
+      REQUIRE(offset >= 0);
+      REQUIRE(offset < G);
+      if (L % (2 * G) == 0) REQUIRE(offset == 0);
+      for (std::int32_t p = 0; p < G; ++p) held[static_cast<std::size_t>((p + offset) % G)] += zigzag_tokens(L, G, p);
+      const auto [lo, hi] = std::minmax_element(held.begin(), held.end());
+      REQUIRE(*hi - *lo <= 1);
+    }
+  }
 }

@@ -10,7 +10,7 @@
 //        collective_kind::all_gather, which tells the executors and the simulator to
 //        all-gather instead of running a ring.
 // Uneven lengths: the near-equal chunks of schedule/zigzag.hpp (no padding), the runs of
-// extra tokens rotated round-robin over each group's ring (detail::zigzag_dealer, one
+// extra tokens rotated round-robin over each group's ring (zigzag_dealer, one
 // counter per CP group across its sequences, see even_split.hpp): the ranks of a group hold
 // token totals within one of each other, so a group whose sequences total <= cp * L never
 // puts more than L on a rank (exact fill included).
@@ -21,6 +21,7 @@
 #include <zeppelin/partition/detail/cp_groups.hpp>
 #include <zeppelin/partition/detail/plan_builder.hpp>
 #include <zeppelin/partition/partitioner.hpp>
+#include <zeppelin/schedule/zigzag.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -40,7 +41,7 @@ struct allgather {
         name, b, t, capacity, cp_size, collective_kind::all_gather, 2,
         [&](detail::plan_builder& out, const std::vector<rank_index>& ranks, group_index id,
             const std::vector<sequence_index>& seqs) {
-          detail::zigzag_dealer dealer(static_cast<std::int32_t>(ranks.size()));
+          zigzag_dealer dealer(static_cast<std::int32_t>(ranks.size()));
           for (const sequence_index s : seqs) out.add_zigzag(s, b.length(s), ranks, id, 0, dealer.next(b.length(s)));
         });
   }

@@ -7,7 +7,7 @@
 //        when 2R does not divide a length the chunks differ by one token (zigzag.hpp's
 //        remainder rule) and the positions holding an extra token form a cyclic run; the run
 //        of each sequence is rotated to start where the previous sequence's run ended
-//        (detail::zigzag_dealer, one counter across the batch, as WLB-LLM deals its tails),
+//        (zigzag_dealer, one counter across the batch, as WLB-LLM deals its tails),
 //        so position p of a sequence sits on ring rank (p + offset) mod R.
 // Guarantees: per-rank token totals differ by at most one (max = ceil(T / R)), so every
 //   batch with T <= N * P * L fits, exact fill L = T / R included; every sequence keeps
@@ -20,6 +20,7 @@
 
 #include <zeppelin/partition/detail/plan_builder.hpp>
 #include <zeppelin/partition/partitioner.hpp>
+#include <zeppelin/schedule/zigzag.hpp>
 
 #include <string_view>
 #include <vector>
@@ -38,7 +39,7 @@ struct even_split {
     for (rank_index r = 0; r < t.num_ranks(); ++r) ring[static_cast<std::size_t>(r)] = r;
     const group_index g = out.group_for(ring);
     out.reserve(2 * static_cast<std::size_t>(b.size()));
-    detail::zigzag_dealer dealer(t.num_ranks());
+    zigzag_dealer dealer(t.num_ranks());
     for (sequence_index s = 0; s < b.size(); ++s) out.add_zigzag(s, b.length(s), ring, g, 0, dealer.next(b.length(s)));
     out.require_capacity();
     return std::move(out).finish();

@@ -18,6 +18,7 @@
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/partition/detail/plan_builder.hpp>
 #include <zeppelin/partition/partitioner.hpp>
+#include <zeppelin/schedule/zigzag.hpp>
 
 #include <cstdint>
 #include <string>
@@ -36,7 +37,7 @@ struct hybrid_dp {
     auto fits = [&](std::int32_t g) {
       // the first position holds the largest zigzag share only in some remainder cases: check all
       for (std::int32_t i = 0; i < g; ++i)
-        if (detail::zigzag_tokens(length, g, i) > capacity) return false;
+        if (zigzag_tokens(length, g, i) > capacity) return false;
       return true;
     };
     std::int32_t g = 1;
@@ -72,7 +73,7 @@ struct hybrid_dp {
     for (const item& it : items) {
       const token_count len = b.length(it.seq);
       share.resize(static_cast<std::size_t>(it.g));
-      for (std::int32_t i = 0; i < it.g; ++i) share[static_cast<std::size_t>(i)] = detail::zigzag_tokens(len, it.g, i);
+      for (std::int32_t i = 0; i < it.g; ++i) share[static_cast<std::size_t>(i)] = zigzag_tokens(len, it.g, i);
       const rank_index blocks = it.g == R ? 1 : R / it.g;
       std::int32_t mb = 0;
       rank_index best = -1;
@@ -103,7 +104,7 @@ struct hybrid_dp {
       for (std::int32_t i = 0; i < it.g; ++i) {
         const auto r = static_cast<std::size_t>(ranks[static_cast<std::size_t>(i)]);
         tk[r] += share[static_cast<std::size_t>(i)];
-        pr[r] += it.g == 1 ? causal_pairs(len) : detail::zigzag_pairs(len, it.g, i);
+        pr[r] += it.g == 1 ? causal_pairs(len) : zigzag_pairs(len, it.g, i);
       }
       if (it.g == 1) out.add_range(ranks[0], it.seq, {0, len}, no_group, mb);
       else out.add_zigzag(it.seq, len, ranks, out.group_for(ranks), mb);

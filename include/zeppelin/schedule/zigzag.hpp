@@ -3,6 +3,9 @@
 //   in : a sequence length L >= 1, a ring of G >= 1 ranks, a rank position 0 <= i < G
 //   out: 2G near-equal chunks (sizes q = floor(L / 2G) or q + 1, no padding, any L);
 //        position i owns chunk i ("head") and chunk 2G-1-i ("tail").
+//   zigzag_tokens / zigzag_pairs : the tokens and the causal pairs position i holds
+//   zigzag_extras / zigzag_dealer: which positions hold one token more, and the rotation that
+//        deals those extra tokens round-robin over a ring across the sequences of a batch
 // When 2G divides L this is exactly TE's layout (chunks of L/(2G) tokens, see the index map
 // in reference-behaviour.md). Chunks are empty when L < 2G.
 //
@@ -26,6 +29,7 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
 
 #include <cstdint>
 
@@ -67,6 +71,61 @@ ZEPPELIN_HOST_DEVICE constexpr std::int64_t zigzag_imbalance_bound(token_count l
   const token_count m = s < n - s ? s : n - s;
   return m == 0 ? 0 : (m - 1) * (2 * q + 1) + 1;
 }
+
+//! Tokens ring position `position` of `group_size` holds of a sequence of `length` tokens.
+ZEPPELIN_HOST_DEVICE constexpr token_count zigzag_tokens(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
+  const zigzag_pair z = zigzag_chunks(length, group_size, position);
+  return z.head.size() + z.tail.size();
+}
+
+//! Causal pairs ring position `position` of `group_size` computes for a sequence of `length`
+//! tokens: its queries (head and tail) against every earlier key of the sequence.
+ZEPPELIN_HOST_DEVICE constexpr std::int64_t zigzag_pairs(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
+  const zigzag_pair z = zigzag_chunks(length, group_size, position);
+  return causal_pairs(z.head, token_range{0, z.head.end}) + causal_pairs(z.tail, token_range{0, z.tail.end});
+}
+
+//! The positions of a zigzag over G ranks that hold one token more than the others: a cyclic
+//! run of `count` positions starting at `first`. With n = 2G chunks, q = floor(L / n),
+//! s = L mod n (the remainder rule above): s <= G gives positions [0, s) with 2q + 1 tokens
+//! and the rest 2q; s > G gives every position 2q + 1 and positions [2G - s, G) one more.
+//! count = 0 when every position holds the same number of tokens.
+struct zigzag_extra_run {
+  std::int32_t first = 0;
+  std::int32_t count = 0;
+  friend constexpr bool operator==(const zigzag_extra_run&, const zigzag_extra_run&) = default;
+};
+ZEPPELIN_HOST_DEVICE constexpr zigzag_extra_run zigzag_extras(token_count length, std::int32_t group_size) noexcept {
+  const token_count n = 2 * token_count{group_size}, s = length % n;
+  if (s == 0 || s == group_size) return {};
+  if (s < group_size) return {0, static_cast<std::int32_t>(s)};
+  return {static_cast<std::int32_t>(n - s), static_cast<std::int32_t>(s - group_size)};
+}
+
+//! Deals the remainder tokens of zigzag splits over one ring round-robin across sequences:
+//! sequence after sequence, the run of positions holding an extra token (zigzag_extras) is
+//! rotated to start at the ring position where the previous run ended (one counter per ring,
+//! like WLB-LLM's tail rule). Position p of a sequence then sits at ring position
+//! (p + offset) mod G. Every position's share is unchanged (a rotation), so each sequence
+//! keeps zigzag_imbalance_bound; over a batch the ring's ranks hold token totals that differ
+//! by at most one. A sequence without extras is not rotated (offset 0): a batch whose lengths
+//! are all divisible by 2G keeps TransformerEngine's exact layout.
+class zigzag_dealer {
+ public:
+  ZEPPELIN_HOST_DEVICE constexpr explicit zigzag_dealer(std::int32_t group_size) noexcept : G_(group_size) {}
+  //! The rotation of the next sequence (of `length` tokens); advances the counter.
+  ZEPPELIN_HOST_DEVICE constexpr std::int32_t next(token_count length) noexcept {
+    const zigzag_extra_run run = zigzag_extras(length, G_);
+    if (run.count == 0) return 0;
+    const std::int32_t offset = ((counter_ - run.first) % G_ + G_) % G_;
+    counter_ = (counter_ + run.count) % G_;
+    return offset;
+  }
+
+ private:
+  std::int32_t G_;
+  std::int32_t counter_ = 0;
+};
 
 //! zigzag_chunks with its preconditions checked: length >= 1, group_size >= 1, 0 <= position < group_size.
 //! Throws invalid_argument with the offending numbers. Host only.

@@ -2,17 +2,14 @@
 // What every partitioner shares: input checks with the offending numbers, and a builder
 // that assembles a plan from groups and shards.
 //   check_input(batch, topology, capacity) : capacity > 0 and total <= N * P * capacity
-//   zigzag_tokens / zigzag_pairs           : what ring position i of G holds of a sequence
-//   zigzag_extras / zigzag_dealer          : where a zigzag's remainder tokens land, and the
-//                                            rotation that deals them round-robin over a ring
-//                                            across the sequences of a batch
 //   plan_builder                           : groups deduplicated by collective and rank list (a
 //                                            ring over the same ranks in the same order is one group),
 //                                            zone from the ranks, zigzag (optionally rotated),
 //                                            weighted zigzag, whole and range shards, per-rank
 //                                            shard order inter -> intra -> local (the
 //                                            attention engine's queue order)
-// Host-only.
+// The zigzag arithmetic it lays out (chunks, shares, the remainder dealer) is
+// schedule/zigzag.hpp's; shares by room are detail/weighted_zigzag.hpp's. Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
@@ -20,7 +17,6 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/types.hpp>
-#include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/partition/detail/weighted_zigzag.hpp>
 #include <zeppelin/schedule/zigzag.hpp>
 
@@ -63,62 +59,6 @@ inline void check_input(const batch& b, const topology& t, token_count capacity,
                    {{"total_tokens", dbl(b.total_tokens())}, {"nodes", dbl(t.nodes())},
                     {"gpus_per_node", dbl(t.gpus_per_node())}, {"capacity", dbl(capacity)}, {"room", dbl(room)}});
 }
-
-//! Tokens ring position i of G holds of a sequence of `length` tokens under zigzag.
-inline token_count zigzag_tokens(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
-  const zigzag_pair z = zigzag_chunks(length, group_size, position);
-  return z.head.size() + z.tail.size();
-}
-
-//! Causal pairs of the queries in `q` against every earlier key of their sequence.
-inline std::int64_t query_pairs(token_range q) noexcept { return causal_pairs(q, token_range{0, q.end}); }
-
-//! Causal pairs ring position i of G computes for a sequence under zigzag.
-inline std::int64_t zigzag_pairs(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
-  const zigzag_pair z = zigzag_chunks(length, group_size, position);
-  return query_pairs(z.head) + query_pairs(z.tail);
-}
-
-//! The positions of a zigzag over G ranks that hold one token more than the others: a cyclic
-//! run of `count` positions starting at `first`. With n = 2G chunks, q = floor(len / n),
-//! s = len mod n (schedule/zigzag.hpp's remainder rule): s <= G gives positions [0, s) with
-//! 2q + 1 tokens and the rest 2q; s > G gives every position 2q + 1 and positions
-//! [2G - s, G) one more. count = 0 when every position holds the same number of tokens.
-struct zigzag_extra_run {
-  std::int32_t first = 0;
-  std::int32_t count = 0;
-};
-inline zigzag_extra_run zigzag_extras(token_count length, std::int32_t group_size) noexcept {
-  const token_count n = 2 * token_count{group_size}, s = length % n;
-  if (s == 0 || s == group_size) return {};
-  if (s < group_size) return {0, static_cast<std::int32_t>(s)};
-  return {static_cast<std::int32_t>(n - s), static_cast<std::int32_t>(s - group_size)};
-}
-
-//! Deals the remainder tokens of zigzag splits over one ring round-robin across sequences:
-//! sequence after sequence, the run of positions holding an extra token (zigzag_extras) is
-//! rotated to start at the ring position where the previous run ended (one counter per ring,
-//! like WLB-LLM's tail rule). Position p of a sequence then sits at ring position
-//! (p + offset) mod G. Every position's share is unchanged (a rotation), so each sequence
-//! keeps zigzag_imbalance_bound; over a batch the ring's ranks hold token totals that differ
-//! by at most one. A sequence without extras is not rotated (offset 0): a batch whose lengths
-//! are all divisible by 2G keeps TransformerEngine's exact layout.
-class zigzag_dealer {
- public:
-  explicit zigzag_dealer(std::int32_t group_size) noexcept : G_(group_size) {}
-  //! The rotation of the next sequence (of `length` tokens); advances the counter.
-  std::int32_t next(token_count length) noexcept {
-    const zigzag_extra_run run = zigzag_extras(length, G_);
-    if (run.count == 0) return 0;
-    const std::int32_t offset = ((counter_ - run.first) % G_ + G_) % G_;
-    counter_ = (counter_ + run.count) % G_;
-    return offset;
-  }
-
- private:
-  std::int32_t G_;
-  std::int32_t counter_ = 0;
-};
 
 //! Zone of a set of ranks (one rank: local; one node: intra; several nodes: inter).
 inline zone_kind zone_of(std::span<const rank_index> ranks, const topology& t) {

@@ -2,10 +2,11 @@
 // Zigzag split of one sequence over a ring whose members take UNEQUAL token shares (a
 // fragment group sized by the room its GPUs have left).
 //   in : sequence length len, shares w_0..w_{G-1} >= 1 with sum w_i = len (ring order)
-//   out: per position i a head [a_i, a_i + h_i) taken from the front and a tail
+//   out: weighted_zigzag: per position i a head [a_i, a_i + h_i) taken from the front and a tail
 //        [len - b_i - t_i, len - b_i) taken from the back, h_i + t_i = w_i, with
 //        a_i = sum_{j<i} h_j and b_i = sum_{j<i} t_j (plain zigzag's nesting: position 0
-//        holds the first head and the last tail, position G-1 the middle).
+//        holds the first head and the last tail, position G-1 the middle);
+//        weighted_pairs: the causal pairs each position computes (query_pairs of its chunks).
 // Head/tail rule: h_i = t_i = w_i / 2 for even w_i; for odd w_i the extra token goes to the
 // head when a_i <= b_i, else to the tail, so a_i - b_i stays in {0, 1}.
 // Balance (what "causally balanced" means for unequal shares): the attention work of a rank
@@ -24,8 +25,10 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -50,6 +53,17 @@ inline std::vector<weighted_chunks> weighted_zigzag(token_count len, std::span<c
     a += h;
     b += t;
   }
+  return out;
+}
+
+//! Causal pairs of the queries in `q` against every earlier key of their sequence.
+inline std::int64_t query_pairs(token_range q) noexcept { return causal_pairs(q, token_range{0, q.end}); }
+
+//! Causal pairs of every position of a weighted zigzag.
+inline std::vector<std::int64_t> weighted_pairs(token_count len, std::span<const token_count> shares) {
+  const std::vector<weighted_chunks> parts = weighted_zigzag(len, shares);
+  std::vector<std::int64_t> out(parts.size());
+  for (std::size_t p = 0; p < parts.size(); ++p) out[p] = query_pairs(parts[p].head) + query_pairs(parts[p].tail);
   return out;
 }
 
