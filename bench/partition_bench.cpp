@@ -31,16 +31,6 @@ constexpr std::array<std::string_view, 3> dataset_list = {"arxiv", "github", "pr
 
 token_count with_slack(token_count even, std::int64_t permille) { return even + even * permille / 1000; }
 
-// hierarchical<M> with the metric allocation (hierarchical::metric_allocation).
-template <class M>
-struct metric_allocated {
-  static constexpr std::string_view name = "hierarchical";
-  token_count capacity = 4096;
-  [[nodiscard]] plan partition(const batch& b, const topology& t) const {
-    return hierarchical<M>{.capacity = capacity, .metric = {}, .metric_allocation = true}.partition(b, t);
-  }
-};
-
 template <class Method>
 void bench_plan(benchmark::State& state) {
   const auto dataset = static_cast<std::size_t>(state.range(0));
@@ -127,10 +117,10 @@ BENCHMARK_TEMPLATE(bench_plan, zeppelin::hierarchical<>)->Name("hierarchical")->
 BENCHMARK_TEMPLATE(bench_plan, zeppelin::hierarchical<zeppelin::attention_cost_metric>)
     ->Name("hierarchical_attention")
     ->Apply(target_points);
-BENCHMARK_TEMPLATE(bench_plan, metric_allocated<zeppelin::attention_cost_metric>)
+BENCHMARK_TEMPLATE(bench_plan, zeppelin::hierarchical<zeppelin::attention_cost_metric, zeppelin::metric_allocation>)
     ->Name("hierarchical_attention_allocation")
     ->Apply(target_points);
-BENCHMARK_TEMPLATE(bench_plan, metric_allocated<zeppelin::cost_model_metric<>>)
+BENCHMARK_TEMPLATE(bench_plan, zeppelin::hierarchical<zeppelin::cost_model_metric<>, zeppelin::metric_allocation>)
     ->Name("hierarchical_cost_model_allocation")
     ->Apply(target_points);
 BENCHMARK_TEMPLATE(bench_plan, zeppelin::even_split)->Name("even_split")->Apply(target_points);

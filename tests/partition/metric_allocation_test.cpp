@@ -1,7 +1,7 @@
-// hierarchical<Metric>{.metric_allocation = true}: the metric governs the whole hierarchy
-// (ring sizes of inter- and intra-node sequences, the nodes and GPUs that take them, the
-// locals). Properties for every metric and both allocations, pinned decisions, and the
-// attention balance it buys (partition/hierarchical.hpp).
+// hierarchical<Metric, metric_allocation>: the metric governs the whole hierarchy (ring
+// sizes of inter- and intra-node sequences, the nodes and GPUs that take them, the locals).
+// Properties for every metric and both allocations, pinned decisions, and the attention
+// balance it buys (partition/metric_allocation.hpp).
 #include "partition_test_support.hpp"
 
 #include <zeppelin/core/fingerprint.hpp>
@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <type_traits>
 
 using namespace zeppelin;
 using namespace zeppelin_test;
@@ -29,11 +30,11 @@ std::vector<rank_index> holders(const plan& p, sequence_index seq) {
 template <class H>
 void check_properties(const H& method, const batch& b, const topology& t) {
   const auto [p, trace] = method.solve(b, t);
-  INFO("metric " << decltype(method.metric)::name << " allocation " << method.metric_allocation << " nodes " << t.nodes()
+  INFO("metric " << decltype(method.metric)::name << " allocation " << decltype(method.allocation)::name << " nodes " << t.nodes()
                  << " gpus " << t.gpus_per_node() << " L " << method.capacity << " total " << b.total_tokens());
   validate(p, b, t);
   REQUIRE_FALSE(trace.contiguous);
-  CHECK(trace.metric_allocation == method.metric_allocation);
+  CHECK(trace.allocation == decltype(method.allocation)::name);
   CHECK(fingerprint(method.partition(b, t)) == fingerprint(p));
   CHECK(fragments_balanced(p, b));
   const token_count node_room = method.capacity * t.gpus_per_node();
@@ -67,23 +68,26 @@ TEST_CASE("metric allocation: valid, deterministic, local and node-local where i
     const token_count even = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
     static constexpr token_count slack_permille[] = {0, 30, 125, 500};
     const token_count L = even + even * slack_permille[rng.below(4)] / 1000 + static_cast<token_count>(rng.below(2));
-    for (const bool by_metric : {false, true}) {
-      check_properties(hierarchical<token_metric>{.capacity = L, .metric = {}, .metric_allocation = by_metric}, b, t);
-      check_properties(hierarchical<attention_cost_metric>{.capacity = L, .metric = {}, .metric_allocation = by_metric}, b, t);
-      check_properties(hierarchical<attention_cost_metric>{.capacity = L, .metric = {.linear_pairs_per_token = 3000},
-                                                           .metric_allocation = by_metric},
+    const auto both = [&]<class Allocation>(Allocation) {
+      check_properties(hierarchical<token_metric, Allocation>{.capacity = L}, b, t);
+      check_properties(hierarchical<attention_cost_metric, Allocation>{.capacity = L}, b, t);
+      check_properties(hierarchical<attention_cost_metric, Allocation>{.capacity = L, .metric = {.linear_pairs_per_token = 3000}},
                        b, t);
-      check_properties(hierarchical<cost_model_metric<>>{.capacity = L, .metric = cm, .metric_allocation = by_metric}, b, t);
-      check_properties(hierarchical<cost_model_metric<>>{.capacity = L, .metric = cm_linear, .metric_allocation = by_metric},
-                       b, t);
-    }
+      check_properties(hierarchical<cost_model_metric<>, Allocation>{.capacity = L, .metric = cm}, b, t);
+      check_properties(hierarchical<cost_model_metric<>, Allocation>{.capacity = L, .metric = cm_linear}, b, t);
+    };
+    both(token_allocation{});
+    both(metric_allocation{});
   }
 }
 
 TEST_CASE("metric allocation: off by default, the paper's allocation is unchanged", "[partition][hierarchical][metric]") {
-  CHECK_FALSE(hierarchical<>{}.metric_allocation);
-  CHECK_FALSE(hierarchical<attention_cost_metric>{}.metric_allocation);
-  CHECK_FALSE(hierarchical<cost_model_metric<>>{}.metric_allocation);
+  STATIC_REQUIRE(std::is_same_v<decltype(hierarchical<>{}.allocation), token_allocation>);
+  STATIC_REQUIRE(std::is_same_v<decltype(hierarchical<attention_cost_metric>{}.allocation), token_allocation>);
+  STATIC_REQUIRE(std::is_same_v<decltype(hierarchical<cost_model_metric<>>{}.allocation), token_allocation>);
+  // aggregate initialisation with the capacity, then the metric (the registry's spelling)
+  CHECK(hierarchical<attention_cost_metric>{1000, {}} == hierarchical<attention_cost_metric>{.capacity = 1000});
+  CHECK(hierarchical<>{}.solve(batch({10}), make_topology(1, 1)).second.allocation == "tokens");
   // the linear terms default to 0: the metrics price attention alone
   CHECK(attention_cost_metric{}(100, 5050) == 5050.0);
   CHECK(attention_cost_metric{.linear_pairs_per_token = 2}(100, 5050) == 5250.0);
@@ -102,9 +106,9 @@ TEST_CASE("metric allocation: the z2 ring widens while it lowers the bottleneck"
   std::vector<token_count> lengths{4400};
   for (int i = 0; i < 8; ++i) lengths.push_back(450);
   const batch b(lengths);
-  const auto [p, trace] = hierarchical<attention_cost_metric>{.capacity = 1000, .metric = {}, .metric_allocation = true}.solve(b, t);
+  const auto [p, trace] = hierarchical<attention_cost_metric, metric_allocation>{.capacity = 1000}.solve(b, t);
   validate(p, b, t);
-  CHECK(trace.metric_allocation);
+  CHECK(trace.allocation == "metric");
   CHECK(holders(p, 0).size() == 8);
   for (sequence_index i = 1; i < b.size(); ++i) CHECK(holders(p, i).size() == 1);
   for (const auto& pl : p.placements) CHECK(pl.tokens() == 1000);
@@ -119,7 +123,7 @@ TEST_CASE("metric allocation: intra-node rings sized by the metric, on the GPUs 
   // The largest load is the 900 alone, the least any layout with it whole can reach.
   const topology t = make_topology(1, 4);
   const batch b({1200, 900, 300, 300, 300, 300});
-  const auto [p, trace] = hierarchical<attention_cost_metric>{.capacity = 1000, .metric = {}, .metric_allocation = true}.solve(b, t);
+  const auto [p, trace] = hierarchical<attention_cost_metric, metric_allocation>{.capacity = 1000}.solve(b, t);
   validate(p, b, t);
   CHECK(holders(p, 0) == std::vector<rank_index>{0, 1, 2});
   CHECK(holders(p, 1) == std::vector<rank_index>{3});
@@ -151,7 +155,7 @@ TEST_CASE("metric allocation: attention balance on dataset batches beats the pap
         const batch b = sample_batch(hist, 4096 * t.num_ranks(), seed);
         const double a = imbalance(hierarchical<>{.capacity = 4608}.partition(b, t), b, t);
         const double c = imbalance(
-            hierarchical<attention_cost_metric>{.capacity = 4608, .metric = {}, .metric_allocation = true}.partition(b, t), b, t);
+            hierarchical<attention_cost_metric, metric_allocation>{.capacity = 4608}.partition(b, t), b, t);
         sum_tokens += a;
         sum_attention += c;
         worse += c > a * (1 + 1e-12);

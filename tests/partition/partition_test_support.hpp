@@ -136,7 +136,7 @@ inline bool fragments_balanced(const plan& p, const batch& b, int* weighted_ring
     const token_count len = b.length(i);
     const auto G = static_cast<std::int32_t>(ring.size());
     bool plain = true;
-    for (std::int32_t q = 0; q < G; ++q) plain = plain && ring[static_cast<std::size_t>(q)].tokens == detail::zigzag_tokens(len, G, q);
+    for (std::int32_t q = 0; q < G; ++q) plain = plain && ring[static_cast<std::size_t>(q)].tokens == zigzag_tokens(len, G, q);
     if (plain) {
       std::int64_t lo = ring.front().pairs, hi = lo;
       for (const auto& r : ring) lo = std::min(lo, r.pairs), hi = std::max(hi, r.pairs);
