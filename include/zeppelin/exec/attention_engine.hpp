@@ -124,19 +124,15 @@ class attention_engine {
   void remap(C& c, pass_kind pass, std::int32_t micro_batch, segment_kind kind, std::span<const T> source, std::span<T> target,
              execution_record* record = nullptr) const {
     const rank_index me = check_rank(c);
-    const auto& segs = program_.pass(pass).at(static_cast<std::size_t>(me)).segments;
-    const auto it = std::find_if(segs.begin(), segs.end(), [&](const program_segment& s) {
-      return s.kind == kind && s.micro_batch == micro_batch && kind != segment_kind::attention;
-    });
-    ZEPPELIN_EXPECTS(it != segs.end(), "attention engine: the program has no such remap segment",
-                     {{"micro_batch", double(micro_batch)}, {"kind", double(static_cast<int>(kind))}});
-    const std::int64_t w = row_width(it->rows_of);
-    check_size(source.size(), it->source_rows * w, "remap source");
-    check_size(target.size(), it->target_rows * w, "remap target");
+    const std::size_t segment = remap_segment_index(program_, pass, me, micro_batch, kind);
+    const program_segment& seg = program_.pass(pass)[static_cast<std::size_t>(me)].segments[segment];
+    const std::int64_t w = row_width(seg.rows_of);
+    check_size(source.size(), seg.source_rows * w, "remap source");
+    check_size(target.size(), seg.target_rows * w, "remap target");
     host_tensors<T> t{};
     t.remap_source = source, t.remap_target = target, t.rows = rows(me);
     host_backend<T, Kernel, C> backend(program_, pass, c, kernel_, dims_, t, record);
-    run_segment(program_, pass, static_cast<std::size_t>(it - segs.begin()), backend);
+    run_segment(program_, pass, segment, backend);
   }
 
   //! Elements of one row of `kind` for this engine's dims.

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/transfer.hpp>
 #include <zeppelin/core/types.hpp>
@@ -246,6 +247,20 @@ struct execution_program {
   [[nodiscard]] const std::vector<rank_pass>& pass(pass_kind p) const noexcept { return passes[static_cast<int>(p)]; }
   friend bool operator==(const execution_program&, const execution_program&) = default;
 };
+
+//! The index, in rank's segments of `pass`, of the remap segment `kind` (remap_in or
+//! remap_out) of micro-batch `micro_batch`. Throws invalid_argument when there is none (the
+//! micro-batch is not remapped, or `kind` is attention).
+[[nodiscard]] inline std::size_t remap_segment_index(const execution_program& prog, pass_kind pass, rank_index rank,
+                                                     std::int32_t micro_batch, segment_kind kind) {
+  ZEPPELIN_EXPECTS(rank >= 0 && rank < prog.num_ranks(), "execution program: rank outside the program",
+                   {{"rank", double(rank)}, {"ranks", double(prog.num_ranks())}});
+  const auto& segs = prog.pass(pass)[static_cast<std::size_t>(rank)].segments;
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    if (kind != segment_kind::attention && segs[i].kind == kind && segs[i].micro_batch == micro_batch) return i;
+  ZEPPELIN_THROW(invalid_argument, "execution program: no such remap segment",
+                 {{"micro_batch", double(micro_batch)}, {"kind", double(static_cast<int>(kind))}});
+}
 
 //! The label of a phase in communicator errors: "<pass> micro-batch <mb> <level> round <k>".
 [[nodiscard]] inline std::string phase_label(const execution_program& prog, const program_phase& ph) {

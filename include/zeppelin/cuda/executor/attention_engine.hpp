@@ -182,16 +182,11 @@ class device_attention_engine {
   void remap(C& c, pass_kind pass, std::int32_t micro_batch, segment_kind kind, const void* source, void* target, cudaStream_t stream,
              execution_record* record = nullptr) const {
     const rank_index me = check_rank(c);
-    const auto& segs = program_.pass(pass).at(static_cast<std::size_t>(me)).segments;
-    const auto it = std::find_if(segs.begin(), segs.end(), [&](const program_segment& s) {
-      return s.kind == kind && s.micro_batch == micro_batch && kind != segment_kind::attention;
-    });
-    ZEPPELIN_EXPECTS(it != segs.end(), "device attention engine: the program has no such remap segment",
-                     {{"micro_batch", double(micro_batch)}, {"kind", double(static_cast<int>(kind))}});
+    const std::size_t segment = remap_segment_index(program_, pass, me, micro_batch, kind);
     device_tensors t;
     t.remap_source = source, t.remap_target = target, t.rows = rows(me);
     device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, nullptr, record);
-    run_segment(program_, pass, static_cast<std::size_t>(it - segs.begin()), backend);
+    run_segment(program_, pass, segment, backend);
   }
 
  private:
