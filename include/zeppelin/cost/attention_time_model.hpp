@@ -16,8 +16,8 @@
 // query rows of the call (all documents of one varlen launch together, or one block).
 //
 // Default tables (H100 SXM, FlashAttention 2, bf16, head dim 128; x = query rows; values in
-// TFLOP/s) are built from the public anchors of specs/reference-behaviour.md,
-// "Performance anchors":
+// TFLOP/s) are built from public FlashAttention-2 benchmark figures (the FlashAttention
+// repository's H100 benchmarks and the FlashAttention-2 paper):
 //   forward   1k rows: ~45 (varlen causal, 1k total)     16k: 335 (dense causal 16k)
 //             32k: ~345 (varlen causal, 32k total)
 //   backward  8k: ~205, 32k: ~262 (varlen causal, 8k / 32k total)
