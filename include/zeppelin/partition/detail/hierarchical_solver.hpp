@@ -55,8 +55,10 @@ struct hierarchical_node {
 template <class Metric>
 class hierarchical_solver {
  public:
-  hierarchical_solver(const batch& b, const topology& t, token_count capacity, const Metric& metric)
-      : b_(b), t_(t), L_(capacity), metric_(metric), N_(t.nodes()), P_(t.gpus_per_node()), R_(t.num_ranks()),
+  // the metric by value: GCC 12 warns (-Wmaybe-uninitialized) when an empty metric object
+  // is bound by reference to a temporary solver at -O2
+  hierarchical_solver(const batch& b, const topology& t, token_count capacity, Metric metric)
+      : b_(b), t_(t), L_(capacity), metric_(std::move(metric)), N_(t.nodes()), P_(t.gpus_per_node()), R_(t.num_ranks()),
         T_(b.total_tokens()), order_(by_length_descending(b)) {
     len_.resize(order_.size());
     cost_.resize(order_.size());
