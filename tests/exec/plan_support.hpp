@@ -11,6 +11,7 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/partition.hpp>
 
+#include <string_view>
 #include <vector>
 
 namespace zeppelin_test {
@@ -29,28 +30,19 @@ inline topology test_topology(int nodes, int gpus, int nics = 1) {
   return topology(c);
 }
 
-//! A partitioner's plan, raising the capacity until the method finds a layout.
-template <class P>
-plan plan_with(P method, const batch& b, const topology& t, token_count capacity) {
+//! The plan of partitioner_names[method] (0 hierarchical, 1 even_split, 2 allgather,
+//! 3 hybrid_dp, 4 per_document and above), through the registry, raising the capacity until
+//! the method finds a layout.
+inline plan make_plan(int method, const batch& b, const topology& t, token_count capacity) {
+  const auto last = static_cast<int>(partitioner_names.size()) - 1;
+  const std::string_view name = partitioner_names[static_cast<std::size_t>(method < last ? method : last)];
   for (int tries = 0;; ++tries) {
-    method.capacity = capacity;
     try {
-      return method.partition(b, t);
+      return partition(partitioner_by_name(name, {.capacity = capacity}), b, t);
     } catch (const infeasible&) {
       if (tries > 40) throw;
       capacity += capacity / 4 + 1;
     }
-  }
-}
-
-//! 0 hierarchical, 1 even_split, 2 allgather, 3 hybrid_dp, 4 per_document.
-inline plan make_plan(int method, const batch& b, const topology& t, token_count capacity) {
-  switch (method) {
-    case 0: return plan_with(hierarchical<>{}, b, t, capacity);
-    case 1: return plan_with(even_split{}, b, t, capacity);
-    case 2: return plan_with(allgather{}, b, t, capacity);
-    case 3: return plan_with(hybrid_dp{}, b, t, capacity);
-    default: return plan_with(per_document{}, b, t, capacity);
   }
 }
 

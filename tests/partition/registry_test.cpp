@@ -1,0 +1,72 @@
+// The partitioner registry (partition/registry.hpp) and the run-time load metric
+// (partition/any_load_metric.hpp): every name gives the model it names, configured by the
+// settings, and plans exactly as that model does; unknown names are refused with the list.
+#include "partition_test_support.hpp"
+
+#include <zeppelin/core/fingerprint.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/partition/registry.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace zeppelin;
+using namespace zeppelin_test;
+
+TEST_CASE("registry: every name plans exactly as its model, on seeded random batches", "[partition][registry]") {
+  random_generator rng(2026);
+  int cases = 0;
+  for (const auto& [nodes, gpus] : {std::pair{1, 4}, std::pair{2, 4}, std::pair{4, 2}}) {
+    const topology t = make_topology(nodes, gpus);
+    for (int trial = 0; trial < 10; ++trial) {
+      const batch b = random_batch(rng, rng.between(20, 400) * t.num_ranks());
+      const token_count capacity = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks() * 2;
+      const std::int32_t cp = t.num_ranks() / 2;
+      const partitioner_settings s{.capacity = capacity, .cp_size = cp, .metric = attention_cost_metric{}};
+      const auto same = [&](std::string_view name, const plan& direct) {
+        INFO(name << " on " << nodes << "x" << gpus << " trial " << trial);
+        const any_partitioner p = partitioner_by_name(name, s);
+        CHECK(name_of(p) == name);
+        const plan got = partition(p, b, t);
+        CHECK(got.method == std::string(name));
+        CHECK(fingerprint(got) == fingerprint(direct));
+        ++cases;
+      };
+      same("hierarchical", hierarchical<attention_cost_metric>{capacity, {}}.partition(b, t));
+      same("even_split", even_split{capacity}.partition(b, t));
+      same("allgather", allgather{capacity, cp}.partition(b, t));
+      same("hybrid_dp", hybrid_dp{capacity}.partition(b, t));
+      same("per_document", per_document{capacity, cp}.partition(b, t));
+    }
+  }
+  CHECK(cases == 3 * 10 * 5);
+}
+
+TEST_CASE("registry: the settings reach the model they configure", "[partition][registry]") {
+  const partitioner_settings tokens{.capacity = 77, .cp_size = 4, .metric = token_metric{}};
+  CHECK(std::get<hierarchical<token_metric>>(partitioner_by_name("hierarchical", tokens)).capacity == 77);
+  CHECK(std::get<allgather>(partitioner_by_name("allgather", tokens)).cp_size == 4);
+  CHECK(std::get<per_document>(partitioner_by_name("per_document", tokens)).cp_size == 4);
+  CHECK(std::get<even_split>(partitioner_by_name("even_split", tokens)).capacity == 77);
+  const partitioner_settings cost{.metric = make_load_metric(load_metric_kind::cost_model, gpus::h100_sxm(), 8, 64)};
+  const auto& h = std::get<hierarchical<cost_model_metric<>>>(partitioner_by_name("hierarchical", cost));
+  CHECK(h.metric.heads == 8);
+  CHECK(h.metric.head_dim == 64);
+  CHECK(partitioner_names.size() == std::variant_size_v<any_partitioner> - 2);  // hierarchical holds 3 metrics
+}
+
+TEST_CASE("registry: unknown names are refused with the valid ones", "[partition][registry]") {
+  try {
+    (void)partitioner_by_name("zigzag");
+    FAIL("an unknown partitioner was accepted");
+  } catch (const invalid_argument& e) {
+    const std::string what = e.what();
+    CHECK(what.find("unknown partitioner 'zigzag'") != std::string::npos);
+    for (const std::string_view n : partitioner_names) CHECK(what.find(std::string(n)) != std::string::npos);
+  }
+  for (const load_metric_kind k : load_metric_kinds) CHECK(load_metric_kind_by_name(to_string(k)) == k);
+  CHECK_THROWS_AS(load_metric_kind_by_name("flops"), invalid_argument);
+  CHECK_THROWS_AS(make_load_metric(load_metric_kind::cost_model, gpu_spec{}), invalid_argument);  // no peak
+  CHECK_THROWS_AS(make_load_metric(load_metric_kind::cost_model, gpus::h100_sxm(), 0, 128), invalid_argument);
+}
