@@ -29,6 +29,7 @@
 // Host-only (plain C++20, parsed by nvcc where remap/ headers are included).
 #pragma once
 
+#include <zeppelin/core/checked_math.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
 
@@ -58,7 +59,7 @@ inline void water_fill(std::span<const double> base, double slope, std::span<con
                        std::span<token_count> z, water_fill_scratch& scratch) {
   const std::size_t n = cap.size();
   token_count total = 0;
-  for (std::size_t k = 0; k < n; ++k) total += std::max<token_count>(cap[k], 0);
+  for (std::size_t k = 0; k < n; ++k) total = saturating_add(total, std::max<token_count>(cap[k], 0));  // caps may be huge
   const auto room_of = [&](std::size_t k) { return std::max<token_count>(cap[k], 0); };
   if (amount <= 0 || amount >= total || !(slope > 0) || !std::isfinite(slope)) {
     // Nothing to place, all of it, or a flat cost: fill in index order.

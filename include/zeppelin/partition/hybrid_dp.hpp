@@ -15,6 +15,7 @@
 // cannot hold within L. Host-only.
 #pragma once
 
+#include <zeppelin/core/checked_math.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/partition/detail/plan_builder.hpp>
 #include <zeppelin/partition/partitioner.hpp>
@@ -41,7 +42,7 @@ struct hybrid_dp {
       return true;
     };
     std::int32_t g = 1;
-    while (g <= ranks && static_cast<token_count>(g) * capacity < length) g *= 2;
+    while (g <= ranks && saturating_mul(g, capacity) < length) g *= 2;
     for (; g <= ranks; g *= 2)
       if (fits(g)) return g;
     return fits(ranks) ? ranks : 0;

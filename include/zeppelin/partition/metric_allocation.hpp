@@ -19,6 +19,7 @@
 // (docs/partitioning.md). Host-only.
 #pragma once
 
+#include <zeppelin/core/checked_math.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/partition/detail/hierarchical_solver.hpp>
@@ -48,7 +49,7 @@ struct metric_allocation {
     std::vector<token_count> g(m);
     token_count used = 0;
     for (std::size_t i = 0; i < m; ++i) {
-      g[i] = std::min(s.length(i), std::max<token_count>(2, (s.length(i) + L - 1) / L));
+      g[i] = std::min(s.length(i), std::max<token_count>(2, ceil_div(s.length(i), L)));
       used += g[i];
     }
     if (used > R) {
@@ -89,7 +90,7 @@ struct metric_allocation {
   template <class Solver>
   int pick_node(const Solver& s, std::size_t i, std::span<const token_count> node_tokens,
                 std::span<const double> node_load) const {
-    const token_count node_cap = s.capacity() * s.gpus_per_node();
+    const token_count node_cap = s.node_room();
     int best = -1;
     for (int n = 0; n < s.nodes(); ++n)
       if (s.length(i) + node_tokens[static_cast<std::size_t>(n)] <= node_cap &&
@@ -114,7 +115,7 @@ struct metric_allocation {
     const auto P = static_cast<std::size_t>(s.gpus_per_node());
     const token_count len = s.length(i), L = s.capacity();
     const token_count hi = std::min<token_count>(s.gpus_per_node(), len);
-    token_count k = std::min(hi, std::max<token_count>(2, (len + L - 1) / L));
+    token_count k = std::min(hi, std::max<token_count>(2, ceil_div(len, L)));
     while (k < hi && s.ring_cost(i, k) > tau) ++k;
     const auto k_first = static_cast<std::size_t>(k);
     std::iota(node.pick.begin(), node.pick.end(), std::size_t{0});

@@ -16,6 +16,7 @@
 // Host-only.
 #pragma once
 
+#include <zeppelin/core/checked_math.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/partition/detail/hierarchical_solver.hpp>
@@ -101,7 +102,7 @@ struct token_allocation {
     int best = 0;
     for (int n = 1; n < s.nodes(); ++n)
       if (node_tokens[static_cast<std::size_t>(n)] < node_tokens[static_cast<std::size_t>(best)]) best = n;
-    return s.length(i) + node_tokens[static_cast<std::size_t>(best)] <= s.capacity() * s.gpus_per_node() ? best : -1;
+    return s.length(i) + node_tokens[static_cast<std::size_t>(best)] <= s.node_room() ? best : -1;
   }
 
   //! P c_avg: the sum of squared lengths of the node's whole sequences.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/checked_math.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
@@ -50,7 +51,7 @@ inline cp_assignment assign_cp_groups(const batch& b, const topology& t, std::in
     for (sequence_index s = 0; s < b.size(); ++s) a.sequences[0].push_back(s);
     return a;
   }
-  const token_count budget = capacity * a.cp_size;
+  const token_count budget = saturating_mul(capacity, a.cp_size);
   std::vector<token_count> tokens(static_cast<std::size_t>(count), 0);
   std::vector<std::int64_t> pairs(static_cast<std::size_t>(count), 0);
   for (const sequence_index s : by_length_descending(b)) {

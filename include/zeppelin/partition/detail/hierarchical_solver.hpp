@@ -72,7 +72,7 @@ class hierarchical_solver {
     method_ = method;
     hierarchical_trace trace;
     trace.node_of_sequence.assign(static_cast<std::size_t>(b_.size()), -1);
-    const token_count node_room = L_ * P_;
+    const token_count node_room = this->node_room();
     trace.inter_threshold = node_room;
     trace.inter_passes = 1;
     trace.local_threshold.assign(static_cast<std::size_t>(N_), L_);
@@ -118,6 +118,8 @@ class hierarchical_solver {
 
   //! L, N, P, R = N P and T = sum |s|.
   [[nodiscard]] token_count capacity() const noexcept { return L_; }
+  //! P * L, saturated: what one node may hold (core/checked_math.hpp).
+  [[nodiscard]] token_count node_room() const noexcept { return saturating_mul(L_, P_); }
   [[nodiscard]] int nodes() const noexcept { return N_; }
   [[nodiscard]] int gpus_per_node() const noexcept { return P_; }
   [[nodiscard]] rank_index num_ranks() const noexcept { return R_; }
@@ -199,7 +201,7 @@ class hierarchical_solver {
     const auto P = static_cast<std::size_t>(P_);
     sort_by_tokens(node.pick, node.tokens);
     std::size_t k = 0;
-    for (token_count room = 0; k < P && (room < len_[i] || k < k_min); ++k) room += L_ - node.tokens[node.pick[k]];
+    for (token_count room = 0; k < P && (room < len_[i] || k < k_min); ++k) room = saturating_add(room, L_ - node.tokens[node.pick[k]]);
     std::sort(node.pick.begin(), node.pick.begin() + static_cast<std::ptrdiff_t>(k));
     std::vector<token_count> loads(k);
     std::vector<rank_index> ranks(k);
@@ -231,7 +233,7 @@ class hierarchical_solver {
   // Step 2: z01 to the node allocation.pick_node chooses, else split by room over nodes.
   template <class Allocation>
   void place_on_nodes(std::size_t m, const Allocation& allocation) {
-    const token_count node_cap = L_ * P_;
+    const token_count node_cap = node_room();
     node_of_.assign(len_.size(), -1);
     spill_.assign(len_.size(), {});
     node_tokens_.assign(static_cast<std::size_t>(N_), 0);
