@@ -6,6 +6,7 @@
 #include "support/expect_error.hpp"
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/random.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -91,14 +92,27 @@ TEST_CASE("batch equality compares lengths and ids", "[core][batch]") {
   CHECK_FALSE(a == zp::batch({3, 1, 2}, {0, 1, 5}));
 }
 
-TEST_CASE("a single huge sequence and a total of exactly INT64_MAX are accepted", "[core][batch]") {
-  constexpr token_count top = std::numeric_limits<token_count>::max();
+TEST_CASE("the longest sequence is accepted and its causal pairs are exact", "[core][batch]") {
+  constexpr token_count top = zp::max_sequence_length;
   const zp::batch one({top});
   CHECK(one.total_tokens() == top);
   CHECK(one.max_length() == top);
-  const zp::batch two({top - 5, 5});
-  CHECK(two.total_tokens() == top);
-  CHECK(two.cu_seqlens()[1] == top - 5);
+  CHECK(one.total_pairs() == zp::causal_pairs(top));
+  CHECK(static_cast<unsigned __int128>(zp::causal_pairs(top)) == static_cast<unsigned __int128>(top) * (top + 1) / 2);
+  // two of them still fit 64 bits of pairs
+  const zp::batch two({top, top});
+  CHECK(two.total_pairs() == 2 * zp::causal_pairs(top));
+  CHECK(zp::batch({3, 4}).total_pairs() == 6 + 10);
+}
+
+TEST_CASE("a sequence longer than max_sequence_length is rejected with its index and length", "[core][batch]") {
+  constexpr token_count top = std::numeric_limits<token_count>::max();
+  for (const token_count bad : {zp::max_sequence_length + 1, token_count{1} << 40, top}) {
+    const auto e = expect_invalid([&] { (void)zp::batch({5, bad}); });
+    CHECK(e.value("sequence") == 1.0);
+    CHECK(e.value("length") == static_cast<double>(bad));
+    CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("max_sequence_length"));
+  }
 }
 
 TEST_CASE("an empty batch is rejected", "[core][batch]") {
@@ -150,14 +164,13 @@ TEST_CASE("an id list of the wrong size is rejected with both sizes", "[core][ba
   CHECK(e.value("ids") == 3.0);
 }
 
-TEST_CASE("a token total that overflows int64 is rejected", "[core][batch]") {
-  constexpr token_count top = std::numeric_limits<token_count>::max();
-  auto e = expect_invalid([] { (void)zp::batch({top, 1}); });
-  CHECK(e.value("sequence") == 1.0);
-  e = expect_invalid([] { (void)zp::batch({top / 2 + 1, top / 2 + 1}); });
-  CHECK(e.value("sequence") == 1.0);
-  e = expect_invalid([] { (void)zp::batch({1, 2, top - 3, 1}); });
-  CHECK(e.value("sequence") == 3.0);
+TEST_CASE("a batch whose causal pairs overflow int64 is rejected at the sequence that overflows", "[core][batch]") {
+  constexpr token_count top = zp::max_sequence_length;
+  auto e = expect_invalid([] { (void)zp::batch({top, top, top}); });
+  CHECK(e.value("sequence") == 2.0);
+  CHECK_THAT(std::string(e.what()), Catch::Matchers::Contains("causal pairs"));
+  e = expect_invalid([] { (void)zp::batch({1, top, 2, top, 3'000'000'000}); });
+  CHECK(e.value("sequence") == 4.0);
 }
 
 TEST_CASE("cu_seqlens_as rejects a total the narrow type cannot hold", "[core][batch]") {
@@ -175,8 +188,8 @@ TEST_CASE("cu_seqlens_as rejects a total the narrow type cannot hold", "[core][b
   CHECK(over.cu_seqlens_as<std::uint32_t>().back() == static_cast<std::uint32_t>(int32_max + 1));
   CHECK_THROWS_AS(zp::batch({40000}).cu_seqlens_as<std::int16_t>(), zp::invalid_argument);
   CHECK(zp::batch({40000}).cu_seqlens_as<std::uint16_t>().back() == 40000);
-  // an offset type wider than token_count holds every total
-  constexpr token_count top = std::numeric_limits<token_count>::max();
+  // an unsigned offset type holds every total
+  constexpr token_count top = zp::max_sequence_length;
   const auto cu64 = zp::batch({top - 1, 1}).cu_seqlens_as<std::uint64_t>();
   CHECK(cu64 == std::vector<std::uint64_t>{0, static_cast<std::uint64_t>(top - 1), static_cast<std::uint64_t>(top)});
 }

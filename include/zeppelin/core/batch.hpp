@@ -1,6 +1,7 @@
 // zeppelin/core/batch.hpp
 // A global batch of variable-length sequences: the input of every planner.
-// In:  sequence lengths (tokens, > 0) and optional user ids (unique; default 0..n-1).
+// In:  sequence lengths (tokens, 1 .. max_sequence_length) and optional user ids (unique;
+//      default 0..n-1).
 // Out: lengths, ids, totals and CSR offsets (cu_seqlens, n + 1 entries, cu[0] = 0).
 // nvcc-safe.
 #pragma once
@@ -20,6 +21,11 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 //! User-visible identifier of a sequence (document id, dataset index, ...).
 using sequence_id = std::int64_t;
+
+//! The longest sequence a batch takes: the largest n whose n (n + 1) is exact in 64 bits, so
+//! every causal pair count of it (cost/causal_pairs.hpp) is exact. A batch's pairs together,
+//! sum n (n + 1) / 2, must fit 64 bits as well: then every sum over a subset of them does.
+inline constexpr std::int64_t max_sequence_length = 3'037'000'499;
 
 class batch {
  public:
@@ -42,8 +48,15 @@ class batch {
     cu_seqlens_[0] = 0;
     for (std::size_t i = 0; i < lengths_.size(); ++i) {
       const token_count len = lengths_[i];
-      ZEPPELIN_EXPECTS(len > 0, "sequence lengths must be positive",
+      ZEPPELIN_EXPECTS(len > 0 && len <= max_sequence_length,
+                       "sequence lengths must be positive and at most max_sequence_length (3037000499: longer "
+                       "sequences have causal pair counts past 64 bits)",
                        {{"sequence", static_cast<double>(i)}, {"length", static_cast<double>(len)}});
+      const std::int64_t pairs = len % 2 == 0 ? len / 2 * (len + 1) : (len + 1) / 2 * len;
+      ZEPPELIN_EXPECTS(pairs_ <= std::numeric_limits<std::int64_t>::max() - pairs,
+                       "the batch's causal pairs (sum of n (n + 1) / 2) overflow 64 bits",
+                       {{"sequence", static_cast<double>(i)}, {"length", static_cast<double>(len)}});
+      pairs_ += pairs;
       ZEPPELIN_EXPECTS(cu_seqlens_[i] <= std::numeric_limits<token_count>::max() - len,
                        "the batch's token total overflows", {{"sequence", static_cast<double>(i)}});
       cu_seqlens_[i + 1] = cu_seqlens_[i] + len;
@@ -68,6 +81,8 @@ class batch {
   [[nodiscard]] std::span<const token_count> cu_seqlens() const noexcept { return cu_seqlens_; }
   [[nodiscard]] token_count total_tokens() const noexcept { return cu_seqlens_.back(); }
   [[nodiscard]] token_count max_length() const noexcept { return max_length_; }
+  //! Causal (query, key) pairs of all sequences: sum n (n + 1) / 2, exact.
+  [[nodiscard]] std::int64_t total_pairs() const noexcept { return pairs_; }
 
   //! cu_seqlens converted to a narrower type (e.g. int32 for kernels); throws
   //! invalid_argument if the total does not fit.
@@ -87,6 +102,7 @@ class batch {
   std::vector<sequence_id> ids_;
   std::vector<token_count> cu_seqlens_;
   token_count max_length_ = 0;
+  std::int64_t pairs_ = 0;
 };
 
 ZEPPELIN_NAMESPACE_END

@@ -13,7 +13,8 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! Causal pairs between query positions `q` and key positions `k` of one sequence.
-//! Empty or reversed ranges count 0. Exact for |positions| < 2^31 (result < 2^62).
+//! Empty or reversed ranges count 0. Exact for positions up to max_sequence_length
+//! (core/batch.hpp: 3037000499, which every batch enforces).
 ZEPPELIN_HOST_DEVICE constexpr std::int64_t causal_pairs(token_range q, token_range k) noexcept {
   if (q.empty() || k.empty()) return 0;
   const std::int64_t width = k.size();
