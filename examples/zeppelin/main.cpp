@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string_view>
 #include <vector>
 
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "zeppelin: out of memory: the batch or cluster is too large for this machine's memory\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "zeppelin: " << e.what() << '\n';
     return 1;

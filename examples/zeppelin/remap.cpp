@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -69,6 +70,8 @@ void run_remap(const remap_options& o) {
   const remap_matrix m = o.solver == "exact" ? exact_remap{.objective = objective}.solve(p) : greedy_remap{}.solve(p);
   const remap_costs c = evaluate(p, m);
   const double value = c.value(objective);
+  ZEPPELIN_EXPECTS(std::isfinite(value), "the remap objective overflows a double: per-token costs x tokens are too large",
+                   {{"intra_cost", p.intra_cost}, {"inter_cost", p.inter_cost}});
   if (o.json) {
     nlohmann::json out;
     out["matrix"] = m.dense();

@@ -38,3 +38,16 @@ zeppelin_add_cli_test(tool.rejects_unknown_partitioner EXIT_CODE 105 STDERR "--m
   COMMAND ${zeppelin_tool_cmd} plan --method nope --lengths ${zeppelin_fixtures}/lengths_small.txt)
 zeppelin_add_cli_test(tool.rejects_unknown_sim_method EXIT_CODE 1 STDERR "unknown method 'nope' \\(valid: te_cp, .*zeppelin\\)"
   COMMAND ${zeppelin_tool_cmd} simulate --method nope)
+
+# The exact remap under floating costs terminates (nearly equal costs used to loop ~2^63
+# times) and refuses an objective that overflows a double instead of printing null.
+zeppelin_add_cli_test(tool.remap_nearly_equal_costs EXIT_CODE 0 STDOUT "\"objective\""
+  COMMAND ${zeppelin_tool_cmd} remap --tokens 3000,0,0,0 --gpus-per-node 2 --intra-cost 1 --inter-cost 1.0000000000000002 --json)
+zeppelin_add_cli_test(tool.remap_rejects_overflowing_objective EXIT_CODE 1 STDERR "objective overflows a double.*intra_cost=1e\\+306"
+  COMMAND ${zeppelin_tool_cmd} remap --tokens 1000,0,0,0 --gpus-per-node 2 --intra-cost 1e306 --inter-cost 1e307 --json)
+set_tests_properties(tool.remap_nearly_equal_costs tool.remap_rejects_overflowing_objective PROPERTIES TIMEOUT 20)
+# A sequence longer than max_sequence_length is refused where the batch is made.
+file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/lengths_too_long.txt" "5\n90718909099\n28\n")
+zeppelin_add_cli_test(tool.rejects_sequence_too_long EXIT_CODE 1 STDERR "max_sequence_length.*length=(90718909099|9\\.07189)"
+  COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths "${CMAKE_CURRENT_BINARY_DIR}/lengths_too_long.txt"
+          --nodes 3 --gpus-per-node 8 --capacity 6990718424049071899)

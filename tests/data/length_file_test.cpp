@@ -172,3 +172,16 @@ TEST_CASE("histograms round-trip through write_histogram / read_histogram bit fo
   REQUIRE(back == h);
   for (std::size_t i = 0; i < h.size(); ++i) CHECK(back.probability(i) == h.probability(i));
 }
+
+TEST_CASE("an error quotes a short, escaped excerpt of a huge or binary line", "[data]") {
+  std::string line(1 << 20, '7');
+  line[3] = '\x01';  // not a number, with a control byte
+  line[4] = '\x1b';
+  const auto e = read_error(read_lengths, "5\n" + line + "\n");
+  const std::string what = e.what();
+  CHECK(what.size() < 400);
+  CHECK(what.find("line 2") != std::string::npos);
+  CHECK(what.find("777\\x01\\x1b777") != std::string::npos);
+  CHECK(what.find("...'") != std::string::npos);
+  CHECK(what.find('\x1b') == std::string::npos);
+}

@@ -70,6 +70,26 @@ struct line_location {
   std::size_t line = 0;
 };
 
+//! At most `limit` characters of `text` for an error message, non-printable bytes as \xNN,
+//! "..." when cut: a malformed file may hold megabytes on one line, or control bytes that
+//! would garble a terminal.
+inline std::string excerpt(std::string_view text, std::size_t limit = 60) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < text.size() && i < limit; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (text.size() > limit) out += "...";
+  return out;
+}
+
 [[noreturn]] inline void throw_line_error(const line_location& where, std::string_view what,
                                           std::string_view text, const char* file, int source_line) {
   std::string message;
@@ -79,9 +99,7 @@ struct line_location {
   }
   message += "line " + std::to_string(where.line) + ": ";
   message.append(what);
-  message += " in '";
-  message.append(text);
-  message += '\'';
+  message += " in '" + excerpt(text) + '\'';
   throw invalid_argument(message, {{"line", static_cast<double>(where.line)}}, file, source_line);
 }
 

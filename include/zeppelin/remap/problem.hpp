@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,8 @@ struct remap_problem {
   for (std::size_t r = 0; r < current.size(); ++r) {
     ZEPPELIN_EXPECTS(current[r] >= 0, "token counts must be non-negative",
                      {{"rank", double(r)}, {"tokens", double(current[r])}});
+    ZEPPELIN_EXPECTS(total <= std::numeric_limits<token_count>::max() - current[r],
+                     "the ranks' token counts together overflow 64 bits", {{"rank", double(r)}, {"tokens", double(current[r])}});
     total += current[r];
   }
   const auto d = static_cast<token_count>(current.size());

@@ -52,6 +52,7 @@
 #include <zeppelin/sim/simulate.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -129,8 +130,13 @@ struct method_run {
   ZEPPELIN_EXPECTS(setup.tokens_per_gpu >= 1 && std::isfinite(setup.capacity_slack) && setup.capacity_slack >= 0,
                    "tokens per GPU must be positive and the slack non-negative",
                    {{"tokens_per_gpu", double(setup.tokens_per_gpu)}, {"capacity_slack", setup.capacity_slack}});
-  const auto per_gpu = static_cast<token_count>(std::ceil(static_cast<double>(setup.tokens_per_gpu) * (1 + setup.capacity_slack)));
-  return per_gpu * setup.tensor_parallel;
+  const double per_rank =
+      std::ceil(static_cast<double>(setup.tokens_per_gpu) * (1 + setup.capacity_slack)) * std::max(setup.tensor_parallel, 1);
+  ZEPPELIN_EXPECTS(per_rank < 0x1p62, "tokens per GPU x (1 + capacity slack) x TP must stay below 2^62 tokens",
+                   {{"tokens_per_gpu", double(setup.tokens_per_gpu)},
+                    {"capacity_slack", setup.capacity_slack},
+                    {"tensor_parallel", double(setup.tensor_parallel)}});
+  return static_cast<token_count>(per_rank);
 }
 
 //! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank; the
