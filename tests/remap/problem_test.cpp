@@ -6,6 +6,8 @@
 #include <zeppelin/remap/problem.hpp>
 
 #include <algorithm>
+#include <limits>
+#include <string>
 #include <numeric>
 #include <vector>
 
@@ -85,4 +87,16 @@ TEST_CASE("evaluate and check_remap_matrix", "[remap]") {
   CHECK_THROWS_AS(check_remap_matrix(p, remap_matrix{4, {{0, 1, 4}}}), invalid_argument);
   CHECK_THROWS_AS(check_remap_matrix(p, remap_matrix{4, {{0, 3, 2}, {0, 1, 2}}}), invalid_argument);
   CHECK_THROWS_AS(check_remap_matrix(p, remap_matrix{4, {{0, 0, 2}, {0, 1, 2}, {0, 3, 2}}}), invalid_argument);
+}
+
+TEST_CASE("balanced_target refuses token counts whose total overflows, naming the rank", "[remap]") {
+  constexpr token_count top = std::numeric_limits<token_count>::max();
+  try {
+    (void)balanced_target({top - 1, 1, 1});
+    FAIL("an overflowing total was accepted");
+  } catch (const zeppelin::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("overflow 64 bits") != std::string::npos);
+    CHECK(e.value("rank") == 2.0);
+  }
+  CHECK(balanced_target({top - 1, 1}) == std::vector<token_count>{top / 2 + 1, top / 2});  // the fuller keeps the extra
 }

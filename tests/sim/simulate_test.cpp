@@ -399,3 +399,17 @@ TEST_CASE("exact fill (capacity slack 0): every method plans, and remapping has 
   CHECK(run_method("zeppelin", b, t, m, setup).result.step_time_s ==
         Approx(run_method("te_cp+routing+engine", b, t, m, setup).result.step_time_s));
 }
+
+TEST_CASE("a capacity slack that overflows the capacity is refused, naming the slack", "[sim][methods]") {
+  method_setup s;
+  s.capacity_slack = 1e300;
+  try {
+    (void)method_capacity(s);
+    FAIL("an overflowing slack was accepted");
+  } catch (const invalid_argument& e) {
+    CHECK(e.value("capacity_slack") == 1e300);
+  }
+  s.capacity_slack = 0.125;
+  s.tensor_parallel = 2;
+  CHECK(method_capacity(s) == 2 * 4608);
+}
