@@ -117,16 +117,16 @@ void add_plan_command(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember(as_strings(zeppelin::partitioner_names)));
   cmd->add_option("--lengths", args->lengths_file, "file with one sequence length per line")->required();
-  cmd->add_option("--nodes", args->nodes, "number of nodes N")->check(CLI::PositiveNumber);
-  cmd->add_option("--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(CLI::PositiveNumber);
-  cmd->add_option("--capacity", args->capacity, "tokens per GPU per micro-batch L")->check(CLI::PositiveNumber);
+  add_integer_option(cmd, "--nodes", args->nodes, "number of nodes N")->check(CLI::PositiveNumber);
+  add_integer_option(cmd, "--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(CLI::PositiveNumber);
+  add_integer_option(cmd, "--capacity", args->capacity, "tokens per GPU per micro-batch L")->check(CLI::PositiveNumber);
   cmd->add_option("--metric", args->metric, "hierarchical load metric for local sequences")
       ->check(CLI::IsMember([] {
         std::vector<std::string> names;
         for (const auto k : zeppelin::load_metric_kinds) names.emplace_back(zeppelin::to_string(k));
         return names;
       }()));
-  cmd->add_option("--cp-size", args->cp_size, "allgather / per_document CP group size (0: all GPUs)")
+  add_integer_option(cmd, "--cp-size", args->cp_size, "allgather / per_document CP group size (0: all GPUs)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", args->json, "print the plan as JSON");
   cmd->callback([args] {

@@ -97,7 +97,7 @@ void add_remap_command(CLI::App& app) {
   auto options = std::make_shared<remap_options>();
   CLI::App* cmd = app.add_subcommand("remap", "solve the remap to the token-balanced layout (Zeppelin 3.4)");
   cmd->add_option("--tokens", options->tokens, "tokens per rank, comma-separated, node-major")->required();
-  cmd->add_option("--gpus-per-node", options->gpus_per_node, "GPUs per node P (divides the rank count)")
+  add_integer_option(cmd, "--gpus-per-node", options->gpus_per_node, "GPUs per node P (divides the rank count)")
       ->capture_default_str();
   cmd->add_option("--intra-cost", options->intra_cost, "cost of one token inside a node (b_intra > 0)")
       ->capture_default_str();

@@ -160,7 +160,7 @@ void add_sample_command(CLI::App& app) {
   dataset->excludes(histogram);
   histogram->excludes(dataset);
   sub->add_option("--tokens", args->tokens, "token budget, filled exactly (e.g. 262144, 256K, 1M)")->required();
-  sub->add_option("--seed", args->seed, "random seed (same seed, same lengths on every machine)")->capture_default_str();
+  add_integer_option(sub, "--seed", args->seed, "random seed (same seed, same lengths on every machine)")->capture_default_str();
   sub->add_option("--min-length", args->min_length, "shortest drawn length")->capture_default_str();
   sub->add_option("--max-length", args->max_length, "longest drawn length, e.g. the context window; 0: no cap")->capture_default_str();
   sub->add_option("--rule", args->rule, "out-of-range draws: clamp (truncate/raise) or condition (redistribute)")

@@ -219,11 +219,11 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--lengths", options->lengths_file, "file of sequence lengths, one per line")
       ->check(CLI::ExistingFile)
       ->excludes(dataset);
-  cmd->add_option("--tokens", options->tokens, "total tokens of the sampled batch")->capture_default_str();
-  cmd->add_option("--seed", options->seed, "sampler seed")->capture_default_str();
+  add_integer_option(cmd, "--tokens", options->tokens, "total tokens of the sampled batch")->capture_default_str();
+  add_integer_option(cmd, "--seed", options->seed, "sampler seed")->capture_default_str();
   cmd->add_option("--cluster", options->cluster, "cluster preset: a, b, c, wlb, hydraulis")->capture_default_str();
-  cmd->add_option("--nodes", options->nodes, "number of nodes")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--gpus-per-node", options->gpus_per_node, "GPUs per node (default: the preset's 8)")
+  add_integer_option(cmd, "--nodes", options->nodes, "number of nodes")->capture_default_str()->check(CLI::PositiveNumber);
+  add_integer_option(cmd, "--gpus-per-node", options->gpus_per_node, "GPUs per node (default: the preset's 8)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--model", options->model, "model preset: 3b, 7b, 13b, 30b, 70b, 550m, 8x550m, llama3-8b, gpt-7b, ...")
       ->capture_default_str();
@@ -233,14 +233,14 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--method", options->method, "one method (see --methods)")->excludes(methods);
   cmd->add_option("--record", options->record_file,
                   "write the execution record (JSON: every transfer and launch of one layer) of the one method simulated");
-  cmd->add_option("--heads", options->heads, "query heads (default: the model's)")->check(CLI::Range(1, 65535));
-  cmd->add_option("--kv-heads", options->kv_heads, "K/V heads (default: the model's)")->check(CLI::Range(1, 65535));
-  cmd->add_option("--head-dim", options->head_dim, "head dimension (default: the model's)")->check(CLI::Range(1, 4096));
+  add_integer_option(cmd, "--heads", options->heads, "query heads (default: the model's)")->check(CLI::Range(1, 65535));
+  add_integer_option(cmd, "--kv-heads", options->kv_heads, "K/V heads (default: the model's)")->check(CLI::Range(1, 65535));
+  add_integer_option(cmd, "--head-dim", options->head_dim, "head dimension (default: the model's)")->check(CLI::Range(1, 4096));
   cmd->add_option("--dtype", options->element_bytes, "element type of the activations: bf16, fp16, fp32, fp64 (default: the model's)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, int>{{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp64", 8}}));
-  cmd->add_option("--tp", options->tensor_parallel, "TP size inside CP (default: 2 for 13B on a and 30B on c, else 1)")
+  add_integer_option(cmd, "--tp", options->tensor_parallel, "TP size inside CP (default: 2 for 13B on a and 30B on c, else 1)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--layers", options->chained_layers, "layers simulated back to back per phase (0 = all)")
+  add_integer_option(cmd, "--layers", options->chained_layers, "layers simulated back to back per phase (0 = all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--slack", options->slack, "capacity headroom over the average tokens per GPU (0 = exact fill)")

@@ -51,3 +51,10 @@ file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/lengths_too_long.txt" "5\n90718909099\n2
 zeppelin_add_cli_test(tool.rejects_sequence_too_long EXIT_CODE 1 STDERR "max_sequence_length.*length=(90718909099|9\\.07189)"
   COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths "${CMAKE_CURRENT_BINARY_DIR}/lengths_too_long.txt"
           --nodes 3 --gpus-per-node 8 --capacity 6990718424049071899)
+# Integers outside their type's range are refused (CLI11 alone would clamp them).
+zeppelin_add_cli_test(tool.rejects_capacity_past_int64 EXIT_CODE 105
+  STDERR "--capacity: '9223372036854775808' is not an integer in \\[-9223372036854775808, 9223372036854775807\\]"
+  COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt
+          --capacity 9223372036854775808)
+zeppelin_add_cli_test(tool.rejects_negative_seed EXIT_CODE 105 STDERR "--seed: '-1' is not an integer in \\[0, 18446744073709551615\\]"
+  COMMAND ${zeppelin_tool_cmd} sample --dataset github --tokens 1000 --seed -1)
