@@ -17,16 +17,22 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
+namespace detail {
+// the largest int64, spelled out: std::numeric_limits<>::max() is a host function to nvcc
+inline constexpr std::int64_t int64_top = 0x7fff'ffff'ffff'ffffLL;
+static_assert(int64_top == std::numeric_limits<std::int64_t>::max());
+}  // namespace detail
+
 //! a * b for a, b >= 0, saturated at the largest int64.
 ZEPPELIN_HOST_DEVICE constexpr std::int64_t saturating_mul(std::int64_t a, std::int64_t b) noexcept {
-  constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t top = detail::int64_top;
   if (a <= 0 || b <= 0) return 0;
   return a > top / b ? top : a * b;
 }
 
 //! a + b for a, b >= 0, saturated at the largest int64.
 ZEPPELIN_HOST_DEVICE constexpr std::int64_t saturating_add(std::int64_t a, std::int64_t b) noexcept {
-  constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t top = detail::int64_top;
   return a > top - b ? top : a + b;
 }
 
