@@ -50,7 +50,8 @@ TEST_CASE("registry: the settings reach the model they configure", "[partition][
   CHECK(std::get<per_document>(partitioner_by_name("per_document", tokens)).cp_size == 4);
   CHECK(std::get<even_split>(partitioner_by_name("even_split", tokens)).capacity == 77);
   const partitioner_settings cost{.metric = make_load_metric(load_metric_kind::cost_model, gpus::h100_sxm(), 8, 64)};
-  const auto& h = std::get<hierarchical<cost_model_metric<>>>(partitioner_by_name("hierarchical", cost));
+  const any_partitioner held = partitioner_by_name("hierarchical", cost);
+  const auto& h = std::get<hierarchical<cost_model_metric<>>>(held);
   CHECK(h.metric.heads == 8);
   CHECK(h.metric.head_dim == 64);
   CHECK(partitioner_names.size() == std::variant_size_v<any_partitioner> - 2);  // hierarchical holds 3 metrics
