@@ -8,7 +8,7 @@ using namespace zeppelin;
 using namespace zeppelin_test;
 
 TEST_CASE("even_split equals TransformerEngine's THD index map on divisible lengths", "[partition][even_split]") {
-  // reference-behaviour.md: per-rank cu_seqlens cu_s = cu / P, local length s = L / P,
+  // TransformerEngine's THD CP index map: per-rank cu_seqlens cu_s = cu / P, local length s = L / P,
   // local index i -> src = cu_s[seq] * P + i + (s / 2) * (i < s / 2 ? r : 2P - 2 - r).
   random_generator rng(5);
   for (int trial = 0; trial < 300; ++trial) {

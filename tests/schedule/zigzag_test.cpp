@@ -161,7 +161,7 @@ TEST_CASE("zigzag remainder rule is optimal among all near-equal splits (G <= 4)
 }
 
 TEST_CASE("zigzag matches TransformerEngine's THD index map for divisible lengths", "[schedule][zigzag]") {
-  // TE (reference-behaviour.md): per-rank cu_s = cu / P, local length s = L / P, local index i:
+  // TE (TransformerEngine's THD CP index map): per-rank cu_s = cu / P, local length s = L / P, local index i:
   //   src = cu_s[seq] * P + i + (s / 2) * (i < s / 2 ? r : 2P - 2 - r)
   random_generator rng(5, 4);
   for (int t = 0; t < 200; ++t) {

@@ -57,12 +57,12 @@ inline throughput_table h100_fa2_forward() {
   return {{128, 9.98e12},     // 45 / 1.652^3: one tile per head, launch-latency bound
           {256, 16.49e12},    // 45 / 1.652^2
           {512, 27.24e12},    // 45 / 1.652
-          {1024, 45e12},      // reference-behaviour.md: FA2 varlen causal fwd, 1k total, ~45
+          {1024, 45e12},      // FlashAttention-2 H100 benchmarks: FA2 varlen causal fwd, 1k total, ~45
           {2048, 74.33e12},   // geometric between the 1k and 16k anchors
           {4096, 122.8e12},
           {8192, 202.8e12},
-          {16384, 335e12},    // reference-behaviour.md: FA2 dense causal fwd 16k, 335
-          {32768, 345e12}};   // reference-behaviour.md: FA2 varlen causal fwd, 32k total, ~345
+          {16384, 335e12},    // FlashAttention-2 H100 benchmarks: FA2 dense causal fwd 16k, 335
+          {32768, 345e12}};   // FlashAttention-2 H100 benchmarks: FA2 varlen causal fwd, 32k total, ~345
 }
 
 //! FlashAttention 2 causal backward on H100 SXM (see the file header for the derivation).
@@ -73,13 +73,13 @@ inline throughput_table h100_fa2_backward() {
           {1024, 45.49e12},
           {2048, 75.14e12},
           {4096, 124.1e12},
-          {8192, 205e12},     // reference-behaviour.md: FA2 varlen causal bwd, 8k total, ~205
-          {32768, 262e12}};   // reference-behaviour.md: FA2 varlen causal bwd, 32k total, ~262
+          {8192, 205e12},     // FlashAttention-2 H100 benchmarks: FA2 varlen causal bwd, 8k total, ~205
+          {32768, 262e12}};   // FlashAttention-2 H100 benchmarks: FA2 varlen causal bwd, 32k total, ~262
 }
 
 //! Ampere factor applied to the H100 FA2 curves. FlashAttention-2 reaches "50-73% of the
 //! theoretical maximum FLOPs/s on A100" (Dao, FlashAttention-2, ICLR 2024, abstract) while on
-//! H100 it peaks near 345/989 = 35% (reference-behaviour.md): FA2 has no Hopper-specific
+//! H100 it peaks near 345/989 = 35% (FlashAttention-2 H100 benchmarks): FA2 has no Hopper-specific
 //! path (no wgmma/TMA). So the curves are moved to A800 by putting their best point at 73%
 //! of the A800 peak (0.73 * 312 / 345 = 0.660), not by the bare peak ratio 312/989 = 0.315,
 //! which would halve FA2's published A100 throughput (~230 TFLOP/s forward).

@@ -2,7 +2,7 @@
 // Merging a block's partial attention output into an fp32 accumulator by log-sum-exp.
 // In:  o_acc [rows][heads][head_dim] fp32 and lse_acc [heads][lse_acc_stride] (natural log),
 //      o_part [rows][heads][head_dim] (fp32, bf16 or fp16) and lse_part [heads][lse_part_stride].
-// Out: o_acc, lse_acc updated in place, in fp32 (reference-behaviour.md):
+// Out: o_acc, lse_acc updated in place, in fp32 (as ring-flash-attention's update_out_and_lse):
 //      L = max(a, b) + log1p(exp(min(a, b) - max(a, b)));  O = e^(a - L) O_acc + e^(b - L) O_part
 //      b = -inf leaves the accumulator as it is; a = -inf copies the part (no NaN from -inf - -inf).
 // Start a ring with o_acc = 0, lse_acc = -inf (or the first block's fp32 output and LSE).

@@ -13,7 +13,7 @@
 // causal = key position <= query position (absolute positions q.begin + i, k.begin + j),
 // full = every key, none = nothing (the forward writes O = 0 and LSE = -inf).
 // Forward writes O normalised within the block and its LSE (overwrites).
-// Backward takes the GLOBAL O, dO and LSE of the query rows (reference-behaviour.md) and
+// Backward takes the GLOBAL O, dO and LSE of the query rows (as in FlashAttention's backward) and
 // ADDS the block's contribution into dQ, dK and dV.
 // nvcc-safe.
 #pragma once

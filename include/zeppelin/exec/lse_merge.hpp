@@ -1,5 +1,5 @@
 // zeppelin/exec/lse_merge.hpp
-// Merging partial attention outputs by their log-sum-exp (reference-behaviour.md):
+// Merging partial attention outputs by their log-sum-exp (as ring-flash-attention's update_out_and_lse):
 //   in : an accumulator (O_a, LSE_a) and a block result (O_b, LSE_b) of the same query rows,
 //        each O normalised within its own keys, LSE natural log
 //   out: LSE = max(a, b) + log1p(exp(min(a, b) - max(a, b)));

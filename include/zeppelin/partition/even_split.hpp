@@ -13,7 +13,7 @@
 //   batch with T <= N * P * L fits, exact fill L = T / R included; every sequence keeps
 //   zigzag_imbalance_bound (a rotation permutes its positions). When every length is
 //   divisible by 2R no sequence is rotated and the layout is TE's THD index map
-//   (reference-behaviour.md); a divisible sequence after a non-divisible one is not rotated
+//   (TransformerEngine's THD CP index map); a divisible sequence after a non-divisible one is not rotated
 //   either (offset 0 when it has no extra tokens).
 // Throws infeasible when the batch exceeds N * P * L. Host-only.
 #pragma once

@@ -1,6 +1,6 @@
 // zeppelin/partition/hybrid_dp.hpp
 // ByteScale-like hybrid data/context parallelism (the paper's "Hybrid DP" baseline; the
-// per-sub-sample CP size of Megatron's BalancedCPScheduler, reference-behaviour.md).
+// per-sub-sample CP size of Megatron-LM's BalancedCPScheduler).
 //   in : batch, topology, capacity L
 //   out: every sequence runs on an aligned block of g consecutive node-major ranks
 //        [j g, (j + 1) g): g = 1 (data parallel, the whole sequence on one GPU) when it fits

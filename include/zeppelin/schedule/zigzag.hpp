@@ -7,7 +7,7 @@
 //   zigzag_extras / zigzag_dealer: which positions hold one token more, and the rotation that
 //        deals those extra tokens round-robin over a ring across the sequences of a batch
 // When 2G divides L this is exactly TE's layout (chunks of L/(2G) tokens, see the index map
-// in reference-behaviour.md). Chunks are empty when L < 2G.
+// in TransformerEngine's THD CP index map). Chunks are empty when L < 2G.
 //
 // Remainder rule. With L = q n + s (n chunks, 0 <= s < n) the s chunks of q + 1 tokens are
 // the FIRST s chunks when 2s <= n, else the LAST s chunks (equivalently: the n - s short
