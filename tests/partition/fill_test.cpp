@@ -283,9 +283,7 @@ TEST_CASE("hierarchical: balanced hierarchical layouts at exact fill, never the 
       for (const auto& g : p.groups) {
         const ring_schedule rs = make_ring_schedule(p, b, g.id);
         std::int64_t computed = 0;
-        for (const auto& round : rs.forward)
-          for (const auto& step : round)
-            for (const auto& blk : step.blocks) computed += block_pairs(blk.q, blk.k, blk.mask);
+        for (const attention_block& blk : rs.block_list) computed += block_pairs(blk.q, blk.k, blk.mask);
         std::map<sequence_index, bool> seqs;
         for (const auto& pos : rs.layout)
           for (const auto& gs : pos) seqs[gs.seq] = true;

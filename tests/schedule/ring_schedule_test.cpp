@@ -140,7 +140,7 @@ void check_schedule(const fixture& f, const ring_schedule& s) {
     for (const group_shard& sl : grp_shards) hits[sl.seq].assign(at(f.b.length(sl.seq) * f.b.length(sl.seq)), 0);
   for (std::int32_t k = 0; k < G; ++k)
     for (std::int32_t r = 0; r < G; ++r) {
-      const forward_step& st = s.forward[at(k)][at(r)];
+      const forward_step st = s.step(k, r);
       REQUIRE(st.position == r);
       REQUIRE(st.rank == grp.ranks[at(r)]);
       REQUIRE(st.kv_origin == wrap(r - k));
@@ -176,7 +176,10 @@ void check_schedule(const fixture& f, const ring_schedule& s) {
   std::int64_t by_origin = 0;
   for (std::int32_t r = 0; r < G; ++r)
     for (std::int32_t o = 0; o < G; ++o) {
-      REQUIRE(&s.blocks(r, o) == &s.forward[at(wrap(r - o))][at(r)].blocks);
+      const forward_step st = s.step(wrap(r - o), r);
+      REQUIRE(st.kv_origin == o);
+      REQUIRE(s.blocks(r, o).data() == st.blocks.data());
+      REQUIRE(s.blocks(r, o).size() == st.blocks.size());
       for (const attention_block& blk : s.blocks(r, o)) by_origin += block_pairs(blk.q, blk.k, blk.mask);
     }
   std::int64_t total = 0;
@@ -227,7 +230,7 @@ TEST_CASE("ring schedule reproduces TE's causal / lower / upper table on zigzag"
     const ring_schedule s = make_ring_schedule(f.p, f.b, 0);
     for (std::int32_t k = 0; k < G; ++k)
       for (std::int32_t r = 0; r < G; ++r) {
-        const forward_step& st = s.forward[at(k)][at(r)];
+        const forward_step st = s.step(k, r);
         const zigzag_pair mine = zigzag_chunks(L, G, r), theirs = zigzag_chunks(L, G, st.kv_origin);
         INFO("L=" << L << " G=" << G << " k=" << k << " r=" << r);
         std::vector<attention_block> expected;
@@ -248,7 +251,7 @@ TEST_CASE("ring schedule reproduces TE's causal / lower / upper table on zigzag"
           blk(mine.tail, theirs.head, block_mask::full, tail_q, head_k);
           blk(mine.tail, theirs.tail, block_mask::full, tail_q, tail_k);
         }
-        REQUIRE(st.blocks == expected);
+        REQUIRE(std::vector<attention_block>(st.blocks.begin(), st.blocks.end()) == expected);
       }
     // the group buffer of a position is its zigzag pair
     for (std::int32_t r = 0; r < G; ++r)
@@ -260,8 +263,27 @@ TEST_CASE("ring schedule of a single rank has one round", "[schedule][ring]") {
   const fixture f = zigzag_fixture({7, 3}, 1, 2, {1}, false);
   const ring_schedule s = make_ring_schedule(f.p, f.b, 0);
   REQUIRE(s.rounds() == 1);
-  REQUIRE(s.forward[0].size() == 1);
-  CHECK(step_pairs(s.forward[0][0]) == causal_pairs(7) + causal_pairs(3));
+  CHECK(step_pairs(s.step(0, 0)) == causal_pairs(7) + causal_pairs(3));
+  check_schedule(f, s);
+}
+
+TEST_CASE("ring schedule stores only the pairs that compute", "[schedule][ring]") {
+  // a global ring of 512 ranks holding 4096 one-token sequences: every sequence sits on one
+  // position, so only the diagonal pairs (p, p) compute; G^2 steps are never materialised
+  constexpr std::int32_t G = 512;
+  std::vector<rank_index> ring(at(G));
+  std::iota(ring.begin(), ring.end(), 0);
+  fixture f{empty_plan(G, ring), batch(std::vector<token_count>(8 * G, 1)), 0};
+  for (sequence_index s = 0; s < f.b.size(); ++s)
+    f.p.placements[at(s % G)].shards.push_back({s, {0, 1}, 0});
+  const ring_schedule s = make_ring_schedule(f.p, f.b, 0);
+  REQUIRE(s.pair_key.size() == static_cast<std::size_t>(G));
+  REQUIRE(s.block_count() == static_cast<std::size_t>(8 * G));
+  for (std::int32_t r = 0; r < G; r += 37) {
+    CHECK(s.blocks(r, r).size() == 8);
+    CHECK(s.blocks(r, (r + 1) % G).empty());
+    CHECK(s.step(1, r).blocks.empty());
+  }
   check_schedule(f, s);
 }
 
@@ -314,10 +336,8 @@ TEST_CASE("ring schedule reads only the requested micro-batch", "[schedule][ring
     for (auto& sh : pl.shards) sh.micro_batch = sh.seq;  // sequence 1 runs in micro-batch 1
   const ring_schedule s0 = make_ring_schedule(f.p, f.b, 0, 0), s1 = make_ring_schedule(f.p, f.b, 0, 1);
   std::int64_t p0 = 0, p1 = 0;
-  for (const auto& round : s0.forward)
-    for (const auto& st : round) p0 += step_pairs(st);
-  for (const auto& round : s1.forward)
-    for (const auto& st : round) p1 += step_pairs(st);
+  for (std::int32_t k = 0; k < s0.rounds(); ++k)
+    for (std::int32_t r = 0; r < s0.size(); ++r) p0 += step_pairs(s0.step(k, r)), p1 += step_pairs(s1.step(k, r));
   CHECK(p0 == causal_pairs(10));
   CHECK(p1 == causal_pairs(6));
   CHECK(s1.micro_batch == 1);

@@ -6,9 +6,9 @@
 //        the concatenation, in placement order, of its shards of group g (one sequence cut into
 //        zigzag chunks, or the chunks of several sequences as in TE's global ring).
 //   out: plain data: per position the buffer layout, and the attention blocks of position p's
-//        queries against the group buffer of origin o, stored as forward[k][p] with
-//        o = (p - k) mod G: round k of the ring, in which p holds the K/V that started on
-//        p - k. The union over (p, o) of the computed (q, k) pairs is exactly the causal
+//        queries against the group buffer of origin o, blocks(p, o), stored only for the
+//        pairs that compute something; step(k, p) is round k of the ring, o = (p - k) mod G,
+//        in which p holds the K/V that started on p - k. The union over (p, o) of the computed (q, k) pairs is exactly the causal
 //        pairs of every sequence of the group, each once, for ANY layout that tiles the
 //        sequences (zigzag with uneven chunks, contiguous slices, ...). Masks are derived from
 //        token positions, never assumed.
@@ -23,8 +23,8 @@
 // overlap full(Q x K) when K precedes Q, nothing otherwise. Empty blocks are left out. Blocks
 // of (p, o) are listed query shard by query shard (p's layout order), then key shard (o's
 // layout order). Sizes are in tokens.
-// Cost: O(G (S + B) + S log S) for S group shards and B blocks: only shards of the same
-// sequence are paired.
+// Cost: O(G + S log S + B log B) time and O(G + S + B) memory for S group shards and B
+// blocks: only shards of the same sequence are paired, and only pairs that compute are stored.
 // Host-only builder (std::vector); no range-v3, so nvcc compiles it in host code.
 #pragma once
 
@@ -38,6 +38,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -63,33 +65,49 @@ struct attention_block {
 };
 
 //! What ring position `position` computes in round k: its queries against the K/V of origin
-//! (position - k) mod G.
+//! (position - k) mod G. A view into its ring_schedule (valid while the schedule lives).
 struct forward_step {
   std::int32_t position = 0;
   rank_index rank = 0;
   std::int32_t kv_origin = 0;  //!< position whose K/V is held (and computed with) this round
-  std::vector<attention_block> blocks;
-  friend bool operator==(const forward_step&, const forward_step&) = default;
+  std::span<const attention_block> blocks;
 };
 
-//! The geometry of one ring group. Indexing: forward[k][p], layout[p].
+//! The geometry of one ring group. Only the (position, origin) pairs that compute something
+//! are stored (blocks of pair i: block_list[pair_begin[i], pair_begin[i + 1]), pairs sorted by
+//! position then origin), so a group of G ranks costs O(G + S + B), never G^2: a global ring
+//! of 1M one-token sequences has G pairs, not G^2 steps.
 struct ring_schedule {
   group_index group = no_group;
   zone_kind zone = zone_kind::local;
   collective_kind collective = collective_kind::ring;
   std::int32_t micro_batch = 0;
-  std::vector<rank_index> ranks;                   //!< ring order (position -> rank)
-  std::vector<std::vector<group_shard>> layout;    //!< per position: its group buffer
-  std::vector<token_count> buffer_tokens;          //!< per position: rows of its group buffer
-  std::vector<std::vector<forward_step>> forward;  //!< G rounds of G positions
+  std::vector<rank_index> ranks;                 //!< ring order (position -> rank)
+  std::vector<std::vector<group_shard>> layout;  //!< per position: its group buffer
+  std::vector<token_count> buffer_tokens;        //!< per position: rows of its group buffer
+  std::vector<std::int64_t> pair_key;            //!< position * G + origin, ascending, one per computing pair
+  std::vector<std::size_t> pair_begin;           //!< pair_key.size() + 1 offsets into block_list
+  std::vector<attention_block> block_list;       //!< every block, grouped by pair
 
   [[nodiscard]] std::int32_t size() const noexcept { return static_cast<std::int32_t>(ranks.size()); }
-  [[nodiscard]] std::int32_t rounds() const noexcept { return static_cast<std::int32_t>(forward.size()); }
-  //! The blocks of position p's queries against the group buffer of origin o.
-  [[nodiscard]] const std::vector<attention_block>& blocks(std::int32_t p, std::int32_t o) const {
-    const std::int32_t G = size();
-    return forward[static_cast<std::size_t>(((p - o) % G + G) % G)][static_cast<std::size_t>(p)].blocks;
+  [[nodiscard]] std::int32_t rounds() const noexcept { return size(); }
+  //! The blocks of position p's queries against the group buffer of origin o (empty when
+  //! the pair computes nothing). O(log pairs).
+  [[nodiscard]] std::span<const attention_block> blocks(std::int32_t p, std::int32_t o) const {
+    const std::int64_t key = static_cast<std::int64_t>(p) * size() + o;
+    const auto it = std::lower_bound(pair_key.begin(), pair_key.end(), key);
+    if (it == pair_key.end() || *it != key) return {};
+    const auto i = static_cast<std::size_t>(it - pair_key.begin());
+    return {block_list.data() + pair_begin[i], block_list.data() + pair_begin[i + 1]};
   }
+  //! What position p computes in round k (0 <= k < G): its blocks against origin (p - k) mod G.
+  [[nodiscard]] forward_step step(std::int32_t k, std::int32_t p) const {
+    const std::int32_t G = size();
+    const std::int32_t origin = ((p - k) % G + G) % G;
+    return {p, ranks[static_cast<std::size_t>(p)], origin, blocks(p, origin)};
+  }
+  //! Blocks over every pair (B).
+  [[nodiscard]] std::size_t block_count() const noexcept { return block_list.size(); }
   friend bool operator==(const ring_schedule&, const ring_schedule&) = default;
 };
 
@@ -119,7 +137,7 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
 //! Throws invalid_argument when g is not a group of p, a group rank is out of range or repeated,
 //! a shard of g sits on a rank outside g or outside its sequence, or the group's shards of a
 //! sequence do not tile [0, length) exactly (the exact-cover guarantee needs a tiling).
-//! Cost: O(G * (S + B)) for S group shards and B emitted blocks.
+//! Cost: O(G + S log S + B log B) for S group shards and B emitted blocks.
 [[nodiscard]] inline ring_schedule make_ring_schedule(const plan& p, const batch& b, group_index g,
                                                       std::int32_t micro_batch = 0) {
   using std::size_t;
@@ -190,39 +208,47 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
                       {"length", static_cast<double>(b.length(pieces[i].seq))}});
   }
 
-  // per position, its layout indices sorted by (sequence, layout index): blocks pair only
-  // shards of one sequence
-  std::vector<std::vector<std::size_t>> by_seq(static_cast<size_t>(G));
-  for (std::int32_t pos = 0; pos < G; ++pos) {
-    auto& idx = by_seq[static_cast<size_t>(pos)];
-    const auto& lay = s.layout[static_cast<size_t>(pos)];
-    idx.resize(lay.size());
-    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-    std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return lay[x].seq != lay[y].seq ? lay[x].seq < lay[y].seq : x < y; });
-  }
-  const auto blocks_of = [&](std::int32_t q_pos, std::int32_t kv_pos) {
-    std::vector<attention_block> out;
-    const auto& keys = s.layout[static_cast<size_t>(kv_pos)];
-    const auto& idx = by_seq[static_cast<size_t>(kv_pos)];
-    for (const group_shard& q : s.layout[static_cast<size_t>(q_pos)]) {
-      auto it = std::lower_bound(idx.begin(), idx.end(), q.seq, [&](size_t i, sequence_index seq) { return keys[i].seq < seq; });
-      for (; it != idx.end() && keys[*it].seq == q.seq; ++it) append_blocks(q, keys[*it], out);
-    }
-    return out;
+  // every shard of the group by sequence, in (position, layout index) order: a query shard
+  // pairs only with the shards of its own sequence, so the blocks cost O(S log S + B) and no
+  // (position, origin) pair is visited unless it computes something
+  struct occurrence {
+    sequence_index seq;
+    std::int32_t position;
+    std::int32_t index;  // into layout[position]
   };
+  std::vector<occurrence> occurrences;
+  occurrences.reserve(pieces.size());
+  for (std::int32_t pos = 0; pos < G; ++pos)
+    for (size_t i = 0; i < s.layout[static_cast<size_t>(pos)].size(); ++i)
+      occurrences.push_back({s.layout[static_cast<size_t>(pos)][i].seq, pos, static_cast<std::int32_t>(i)});
+  std::stable_sort(occurrences.begin(), occurrences.end(), [](const occurrence& x, const occurrence& y) { return x.seq < y.seq; });
 
-  s.forward.resize(static_cast<size_t>(G));
-  for (std::int32_t k = 0; k < G; ++k) {
-    auto& round = s.forward[static_cast<size_t>(k)];
-    round.reserve(static_cast<size_t>(G));
-    for (std::int32_t r = 0; r < G; ++r) {
-      forward_step st;
-      st.position = r;
-      st.rank = grp.ranks[static_cast<size_t>(r)];
-      st.kv_origin = ((r - k) % G + G) % G;
-      st.blocks = blocks_of(r, st.kv_origin);
-      round.push_back(std::move(st));
+  // per position: its blocks tagged with their origin, emitted query shard by query shard and,
+  // per query shard, key shard by key shard in (origin, layout) order; a stable sort by origin
+  // then gives each pair's blocks in the documented order
+  std::vector<std::pair<std::int32_t, attention_block>> row;
+  std::vector<attention_block> scratch;
+  s.pair_begin.push_back(0);
+  for (std::int32_t pos = 0; pos < G; ++pos) {
+    row.clear();
+    for (const group_shard& q : s.layout[static_cast<size_t>(pos)]) {
+      auto it = std::lower_bound(occurrences.begin(), occurrences.end(), q.seq,
+                                 [](const occurrence& x, sequence_index seq) { return x.seq < seq; });
+      for (; it != occurrences.end() && it->seq == q.seq; ++it) {
+        scratch.clear();
+        append_blocks(q, s.layout[static_cast<size_t>(it->position)][static_cast<size_t>(it->index)], scratch);
+        for (const attention_block& blk : scratch) row.emplace_back(it->position, blk);
+      }
     }
+    std::stable_sort(row.begin(), row.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i == 0 || row[i].first != row[i - 1].first) {
+        if (i > 0) s.pair_begin.push_back(s.block_list.size());
+        s.pair_key.push_back(static_cast<std::int64_t>(pos) * G + row[i].first);
+      }
+      s.block_list.push_back(row[i].second);
+    }
+    if (!row.empty()) s.pair_begin.push_back(s.block_list.size());
   }
   return s;
 }

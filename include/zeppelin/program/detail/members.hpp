@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -75,7 +76,7 @@ template <class RegionSize>
 
 //! `blocks` with query rows moved into the rank's rows of member `m` and key rows shifted
 //! by `key_base` (the row of the key buffer's first row in the held arena).
-inline void append_launch_blocks(const member& m, const std::vector<attention_block>& blocks, token_count key_base,
+inline void append_launch_blocks(const member& m, std::span<const attention_block> blocks, token_count key_base,
                                  std::vector<attention_block>& out) {
   for (attention_block b : blocks) {
     b.q_row = rank_row_of(m, b.q_row);
