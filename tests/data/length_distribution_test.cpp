@@ -60,6 +60,19 @@ TEST_CASE("length_histogram normalises, keeps the given weights and computes exa
   CHECK_FALSE(h == length_histogram({{1, 3, 2.0}, {10, 12, 6.0}, {20, 30, 0.0}}));
 }
 
+TEST_CASE("length_histogram::mean stays finite when the weights times the lengths pass a double", "[data]") {
+  // Found by fuzz/length_reader_fuzz.cpp (fuzz/regressions/length_reader/): weights are any
+  // finite numbers with a finite sum, but weight * midpoint overflowed, so mean() was inf.
+  CHECK(length_histogram({{1, 4097, 1e306}}).mean() == 2048.5);
+  CHECK(length_histogram({{1, 3, 1e307}, {10, 12, 3e307}}).mean() == Approx(8.25));
+  const token_count top = std::numeric_limits<token_count>::max();
+  const double m = length_histogram({{9'000'000'000'000'000'000, top, 1.7e308}}).mean();
+  CHECK(std::isfinite(m));
+  CHECK(m == Approx((9e18 + static_cast<double>(top - 1)) / 2));
+  // below the overflow the result is unchanged (the given weights, then one division)
+  CHECK(length_histogram({{1, 3, 1.0}, {10, 12, 3.0}}).mean() == 8.25);
+}
+
 TEST_CASE("length_histogram::bin_of finds the half-open bin or nothing", "[data]") {
   const length_histogram h({{1, 10, 1.0}, {10, 20, 1.0}, {50, 60, 1.0}});
   CHECK_FALSE(h.bin_of(0).has_value());

@@ -96,12 +96,19 @@ class length_histogram {
     return bins_.back().hi - 1;  // unreachable
   }
 
-  //! Exact expected length: sum over bins of probability * (lo + hi - 1) / 2.
+  //! Exact expected length: sum over bins of probability * (lo + hi - 1) / 2. Always finite:
+  //! when the given weights times the lengths pass the largest double (weights near 1e300),
+  //! the sum is taken over the normalised weights instead.
   [[nodiscard]] double mean() const noexcept {
+    const auto midpoint = [](const length_bin& b) {
+      return (static_cast<double>(b.lo) + static_cast<double>(b.hi - 1)) * 0.5;
+    };
     double m = 0.0;
-    for (const auto& b : bins_)
-      m += b.weight * (static_cast<double>(b.lo) + static_cast<double>(b.hi - 1)) * 0.5;
-    return m / weight_sum_;
+    for (const auto& b : bins_) m += b.weight * midpoint(b);
+    if (std::isfinite(m)) return m / weight_sum_;
+    m = 0.0;  // probabilities <= 1 and midpoints < 2^63: no overflow
+    for (const auto& b : bins_) m += b.weight / weight_sum_ * midpoint(b);
+    return m;
   }
 
   //! Index of the bin that holds `length`, or nullopt if it falls outside every bin.
