@@ -100,3 +100,21 @@ TEST_CASE("balanced_target refuses token counts whose total overflows, naming th
   }
   CHECK(balanced_target({top - 1, 1}) == std::vector<token_count>{top / 2 + 1, top / 2});  // the fuller keeps the extra
 }
+
+TEST_CASE("validate_remap_problem refuses counts or targets whose total overflows", "[remap]") {
+  // Found by fuzz/remap_fuzz.cpp (fuzz/regressions/remap/): the sums of A and B were added
+  // unchecked, a signed overflow (UB) that could even make two different totals compare equal.
+  constexpr token_count top = std::numeric_limits<token_count>::max();
+  const auto refused = [](const remap_problem& p, double rank, const char* what) {
+    try {
+      validate_remap_problem(p);
+      FAIL("an overflowing total was accepted");
+    } catch (const zeppelin::invalid_argument& e) {
+      CHECK(std::string(e.what()).find(what) != std::string::npos);
+      CHECK(e.value("rank") == rank);
+    }
+  };
+  refused(remap_problem{{top, 1}, {1, top}, 1, 1, 1}, 1.0, "token counts together overflow 64 bits");
+  refused(remap_problem{{top - 1, 0, 0}, {top - 1, 1, top}, 1, 1, 1}, 2.0, "target token counts together overflow");
+  CHECK_NOTHROW(validate_remap_problem(remap_problem{{top - 1, 1}, {1, top - 1}, 1, 1, 1}));
+}

@@ -102,7 +102,8 @@ struct remap_problem {
 }
 
 //! Throws invalid_argument unless the problem is well formed: d >= 1 ranks, P >= 1 dividing
-//! d, A and B of size d with non-negative entries and equal sums, finite positive costs.
+//! d, A and B of size d with non-negative entries and equal sums that fit 64 bits, finite
+//! positive costs.
 inline void validate_remap_problem(const remap_problem& p) {
   ZEPPELIN_EXPECTS(!p.current.empty(), "a remap needs at least one rank", {});
   ZEPPELIN_EXPECTS(p.gpus_per_node >= 1, "gpus per node must be positive", {{"gpus_per_node", double(p.gpus_per_node)}});
@@ -122,6 +123,10 @@ inline void validate_remap_problem(const remap_problem& p) {
                      {{"rank", double(r)}, {"tokens", double(p.current[r])}});
     ZEPPELIN_EXPECTS(p.target[r] >= 0, "target token counts must be non-negative",
                      {{"rank", double(r)}, {"tokens", double(p.target[r])}});
+    ZEPPELIN_EXPECTS(a <= std::numeric_limits<token_count>::max() - p.current[r],
+                     "the ranks' token counts together overflow 64 bits", {{"rank", double(r)}, {"tokens", double(p.current[r])}});
+    ZEPPELIN_EXPECTS(b <= std::numeric_limits<token_count>::max() - p.target[r],
+                     "the target token counts together overflow 64 bits", {{"rank", double(r)}, {"tokens", double(p.target[r])}});
     a += p.current[r];
     b += p.target[r];
   }
