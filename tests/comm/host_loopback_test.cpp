@@ -7,13 +7,59 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 using namespace zeppelin;
 using namespace std::chrono_literals;
+
+namespace {
+
+// What a rank that gets stuck on purpose blocks on. The world leaves a stuck rank's thread
+// running detached, so the body must own what it touches (a shared_ptr to this, by value),
+// never the test's stack. The test opens it afterwards and waits until the thread is done.
+struct stuck_gate {
+  std::mutex m;
+  std::condition_variable cv;
+  bool open = false;
+  bool done = false;
+  std::atomic<bool> open_flag{false};
+
+  void block() {  // asleep until opened (10 s at most)
+    std::unique_lock lock(m);
+    cv.wait_for(lock, 10s, [&] { return open; });
+  }
+  void spin() {  // busy until opened (10 s at most)
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (!open_flag && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+  }
+  void finish() {
+    std::lock_guard lock(m);
+    done = true;
+    cv.notify_all();
+  }
+  // opens the gate and waits for the stuck body to return
+  bool release() {
+    std::unique_lock lock(m);
+    open = true;
+    open_flag = true;
+    cv.notify_all();
+    return cv.wait_for(lock, 10s, [&] { return done; });
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
 
 TEST_CASE("ring exchange in one group delivers every rank's buffer to its successor", "[comm]") {
   for (rank_index n : {1, 2, 3, 5, 8}) {
@@ -133,18 +179,20 @@ TEST_CASE("waiting on a rank that already returned fails with the peer and step"
   }
 }
 
-TEST_CASE("the watchdog ends a wait on a rank that is busy for too long", "[comm]") {
-  host_loopback_world world{.ranks = 2, .timeout = 50ms};
-  std::atomic<bool> aborted_seen{false};
+TEST_CASE("the watchdog ends a wait on a rank that is busy for too long, naming what the peer does", "[comm]") {
+  // rank 1 computes for 2 s, longer than the 1.5 s timeout but within the 1.5 s the others
+  // get after the failure: it returns (with comm_aborted) and is not left running
+  host_loopback_world world{.ranks = 2, .timeout = 1500ms};
+  const auto aborted_seen = std::make_shared<std::atomic<bool>>(false);  // owned by the body too
   try {
-    world.run([&](host_loopback_comm& c) {
+    world.run([aborted_seen](host_loopback_comm& c) {
       int x = 1;
       if (c.rank() == 1) {
-        std::this_thread::sleep_for(400ms);  // "computing"
+        std::this_thread::sleep_for(2000ms);  // "computing"
         try {
           c.send(std::as_bytes(std::span<const int>(&x, 1)), 0);
         } catch (const comm_aborted&) {
-          aborted_seen = true;
+          *aborted_seen = true;
           throw;
         }
         return;
@@ -158,9 +206,12 @@ TEST_CASE("the watchdog ends a wait on a rank that is busy for too long", "[comm
     CHECK(e.rank() == 0);
     CHECK(e.peer() == 1);
     CHECK(e.step() == "forward round 3");
-    CHECK(std::string(e.what()).find("timed out") != std::string::npos);
+    const std::string what = e.what();
+    CHECK(what.find("rank 0 timed out after 1500 ms waiting for a message from rank 1 at step 'forward round 3'") !=
+          std::string::npos);
+    CHECK(what.find("rank 1 runs outside the communicator: it has not called the communicator") != std::string::npos);
   }
-  CHECK(aborted_seen);
+  CHECK(*aborted_seen);
 }
 
 TEST_CASE("size mismatches, unreceived messages and exceptions propagate to run()", "[comm]") {
@@ -176,7 +227,8 @@ TEST_CASE("size mismatches, unreceived messages and exceptions propagate to run(
                     if (c.rank() == 0) c.send(std::as_bytes(std::span<const int>(&x, 1)), 1);
                   }),
                   comm_mismatch);
-  // a user exception on one rank wakes the other, which is blocked in a receive
+  // a user exception on one rank wakes the other, which is blocked in a receive; the root
+  // cause wins (not the other rank's comm_aborted), named by rank and kept as the nested one
   try {
     world.run([](host_loopback_comm& c) {
       if (c.rank() == 1) throw std::runtime_error("boom on rank 1");
@@ -184,12 +236,18 @@ TEST_CASE("size mismatches, unreceived messages and exceptions propagate to run(
       c.recv(std::as_writable_bytes(std::span<int>(&x, 1)), 1);
     });
     FAIL("no error");
-  } catch (const comm_error&) {
-    FAIL("the root cause must win");
-  } catch (const std::runtime_error& e) {
-    CHECK(std::string(e.what()) == "boom on rank 1");
+  } catch (const rank_failed& e) {
+    CHECK(e.rank() == 1);
+    CHECK(std::string(e.what()).find("rank 1 failed before its first step: boom on rank 1") != std::string::npos);
+    CHECK_THROWS_WITH(std::rethrow_if_nested(e), "boom on rank 1");
   }
-  CHECK_THROWS_AS(world.run([](host_loopback_comm& c) { c.group_start(); }), invalid_argument);
+  try {
+    world.run([](host_loopback_comm& c) { c.group_start(); });
+    FAIL("no error");
+  } catch (const rank_failed& e) {
+    CHECK(std::string(e.what()).find("a rank returned inside a group") != std::string::npos);
+    CHECK_THROWS_AS(std::rethrow_if_nested(e), invalid_argument);
+  }
   CHECK_THROWS_AS((host_loopback_world{.ranks = 3, .gpus_per_node = 2}.run([](host_loopback_comm&) {})), invalid_argument);
   // the world is reusable after failures
   int sum = 0;
@@ -202,4 +260,160 @@ TEST_CASE("size mismatches, unreceived messages and exceptions propagate to run(
     if (c.rank() == 0) sum = x + y;
   });
   CHECK(sum == 3);
+}
+
+TEST_CASE("a rank's exception names the rank, its last step and the original, which stays typed", "[comm]") {
+  host_loopback_world world{.ranks = 3, .timeout = 60000ms};  // the others must stop at once, not after the timeout
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    world.run([](host_loopback_comm& c) {
+      int x = c.rank(), y = 0;
+      const rank_index next = (c.rank() + 1) % 3, prev = (c.rank() + 2) % 3;
+      c.group_start();
+      c.send(std::as_bytes(std::span<const int>(&x, 1)), next);
+      c.recv(std::as_writable_bytes(std::span<int>(&y, 1)), prev);
+      c.group_end("round 4");
+      if (c.rank() == 1) ZEPPELIN_THROW(invalid_argument, "rank 1 found a bad shard", {{"shard", 7}});
+      if (c.rank() == 2) std::this_thread::sleep_for(200ms);  // still computing when rank 1 fails
+      c.group_start();
+      c.recv(std::as_writable_bytes(std::span<int>(&y, 1)), prev);  // rank 0 and 2 wait for rank 1 or 2
+      c.send(std::as_bytes(std::span<const int>(&x, 1)), next);
+      c.group_end("round 5");
+    });
+    FAIL("no error");
+  } catch (const rank_failed& e) {
+    CHECK(e.rank() == 1);
+    CHECK(e.step() == "round 4");
+    CHECK(e.value("rank") == 1.0);
+    const std::string what = e.what();
+    CHECK(what.find("host loopback: rank 1 failed at step 'round 4': rank 1 found a bad shard (shard=7)") != std::string::npos);
+    // the original, typed, with its values
+    try {
+      std::rethrow_if_nested(e);
+      FAIL("nothing nested");
+    } catch (const invalid_argument& original) {
+      CHECK(original.value("shard") == 7.0);
+    }
+  }
+  CHECK(seconds_since(start) < 10.0);
+  // an exception not derived from std::exception
+  try {
+    world.run([](host_loopback_comm& c) {
+      if (c.rank() == 2) throw 42;
+    });
+    FAIL("no error");
+  } catch (const rank_failed& e) {
+    CHECK(e.rank() == 2);
+    CHECK(e.step().empty());
+    CHECK(std::string(e.what()).find("rank 2 failed before its first step: an exception not derived from std::exception") !=
+          std::string::npos);
+    CHECK_THROWS_AS(std::rethrow_if_nested(e), int);
+  }
+}
+
+TEST_CASE("a rank stuck outside the communicator is reported and left running detached, never a hang", "[comm]") {
+  // rank 1 sleeps for up to 10 s; the others return (no rank waits): the watchdog judges it
+  host_loopback_world world{.ranks = 3, .timeout = 200ms};
+  for (const bool warm_up : {false, true}) {
+    INFO("after a warm-up step: " << warm_up);
+    const auto gate = std::make_shared<stuck_gate>();
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      world.run([gate, warm_up](host_loopback_comm& c) {
+        if (warm_up) {
+          int x = c.rank(), y = 0;
+          c.group_start();
+          c.send(std::as_bytes(std::span<const int>(&x, 1)), (c.rank() + 1) % 3);
+          c.recv(std::as_writable_bytes(std::span<int>(&y, 1)), (c.rank() + 2) % 3);
+          c.group_end("warm-up");
+        }
+        if (c.rank() == 1) {
+          gate->block();
+          gate->finish();
+        }
+      });
+      FAIL("no error");
+    } catch (const comm_timeout& e) {
+      CHECK(e.rank() == 1);
+      CHECK(e.peer() == -1);
+      CHECK(e.step() == (warm_up ? "warm-up" : ""));
+      const std::string what = e.what();
+      CHECK(what.find("rank 1 is stuck") != std::string::npos);
+      CHECK(what.find(warm_up ? "at step 'warm-up'" : "since it started") != std::string::npos);
+      CHECK(what.find("(the timeout is 200 ms); its thread is left running, detached") != std::string::npos);
+    }
+    const double took = seconds_since(start);
+    CHECK(took < 2.0);  // about 2 x 200 ms; nowhere near the 10 s the rank sleeps
+    CHECK(gate->release());
+  }
+  // the world still works
+  int sum = 0;
+  world.run([&](host_loopback_comm& c) {
+    int x = c.rank(), y = 0;
+    c.group_start();
+    c.send(std::as_bytes(std::span<const int>(&x, 1)), (c.rank() + 1) % 3);
+    c.recv(std::as_writable_bytes(std::span<int>(&y, 1)), (c.rank() + 2) % 3);
+    c.group_end("ring");
+    if (c.rank() == 0) sum = y;
+  });
+  CHECK(sum == 2);
+}
+
+TEST_CASE("a rank spinning outside the communicator while others wait on it: the waiter's timeout, then a detached rank",
+          "[comm]") {
+  host_loopback_world world{.ranks = 3, .timeout = 200ms};
+  const auto gate = std::make_shared<stuck_gate>();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    world.run([gate](host_loopback_comm& c) {
+      int x = 0;
+      if (c.rank() == 1) {
+        gate->spin();  // never calls the communicator
+        gate->finish();
+        return;
+      }
+      if (c.rank() == 0) {
+        c.group_start();
+        c.recv(std::as_writable_bytes(std::span<int>(&x, 1)), 1);
+        c.group_end("round 2");
+      }
+    });
+    FAIL("no error");
+  } catch (const comm_timeout& e) {
+    // the stuck rank, left running: rank 0's timeout is the nested cause
+    CHECK(e.rank() == 1);
+    CHECK(e.peer() == -1);
+    const std::string what = e.what();
+    CHECK(what.find("rank 1 did not return within 200 ms after rank 0 failed") != std::string::npos);
+    CHECK(what.find("its thread is left running, detached") != std::string::npos);
+    try {
+      std::rethrow_if_nested(e);
+      FAIL("nothing nested");
+    } catch (const comm_timeout& cause) {
+      CHECK(cause.rank() == 0);
+      CHECK(cause.peer() == 1);
+      CHECK(cause.step() == "round 2");
+      const std::string why = cause.what();
+      CHECK(why.find("rank 0 timed out after 200 ms waiting for a message from rank 1 at step 'round 2'") != std::string::npos);
+      CHECK(why.find("rank 1 runs outside the communicator") != std::string::npos);
+    }
+  }
+  CHECK(seconds_since(start) < 2.0);
+  CHECK(gate->release());
+}
+
+TEST_CASE("slow ranks that finish within the watchdog are fine", "[comm]") {
+  host_loopback_world world{.ranks = 2, .timeout = 3000ms};
+  int got = 0;
+  world.run([&](host_loopback_comm& c) {
+    int x = 5;
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(300ms);  // rank 0 waits meanwhile
+      c.send(std::as_bytes(std::span<const int>(&x, 1)), 0);
+      std::this_thread::sleep_for(300ms);  // alone after rank 0 returned
+      return;
+    }
+    c.recv(std::as_writable_bytes(std::span<int>(&got, 1)), 1);
+  });
+  CHECK(got == 5);
 }

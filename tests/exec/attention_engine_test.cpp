@@ -11,6 +11,7 @@
 
 #include <zeppelin/route/proxy.hpp>
 
+#include <exception>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -21,6 +22,21 @@ using namespace zeppelin;
 using namespace zeppelin_test;
 
 namespace {
+// runs `body` on `world`, which must fail on a rank with an exception of type E: the world
+// names the rank (rank_failed) and keeps the original, typed, as the nested exception
+template <class E, class World, class Body>
+void check_rank_fails_with(const World& world, Body&& body) {
+  try {
+    world.run(std::forward<Body>(body));
+    FAIL("no error");
+  } catch (const rank_failed& e) {
+    INFO(e.what());
+    CHECK(e.rank() >= 0);
+    CHECK(e.rank() < world.ranks);
+    CHECK_THROWS_AS(std::rethrow_if_nested(e), E);
+  }
+}
+
 program_options random_options(random_generator& rng) {
   program_options o;
   o.launch = rng.below(2) ? launch_policy::fused_round : launch_policy::per_group;
@@ -122,17 +138,15 @@ TEST_CASE("the engine rejects buffers, communicators and programs that do not ma
   CHECK(engine.rows(0) + engine.rows(1) == 8);
   std::vector<double> x(3);
   host_loopback_world one{.ranks = 1};
-  CHECK_THROWS_AS(one.run([&](host_loopback_comm& c) {
-                    engine.forward(c, std::span<const double>(x), std::span<const double>(x), std::span<const double>(x),
-                                   std::span<double>(x), std::span<double>(x));
-                  }),
-                  invalid_argument);
+  check_rank_fails_with<invalid_argument>(one, [&](host_loopback_comm& c) {
+    engine.forward(c, std::span<const double>(x), std::span<const double>(x), std::span<const double>(x), std::span<double>(x),
+                   std::span<double>(x));
+  });
   host_loopback_world two{.ranks = 2};
-  CHECK_THROWS_AS(two.run([&](host_loopback_comm& c) {
-                    engine.forward(c, std::span<const double>(x), std::span<const double>(x), std::span<const double>(x),
-                                   std::span<double>(x), std::span<double>(x));
-                  }),
-                  invalid_argument);
+  check_rank_fails_with<invalid_argument>(two, [&](host_loopback_comm& c) {
+    engine.forward(c, std::span<const double>(x), std::span<const double>(x), std::span<const double>(x), std::span<double>(x),
+                   std::span<double>(x));
+  });
   CHECK_THROWS_AS(make_dispatch_plan(loader_layout(b, 2), loader_layout(batch({5, 4}), 2)), invalid_argument);
   // a program built for fp32 elements cannot run on doubles, nor for other dims
   program_options fp32;
@@ -208,15 +222,13 @@ TEST_CASE("routed pieces carry their byte offsets and really pass through proxie
   host_loopback_world w2{.ranks = 2, .timeout = std::chrono::milliseconds(2000)};
   const std::vector<transfer> one{{0, 1, 4, 0, 0, route_step::direct}};
   const std::vector<transfer> bad{{1, 0, 4, 0, 0, route_step::direct}};  // rank 1 forwards a piece it never had
-  CHECK_THROWS_AS(w2.run([&](host_loopback_comm& c) {
-                    std::vector<std::byte> buf(4);
-                    std::vector<std::span<const std::byte>> s(1);
-                    std::vector<std::span<std::byte>> d(1);
-                    if (c.rank() == 0) s[0] = buf;
-                    else d[0] = buf;
-                    exchange_pieces(c, std::span<const transfer>(one), std::span<const transfer>(bad),
-                                    std::span<const std::span<const std::byte>>(s), std::span<const std::span<std::byte>>(d), "bad",
-                                    host_memory{});
-                  }),
-                  invalid_argument);
+  check_rank_fails_with<invalid_argument>(w2, [&](host_loopback_comm& c) {
+    std::vector<std::byte> buf(4);
+    std::vector<std::span<const std::byte>> s(1);
+    std::vector<std::span<std::byte>> d(1);
+    if (c.rank() == 0) s[0] = buf;
+    else d[0] = buf;
+    exchange_pieces(c, std::span<const transfer>(one), std::span<const transfer>(bad), std::span<const std::span<const std::byte>>(s),
+                    std::span<const std::span<std::byte>>(d), "bad", host_memory{});
+  });
 }

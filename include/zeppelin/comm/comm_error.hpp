@@ -1,13 +1,16 @@
 // zeppelin/comm/comm_error.hpp
-// Errors of communicators (comm/communicator.hpp): what a mismatched schedule turns into
-// instead of a hang.
+// Errors of communicators (comm/communicator.hpp) and of the worlds that run ranks: what a
+// mismatched schedule or a failing or stuck rank turns into instead of a hang.
 //   comm_error     base (a zeppelin::error); step() is the caller's label of the group
 //   ├─ comm_timeout   a rank waited too long, or could provably never be served (every
 //   │                 running rank waits, or the peer has finished); rank(), peer() name who
-//   │                 waited for whom
+//   │                 waited for whom. Also a rank that is stuck outside the communicator (a
+//   │                 loopback world's watchdog): rank() is the stuck rank, peer() is -1
 //   ├─ comm_mismatch  a matched send and receive disagree in size, or messages were never
 //   │                 received when the run ended
-//   └─ comm_aborted   thrown in the other ranks after one failed (the run reports the cause)
+//   ├─ comm_aborted   thrown in the other ranks after one failed (the run reports the cause)
+//   └─ rank_failed    a rank's function threw: rank(), step() (the last step it passed to the
+//                     communicator) and the original exception, nested (std::nested_exception)
 // nvcc-safe.
 #pragma once
 
@@ -15,6 +18,7 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
 
+#include <exception>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,7 +37,8 @@ class comm_error : public error {
   std::string step_;
 };
 
-//! A receive that was not (or can never be) matched: `rank` waited for `peer` at `step`.
+//! A receive that was not (or can never be) matched: `rank` waited for `peer` at `step`; or
+//! `rank` is stuck outside the communicator since `step` (a loopback watchdog; peer -1).
 class comm_timeout : public comm_error {
  public:
   comm_timeout(std::string_view message, rank_index rank, rank_index peer, std::string step, const char* file, int line)
@@ -57,6 +62,21 @@ class comm_mismatch : public comm_error {
 //! Another rank failed first; this rank stopped waiting.
 class comm_aborted : public comm_error {
   using comm_error::comm_error;
+};
+
+//! A rank's function threw something other than the world's own errors. rank() is the rank,
+//! step() the last step it passed to the communicator ("" when it had passed none); the
+//! original exception stays reachable and typed as the nested exception
+//! (std::rethrow_if_nested(e), e.nested_ptr()). Construct it inside the handler of the
+//! original: std::nested_exception captures the exception being handled.
+class rank_failed : public comm_error, public std::nested_exception {
+ public:
+  rank_failed(std::string_view message, rank_index rank, std::string step, const char* file, int line)
+      : comm_error(message, {{"rank", static_cast<double>(rank)}}, std::move(step), file, line), rank_(rank) {}
+  [[nodiscard]] rank_index rank() const noexcept { return rank_; }
+
+ private:
+  rank_index rank_;
 };
 
 ZEPPELIN_NAMESPACE_END

@@ -2,20 +2,36 @@
 // The host loopback world: N ranks as std::threads in one process, exchanging real buffers
 // through one mailbox per ordered (src, dst) pair. It models comm/communicator.hpp.
 //   in : the rank count, GPUs per node (node_of(r) = r / gpus_per_node), a watchdog timeout,
-//        and a function run on every rank: fn(host_loopback_comm&)
-//   out: run() returns when every rank has returned; the first failure of any rank (an
-//        exception of fn, a comm_timeout, a comm_mismatch) is rethrown to the caller after
-//        all threads have been joined; the others stop with comm_aborted (never a hang and
-//        never std::terminate).
+//        and a function run on every rank: fn(host_loopback_comm&), copied (or moved) into
+//        the world
+//   out: run() returns when every rank has returned. Otherwise it throws the first failure:
+//        rank_failed when fn threw on a rank ("rank R failed at step 'S': <what()>", where S is
+//        the last group the rank passed to the communicator; the original exception nested,
+//        std::rethrow_if_nested), or the world's comm_timeout / comm_mismatch; the other ranks
+//        stop with comm_aborted. Never std::terminate, and never a hang (see the watchdog).
 // Semantics (NCCL's, see communicator.hpp): sends are copied into the destination's mailbox
 // at group_end (a group never blocks on its own sends); the group's receives then wait until
 // every one is matched, FIFO per ordered pair; a matched send of another size is a
 // comm_mismatch. A waiting rank fails at once with comm_timeout when it can never be served:
 // every rank still running waits on an unsatisfiable group (a deadlock; the message lists
 // each waiting rank, its peer and step), or its peer has already returned; otherwise after
-// `timeout`. Messages still in a mailbox when every rank has returned are a comm_mismatch.
-// Matching, waits and failures: comm/detail/mailbox.hpp (shared with the device loopback world).
-// One mutex guards the world: this is a correctness harness, not a performance model.
+// `timeout` (the message names the peer, the step, and what the peer is doing). Messages
+// still in a mailbox when every rank has returned are a comm_mismatch.
+// Watchdog: while no rank waits, a rank that neither returns nor calls the communicator for
+// `timeout` is stuck (comm_timeout naming it). After a failure the other ranks get `timeout`
+// to return; a rank still running then (stuck in a computation, a sleep, a lock) cannot be
+// killed: its thread is left running DETACHED and run() throws comm_timeout naming the rank,
+// its last step and how long it has been silent (the first failure nested), 2 to 3 x
+// `timeout` after the rank went silent. The detached thread co-owns the world and the copy of
+// fn, and gets comm_aborted at its next communicator call; but whatever fn refers to (a
+// capture by reference, a buffer, a Catch2 section) must outlive it: a fn that may get stuck
+// should hold what it touches by value or shared_ptr, or the process should end soon after.
+// So `timeout` must exceed any wait a correct run makes and any stretch a rank computes
+// without calling the communicator (a peer waiting on it would time out; with no rank
+// waiting, the watchdog calls it stuck).
+// Matching, waits, failures and the watchdog: comm/detail/mailbox.hpp (shared with the device
+// loopback world). One mutex guards the world: this is a correctness harness, not a
+// performance model.
 #pragma once
 
 #include <zeppelin/comm/comm_error.hpp>
@@ -32,6 +48,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,7 +73,7 @@ class host_loopback_comm : public detail::mailbox_comm<host_loopback_comm, detai
     if (!close_group(sends, recvs)) return;
     auto& w = *world_;
     std::unique_lock lock(w.mutex);
-    w.check_open(rank_, step);
+    w.enter(rank_, step);
     for (const auto& s : sends)
       w.box(rank_, s.peer).push_back({std::vector<std::byte>(s.bytes.begin(), s.bytes.end()), std::string(step)});
     if (!sends.empty()) w.changed.notify_all();
@@ -89,19 +106,23 @@ struct host_loopback_world {
   rank_index ranks = 1;
   //! node_of(r) = r / gpus_per_node; 0 means one node holding every rank.
   int gpus_per_node = 0;
-  //! How long a receive may wait before the run fails with comm_timeout.
+  //! The watchdog: how long a receive may wait, how long a rank may go without calling the
+  //! communicator while no rank waits, and how long ranks get to return after a failure.
   std::chrono::milliseconds timeout{10000};
 
-  //! Runs fn(host_loopback_comm&) on `ranks` threads and returns when all have returned.
-  //! Rethrows the first failure (see the file comment). Throws invalid_argument for
-  //! ranks < 1, a gpus_per_node that does not divide ranks, or a non-positive timeout.
+  //! Runs a copy of fn(host_loopback_comm&) on `ranks` threads and returns when all have
+  //! returned. Throws the first failure, or comm_timeout for a rank left running (see the
+  //! file comment). Throws invalid_argument for ranks < 1, a gpus_per_node that does not
+  //! divide ranks, or a non-positive timeout.
   template <class F>
   void run(F&& fn) const {
     const int per_node = detail::loopback_ranks_per_node("host loopback", ranks, gpus_per_node, timeout);
     auto st = std::make_shared<detail::loopback_state>("host loopback", ranks, timeout);
-    st->run_ranks([&fn, &st, per_node](rank_index r) {
+    // the body owns its copy of fn and a share of the world: a detached rank needs neither
+    // this frame nor the caller's fn object
+    detail::loopback_state::run_ranks(st, [f = std::decay_t<F>(std::forward<F>(fn)), st, per_node](rank_index r) mutable {
       host_loopback_comm comm(st, r, per_node);
-      fn(comm);
+      f(comm);
       comm.check_closed();
     });
   }

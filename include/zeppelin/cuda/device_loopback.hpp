@@ -6,9 +6,14 @@
 //   in : ranks, gpus_per_node (node_of(r) = r / gpus_per_node; 0 = one node), the device, a
 //        host-side watchdog timeout, and fn(device_loopback_comm&) run on every rank; the
 //        rank's compute stream is comm.compute_stream()
-//   out: run() returns once every rank has returned AND its streams have drained; the first
-//        failure (an exception of fn, comm_timeout, comm_mismatch, cuda_error) is rethrown
-//        after all threads joined; the other ranks stop with comm_aborted.
+//        (fn is copied or moved into the world)
+//   out: run() returns once every rank has returned AND its streams have drained. Otherwise
+//        it throws the first failure: rank_failed when fn threw on a rank (cuda_error too;
+//        "rank R failed at step 'S': <what()>", the original nested), or the world's
+//        comm_timeout / comm_mismatch; the other ranks stop with comm_aborted. A rank stuck
+//        outside the communicator is left running detached and reported as comm_timeout, as
+//        in the host loopback world (comm/host_loopback.hpp: the watchdog, and what a
+//        detached rank's fn must keep alive).
 // Semantics (NCCL's): group_end(step)
 //   1. records a `ready` event on the sender's comm stream and posts every send of the group
 //      (device pointer, size, event) to the mailbox of its ordered (src, dst) pair;
@@ -22,8 +27,8 @@
 // device synchronisation. A rank that can never be served fails at once with comm_timeout
 // (every live rank waits on something no one can provide, or the peer has returned), else
 // after `timeout`; a size mismatch is comm_mismatch; messages left unreceived at the end are
-// a comm_mismatch (matching, waits and failures: comm/detail/mailbox.hpp, shared with the host
-// loopback world). One mutex guards the world (a correctness and overlap harness).
+// a comm_mismatch (matching, waits, failures and the watchdog: comm/detail/mailbox.hpp,
+// shared with the host loopback world). One mutex guards the world (a correctness and overlap harness).
 // nvcc-safe; host code (CUDA runtime API).
 #pragma once
 
@@ -45,6 +50,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -84,10 +90,10 @@ class device_loopback_comm : public detail::mailbox_comm<device_loopback_comm, d
     std::vector<posted_send> sends;
     std::vector<posted_recv> recvs;
     if (!close_group(sends, recvs)) return;
-    if (sends.empty() && recvs.empty()) return;
     auto& w = *world_;
     std::unique_lock lock(w.mutex);
-    w.check_open(rank_, step);
+    w.enter(rank_, step);
+    if (sends.empty() && recvs.empty()) return;
     const cudaStream_t comm = stream();
     // 1. post the sends
     std::vector<std::shared_ptr<detail::device_delivery>> deliveries;
@@ -144,26 +150,32 @@ struct device_loopback_world {
   int gpus_per_node = 0;
   //! The CUDA device every rank uses.
   int device = 0;
-  //! How long a rank may wait for a peer's posting before the run fails with comm_timeout.
+  //! The watchdog (host side): how long a rank may wait for a peer's posting, how long it may
+  //! go without calling the communicator while no rank waits, and how long ranks get to
+  //! return after a failure.
   std::chrono::milliseconds timeout{60000};
   //! Communication streams at the device's greatest priority.
   bool high_priority_comm = true;
 
-  //! Runs fn(device_loopback_comm&) on `ranks` threads; returns when every rank returned and
-  //! its streams drained. Rethrows the first failure. Throws invalid_argument for ranks < 1,
-  //! a gpus_per_node that does not divide ranks, or a non-positive timeout.
+  //! Runs a copy of fn(device_loopback_comm&) on `ranks` threads; returns when every rank
+  //! returned and its streams drained. Throws the first failure, or comm_timeout for a rank
+  //! left running (see the file comment). Throws invalid_argument for ranks < 1, a
+  //! gpus_per_node that does not divide ranks, or a non-positive timeout.
   template <class F>
   void run(F&& fn) const {
     const int per_node = detail::loopback_ranks_per_node("device loopback", ranks, gpus_per_node, timeout);
     auto st = std::make_shared<detail::device_loopback_state>("device loopback", ranks, timeout);
     const int dev = device;
     const bool high = high_priority_comm;
-    st->run_ranks([&fn, &st, per_node, dev, high](rank_index r) {
+    // the body owns its copy of fn and a share of the world: a detached rank needs neither
+    // this frame nor the caller's fn object
+    detail::device_loopback_state::run_ranks(st, [f = std::decay_t<F>(std::forward<F>(fn)), st, per_node, dev, high](
+                                                      rank_index r) mutable {
       ZEPPELIN_CUDA_CHECK(cudaSetDevice(dev));
       const device::stream_set streams = device::stream_set::create(high);
       device_loopback_comm comm(st, r, per_node, &streams);
       try {
-        fn(comm);
+        f(comm);
         comm.check_closed();
         streams.synchronize();
       } catch (...) {
