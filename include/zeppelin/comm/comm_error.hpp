@@ -1,6 +1,7 @@
 // zeppelin/comm/comm_error.hpp
 // Errors of communicators (comm/communicator.hpp) and of the worlds that run ranks: what a
-// mismatched schedule or a failing or stuck rank turns into instead of a hang.
+// mismatched schedule, a failing or stuck rank, or ranks running different plans turn into
+// instead of a hang or a silent wrong answer.
 //   comm_error     base (a zeppelin::error); step() is the caller's label of the group
 //   ├─ comm_timeout   a rank waited too long, or could provably never be served (every
 //   │                 running rank waits, or the peer has finished); rank(), peer() name who
@@ -9,8 +10,10 @@
 //   ├─ comm_mismatch  a matched send and receive disagree in size, or messages were never
 //   │                 received when the run ended
 //   ├─ comm_aborted   thrown in the other ranks after one failed (the run reports the cause)
-//   └─ rank_failed    a rank's function threw: rank(), step() (the last step it passed to the
-//                     communicator) and the original exception, nested (std::nested_exception)
+//   ├─ rank_failed    a rank's function threw: rank(), step() (the last step it passed to the
+//   │                 communicator) and the original exception, nested (std::nested_exception)
+//   └─ plan_mismatch  the ranks' engines were built from different plans or programs: rank()
+//                     and peer() disagree, fingerprint() and peer_fingerprint() say how
 // nvcc-safe.
 #pragma once
 
@@ -18,6 +21,7 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
 
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -77,6 +81,31 @@ class rank_failed : public comm_error, public std::nested_exception {
 
  private:
   rank_index rank_;
+};
+
+//! The ranks' engines disagree on what to run: rank() and peer() hold different
+//! fingerprints of their plan (or execution program); fingerprint() is rank()'s,
+//! peer_fingerprint() peer()'s (exact 64-bit values; the named values hold only the ranks).
+class plan_mismatch : public comm_error {
+ public:
+  plan_mismatch(std::string_view message, rank_index rank, rank_index peer, std::uint64_t fingerprint,
+                std::uint64_t peer_fingerprint, std::string step, const char* file, int line)
+      : comm_error(message, {{"rank", static_cast<double>(rank)}, {"peer", static_cast<double>(peer)}}, std::move(step), file,
+                   line),
+        rank_(rank),
+        peer_(peer),
+        fingerprint_(fingerprint),
+        peer_fingerprint_(peer_fingerprint) {}
+  [[nodiscard]] rank_index rank() const noexcept { return rank_; }
+  [[nodiscard]] rank_index peer() const noexcept { return peer_; }
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_; }
+  [[nodiscard]] std::uint64_t peer_fingerprint() const noexcept { return peer_fingerprint_; }
+
+ private:
+  rank_index rank_;
+  rank_index peer_;
+  std::uint64_t fingerprint_;
+  std::uint64_t peer_fingerprint_;
 };
 
 ZEPPELIN_NAMESPACE_END

@@ -16,6 +16,12 @@
 // rings, local sequences), each group with the collective the plan gives it (ring or
 // all-gather), every phase as the program routed it. An optional execution_record receives
 // what this rank moved and launched (program/record.hpp).
+// Plan check: the first pass (forward, backward or remap) the engine runs on a rank first
+// exchanges its plan_identity with every rank (exec/plan_agreement.hpp: the fingerprints of
+// the program and of the plan and batch it was built from; one group labelled "plan
+// fingerprint check") and throws plan_mismatch, naming two ranks that disagree and their
+// fingerprints, before any round when the ranks' engines were built from different plans or
+// programs. Once per engine and rank; later passes skip it.
 // Host executor: kernels run on the calling thread.
 #pragma once
 
@@ -29,6 +35,7 @@
 #include <zeppelin/exec/attention_kernel.hpp>
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/exec/host_backend.hpp>
+#include <zeppelin/exec/plan_agreement.hpp>
 #include <zeppelin/program/build.hpp>
 #include <zeppelin/program/driver.hpp>
 #include <zeppelin/program/options.hpp>
@@ -43,6 +50,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
 
@@ -53,7 +61,11 @@ class attention_engine {
   //! Runs `program`, which must have been built for `dims` with elements and accumulators of
   //! sizeof(T) bytes. Throws invalid_argument otherwise or for bad dims.
   attention_engine(execution_program program, attention_dims dims, Kernel kernel = {})
-      : program_(std::move(program)), dims_(dims), kernel_(std::move(kernel)) {
+      : program_(std::move(program)),
+        dims_(dims),
+        kernel_(std::move(kernel)),
+        identity_{fingerprint(program_), 0},
+        agreement_(program_.num_ranks()) {
     validate(dims_);
     const wire_format& w = program_.wire;
     ZEPPELIN_EXPECTS(w.heads == dims_.heads && w.kv_heads == dims_.kv_heads && w.head_dim == dims_.head_dim &&
@@ -69,10 +81,14 @@ class attention_engine {
   //! `dims`). Throws what make_program throws.
   attention_engine(const plan& p, const batch& b, const topology& t, attention_dims dims, program_options options = {},
                    Kernel kernel = {})
-      : attention_engine(make_program(p, b, t, with_wire(options, dims)), dims, std::move(kernel)) {}
+      : attention_engine(make_program(p, b, t, with_wire(options, dims)), dims, std::move(kernel)) {
+    identity_.plan = plan_fingerprint(p, b);
+  }
 
   [[nodiscard]] const execution_program& program() const noexcept { return program_; }
   [[nodiscard]] const attention_dims& dims() const noexcept { return dims_; }
+  //! What this engine contributes to the plan check (exec/plan_agreement.hpp).
+  [[nodiscard]] const plan_identity& identity() const noexcept { return identity_; }
   //! Tokens (rows) rank r holds: the size of its buffers.
   [[nodiscard]] token_count rows(rank_index r) const { return program_.rows.at(static_cast<std::size_t>(r)); }
   //! First row of shard i of rank r in the rank's buffers.
@@ -82,13 +98,15 @@ class attention_engine {
 
   //! Forward on the calling rank (every rank of `c` must call it). Sizes: q, o rows * H * D;
   //! k, v rows * KV * D; lse H * rows. Throws invalid_argument on a size mismatch or a
-  //! communicator whose size differs from the program's.
+  //! communicator whose size differs from the program's; plan_mismatch (the first pass on
+  //! this rank) when the ranks' engines disagree.
   template <communicator C>
   void forward(C& c, std::span<const T> q, std::span<const T> k, std::span<const T> v, std::span<T> o, std::span<T> lse,
                execution_record* record = nullptr) const {
     const token_count n = rows(check_rank(c));
     check_sizes(n, {{"q", q.size(), false}, {"k", k.size(), true}, {"v", v.size(), true}, {"o", o.size(), false}});
     check_size(lse.size(), n * dims_.heads, "lse");
+    agree(c);
     std::fill(o.begin(), o.end(), T(0));
     std::fill(lse.begin(), lse.end(), -std::numeric_limits<T>::infinity());
     host_tensors<T> t{};
@@ -106,6 +124,7 @@ class attention_engine {
     check_sizes(n, {{"q", q.size(), false}, {"k", k.size(), true}, {"v", v.size(), true}, {"o", o.size(), false},
                     {"d_o", d_o.size(), false}, {"dq", dq.size(), false}, {"dk", dk.size(), true}, {"dv", dv.size(), true}});
     check_size(lse.size(), n * dims_.heads, "lse");
+    agree(c);
     std::fill(dq.begin(), dq.end(), T(0));
     std::fill(dk.begin(), dk.end(), T(0));
     std::fill(dv.begin(), dv.end(), T(0));
@@ -129,6 +148,7 @@ class attention_engine {
     const std::int64_t w = row_width(seg.rows_of);
     check_size(source.size(), seg.source_rows * w, "remap source");
     check_size(target.size(), seg.target_rows * w, "remap target");
+    agree(c);
     host_tensors<T> t{};
     t.remap_source = source, t.remap_target = target, t.rows = rows(me);
     host_backend<T, Kernel, C> backend(program_, pass, c, kernel_, dims_, t, record);
@@ -161,6 +181,17 @@ class attention_engine {
   void check_sizes(token_count n, std::initializer_list<sized> buffers) const {
     for (const sized& b : buffers) check_size(b.size, n * (b.kv ? dims_.kv_row() : dims_.q_row()), b.what);
   }
+  // the plan check, on this rank's first pass (see the file comment)
+  template <class C>
+  void agree(C& c) const {
+    const rank_index me = c.rank();
+    if (agreement_.checked(me)) return;
+    std::vector<plan_identity> all(static_cast<std::size_t>(c.size()));
+    all_gather_bytes(c, std::as_bytes(std::span<const plan_identity>(&identity_, 1)),
+                     std::as_writable_bytes(std::span<plan_identity>(all)), host_memory{}, plan_check_step);
+    check_plan_agreement("attention engine", std::span<const plan_identity>(all), plan_check_step);
+    agreement_.set_checked(me);
+  }
   template <class C>
   void run(C& c, pass_kind pass, const host_tensors<T>& t, execution_record* record) const {
     host_backend<T, Kernel, C> backend(program_, pass, c, kernel_, dims_, t, record);
@@ -170,6 +201,8 @@ class attention_engine {
   execution_program program_;
   attention_dims dims_;
   Kernel kernel_;
+  plan_identity identity_;
+  mutable plan_agreement agreement_;  // per rank: passed the plan check
 };
 
 ZEPPELIN_NAMESPACE_END

@@ -21,6 +21,12 @@
 // Forward: O accumulates in fp32 (lse_merge after every launch) and is cast to `type` at the
 // end. Backward: attention_backward_preprocess (delta = rowsum(dO * O)) once, dQ and dK/dV in
 // fp32, cast at the end.
+// Plan check, as in the host engine (exec/attention_engine.hpp, exec/plan_agreement.hpp): the
+// first pass the engine runs on a rank exchanges its plan_identity (16 bytes, one group
+// labelled "plan fingerprint check" on c.stream()) and throws plan_mismatch before any round
+// when the ranks' engines were built from different plans or programs. That first pass is the
+// one call that blocks the host: it waits for c.stream() (c.synchronize) to read the
+// fingerprints back. Once per engine and rank.
 // Requires: zeppelin::kernels (attention, lse_merge, cast, row_ops). nvcc-safe; host code.
 #pragma once
 
@@ -37,10 +43,12 @@
 #include <zeppelin/cuda/dtype.hpp>
 #include <zeppelin/cuda/error.hpp>
 #include <zeppelin/cuda/executor/device_backend.hpp>
+#include <zeppelin/cuda/executor/device_staging.hpp>
 #include <zeppelin/cuda/executor/launch_csr.hpp>
 #include <zeppelin/cuda/executor/row_ops.hpp>
 #include <zeppelin/cuda/stream_set.hpp>
 #include <zeppelin/exec/attention_kernel.hpp>
+#include <zeppelin/exec/plan_agreement.hpp>
 #include <zeppelin/program/build.hpp>
 #include <zeppelin/program/driver.hpp>
 #include <zeppelin/program/options.hpp>
@@ -53,6 +61,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -86,7 +95,7 @@ class device_attention_engine {
   //! accumulators. Throws invalid_argument for dims without a kernel (head_dim 64 / 128), a
   //! bad dtype, or a program built for other dims or element sizes.
   device_attention_engine(execution_program program, attention_dims dims, device::dtype type)
-      : program_(std::move(program)), dims_(dims), type_(type) {
+      : program_(std::move(program)), dims_(dims), type_(type), identity_{fingerprint(program_), 0}, agreement_(program_.num_ranks()) {
     validate(dims_);
     ZEPPELIN_EXPECTS(device::is_supported_head_dim(dims.head_dim) && dims.heads <= device::detail::max_grid_yz,
                      "device attention engine: no kernel for this head dim (64, 128) or too many heads",
@@ -107,11 +116,15 @@ class device_attention_engine {
   //! Builds the program of `p` (make_program with options.wire set to the format of `type`).
   device_attention_engine(const plan& p, const batch& b, const topology& t, attention_dims dims, device::dtype type,
                           program_options options = {})
-      : device_attention_engine(make_program(p, b, t, with_wire(options, dims, type)), dims, type) {}
+      : device_attention_engine(make_program(p, b, t, with_wire(options, dims, type)), dims, type) {
+    identity_.plan = plan_fingerprint(p, b);
+  }
 
   [[nodiscard]] const execution_program& program() const noexcept { return program_; }
   [[nodiscard]] const attention_dims& dims() const noexcept { return dims_; }
   [[nodiscard]] device::dtype type() const noexcept { return type_; }
+  //! What this engine contributes to the plan check (exec/plan_agreement.hpp).
+  [[nodiscard]] const plan_identity& identity() const noexcept { return identity_; }
   [[nodiscard]] token_count rows(rank_index r) const { return program_.rows.at(static_cast<std::size_t>(r)); }
   [[nodiscard]] token_count shard_row(rank_index r, std::size_t i) const {
     return program_.shard_row.at(static_cast<std::size_t>(r)).at(i);
@@ -127,10 +140,12 @@ class device_attention_engine {
     return wire_format::for_shape(d.heads, d.kv_heads, d.head_dim, static_cast<std::int32_t>(device::size_of(type)));
   }
 
-  //! Forward on the calling rank; every rank of c calls it. Enqueued on `stream`.
+  //! Forward on the calling rank; every rank of c calls it. Enqueued on `stream`. Throws
+  //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree.
   template <device_communicator C>
   void forward(C& c, const device_forward_io& io, cudaStream_t stream, execution_record* record = nullptr) const {
     const rank_index me = check_rank(c);
+    agree(c);
     const auto n = static_cast<std::size_t>(rows(me));
     const std::size_t qn = n * static_cast<std::size_t>(dims_.q_row());
     device::device_memory o_acc(qn * sizeof(float), stream);
@@ -142,10 +157,12 @@ class device_attention_engine {
     ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.o, o_acc.as<float>(), static_cast<std::int64_t>(qn), type_, stream));
   }
 
-  //! Backward on the calling rank; every rank of c calls it. Enqueued on `stream`.
+  //! Backward on the calling rank; every rank of c calls it. Enqueued on `stream`. Throws
+  //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree.
   template <device_communicator C>
   void backward(C& c, const device_backward_io& io, cudaStream_t stream, execution_record* record = nullptr) const {
     const rank_index me = check_rank(c);
+    agree(c);
     const auto n = static_cast<std::size_t>(rows(me));
     const std::size_t qn = n * static_cast<std::size_t>(dims_.q_row());
     const std::size_t kn = n * static_cast<std::size_t>(dims_.kv_row());
@@ -183,6 +200,7 @@ class device_attention_engine {
              execution_record* record = nullptr) const {
     const rank_index me = check_rank(c);
     const std::size_t segment = remap_segment_index(program_, pass, me, micro_batch, kind);
+    agree(c);
     device_tensors t;
     t.remap_source = source, t.remap_target = target, t.rows = rows(me);
     device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, nullptr, record);
@@ -201,6 +219,24 @@ class device_attention_engine {
                      {{"communicator", double(c.size())}, {"plan", double(program_.num_ranks())}});
     return c.rank();
   }
+  // the plan check, on this rank's first pass (see the file comment): the fingerprints travel
+  // in device memory on c.stream() and come back to the host once
+  template <class C>
+  void agree(C& c) const {
+    const rank_index me = c.rank();
+    if (agreement_.checked(me)) return;
+    const auto n = static_cast<std::size_t>(c.size());
+    constexpr std::size_t k = sizeof(plan_identity);
+    device::device_memory buf((n + 1) * k, c.stream());  // [rank] parts, then this rank's own
+    std::byte* d = buf.as<std::byte>();
+    ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(d + n * k, &identity_, k, cudaMemcpyHostToDevice, c.stream()));
+    all_gather_bytes(c, std::span<const std::byte>(d + n * k, k), std::span<std::byte>(d, n * k), device_staging{}, plan_check_step);
+    std::vector<plan_identity> all(n);
+    ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(all.data(), d, n * k, cudaMemcpyDeviceToHost, c.stream()));
+    c.synchronize(plan_check_step);
+    check_plan_agreement("device attention engine", std::span<const plan_identity>(all), plan_check_step);
+    agreement_.set_checked(me);
+  }
   template <class C>
   void run(C& c, pass_kind pass, const device_tensors& t, cudaStream_t stream, execution_record* record) const {
     const auto& desc = descriptors_.at(static_cast<std::size_t>(c.rank()));
@@ -215,6 +251,8 @@ class device_attention_engine {
   device::dtype type_;
   std::vector<device::launch_csr> csr_;              //!< [launch]: its arrays in its rank's buffer
   std::vector<std::vector<std::byte>> descriptors_;  //!< [rank]: the CSR arrays of its launches
+  plan_identity identity_;
+  mutable plan_agreement agreement_;  //!< per rank: passed the plan check
 };
 
 ZEPPELIN_NAMESPACE_END
