@@ -304,7 +304,7 @@ class event_engine::runner {
     release_tasks_without_dependencies();
     start_compute_on_changed_streams();
     while (true) {
-      flows_.share_ports_if_changed();
+      flows_.share_ports_if_changed(now_);
       const double next = next_event_time();
       if (!std::isfinite(next)) break;
       advance_clock_to(next);
@@ -334,7 +334,8 @@ class event_engine::runner {
     for (std::size_t i = e_.nodes_.size(); i-- > 0;)
       if (e_.nodes_[i].waiting == 0) newly_ready_.push_back(static_cast<task_id>(i));  // popped from the back
     release_ready_tasks();
-    std::fill(communication_changed_.begin(), communication_changed_.end(), 0);
+    for (const rank_index r : changed_ranks_) communication_changed_[static_cast<std::size_t>(r)] = 0;
+    changed_ranks_.clear();
   }
 
   // The earliest of: a running compute task's end, a flow's arrival, a flow's last byte
@@ -349,13 +350,13 @@ class event_engine::runner {
     double next = std::numeric_limits<double>::infinity();
     if (!compute_ends_.empty()) next = std::get<0>(compute_ends_.top());
     if (!arrivals_.empty()) next = std::min(next, std::get<0>(arrivals_.top()));
-    return std::min(next, flows_.next_drain(now_));
+    return std::min(next, flows_.next_drain());
   }
 
   // Moves every flow's bytes up to `next` and sets the clock there; a flow whose last byte
   // left counts its bytes and arrives its link latency later.
   void advance_clock_to(double next) {
-    const std::vector<task_id>& drained = flows_.advance(now_, next);
+    const std::vector<task_id>& drained = flows_.advance(next);
     now_ = next;
     for (const task_id id : drained) {
       const node& n = task(id);
@@ -375,7 +376,7 @@ class event_engine::runner {
       account_busy(r, s);
       s.release(now_);
       --s.unfinished;
-      s.needs_scheduling = true;
+      request_scheduling(r);
       complete(id);
     }
   }
@@ -414,23 +415,26 @@ class event_engine::runner {
   // speed now (and so its end).
   void reprice_compute_after_communication_changes() {
     if (e_.slowdown_ == 0) return;
-    for (std::size_t r = 0; r < ranks_; ++r) {
-      if (!communication_changed_[r]) continue;
+    std::sort(changed_ranks_.begin(), changed_ranks_.end());  // rank order: deterministic
+    for (const rank_index rank : changed_ranks_) {
+      const auto r = static_cast<std::size_t>(rank);
       communication_changed_[r] = 0;
       detail::compute_stream& s = streams_[r];
       if (s.free()) continue;
-      const double v = compute_speed(static_cast<rank_index>(r), s.running);
+      const double v = compute_speed(rank, s.running);
       if (v == s.speed) continue;
       s.change_speed(now_, v);
-      compute_ends_.push({s.run_end, static_cast<std::int32_t>(r), s.generation});
+      compute_ends_.push({s.run_end, rank, s.generation});
     }
+    changed_ranks_.clear();
   }
 
   // Every stream that had a task released or completed starts (or, preemptive, switches to)
   // the task its policy picks.
   void start_compute_on_changed_streams() {
-    for (rank_index r = 0; r < e_.R_; ++r)
-      if (stream(r).needs_scheduling) schedule_stream(r);
+    std::sort(to_schedule_.begin(), to_schedule_.end());  // rank order: deterministic
+    for (const rank_index r : to_schedule_) schedule_stream(r);
+    to_schedule_.clear();
   }
 
   // The makespan, and each rank's trailing stalled or idle time.
@@ -473,7 +477,7 @@ class event_engine::runner {
       complete(id);
       return;
     }
-    flows_.add(id, n.send_port, n.receive_port, n.amount);
+    flows_.add(id, n.send_port, n.receive_port, n.amount, now_);
     count_communication(n.rank, 1);
     count_communication(n.destination, 1);
   }
@@ -482,7 +486,15 @@ class event_engine::runner {
   void release_compute(task_id id) {
     const node& n = task(id);
     if (e_.policy_ != stream_policy::in_order) ready_[static_cast<std::size_t>(n.rank)].push({n.priority, n.order, id});
-    stream(n.rank).needs_scheduling = true;
+    request_scheduling(n.rank);
+  }
+
+  // the stream of `r` picks a task at the end of this event (once however often asked)
+  void request_scheduling(rank_index r) {
+    detail::compute_stream& s = stream(r);
+    if (s.needs_scheduling) return;
+    s.needs_scheduling = true;
+    to_schedule_.push_back(r);
   }
 
   // ---- compute streams --------------------------------------------------------------------
@@ -570,7 +582,10 @@ class event_engine::runner {
     std::int32_t& count = flows_touching_[static_cast<std::size_t>(r)];
     const bool was = count > 0;
     count += delta;
-    if (was != (count > 0)) communication_changed_[static_cast<std::size_t>(r)] = 1;
+    if (was != (count > 0) && !communication_changed_[static_cast<std::size_t>(r)]) {
+      communication_changed_[static_cast<std::size_t>(r)] = 1;
+      changed_ranks_.push_back(r);
+    }
   }
 
   event_engine& e_;
@@ -588,6 +603,8 @@ class event_engine::runner {
   detail::flows_in_flight flows_;
   std::vector<std::int32_t> flows_touching_;  // per rank: flows in flight (released, not arrived) with it as an end
   std::vector<char> communication_changed_;   // per rank: flows_touching_ crossed zero since the last reprice
+  std::vector<rank_index> changed_ranks_;     // the ranks with communication_changed_ set
+  std::vector<rank_index> to_schedule_;       // the ranks whose stream has needs_scheduling set
 };
 
 inline engine_run event_engine::run() { return runner(*this).run(); }

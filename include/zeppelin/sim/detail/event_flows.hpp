@@ -3,12 +3,18 @@
 // (a sending and a receiving one) and gets a max-min fair rate (fair_share.hpp), re-shared
 // whenever a flow starts or drains.
 //   in : per port its capacity (bytes/s); add(task, ports, bytes) when a flow is released;
-//        advance(now, next) to move the clock from `now` to `next`
+//        share_ports_if_changed(now) after adds and drains; advance(next) to move the clock
 //   out: when the next flow drains (next_drain), which ones drained at `next` (advance's
 //        result, in the order they were added), and the largest port utilisation seen
 // A drained flow has delivered its last byte; its link latency is the caller's business.
-// Flows are kept in the order they were added, so rates and drains are deterministic.
-// Host-only.
+// Scale: max-min rates decompose over the connected components of the flow / port graph, so
+// only the components that a start or a drain touched are re-shared; a flow's bytes left are
+// kept at the time of its last rate change and its drain time sits in a min-heap (entries
+// of an older rate are skipped). An event costs O(C log C) for the C flows of the changed
+// components, not O(all flows in flight), so thousands of independent rings stay cheap.
+// A flow drains once at most 1e-9 of its bytes are left (the clock's resolution late in a
+// long phase), so a tiny flow can never stall time. Deterministic: components are solved in
+// port order and drains reported in add order. Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -17,7 +23,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -27,96 +35,206 @@ namespace detail {
 class flows_in_flight {
  public:
   //! `port_capacity[p]`: bytes/s of port p; add()'s ports index into it.
-  explicit flows_in_flight(std::vector<double> port_capacity) : port_load_(port_capacity.size(), 0.0) {
+  explicit flows_in_flight(std::vector<double> port_capacity)
+      : on_port_(port_capacity.size()), port_dirty_(port_capacity.size(), 0), port_load_(port_capacity.size(), 0.0) {
     fair_.capacity = std::move(port_capacity);
   }
 
-  //! A flow of task `task` starts moving `bytes` (> 0) through `send_port` and `receive_port`.
-  void add(std::int32_t task, std::int32_t send_port, std::int32_t receive_port, double bytes) {
-    task_.push_back(task);
-    send_port_.push_back(send_port);
-    receive_port_.push_back(receive_port);
-    bytes_.push_back(bytes);
-    left_.push_back(bytes);
-    ports_changed_ = true;
-  }
-
-  //! Re-shares the ports when a flow started or drained since the last call (else the rates
-  //! still hold), and records the busiest port's utilisation.
-  void share_ports_if_changed() {
-    if (!ports_changed_) return;
-    fair_.solve(send_port_, receive_port_, rate_);
-    record_port_utilization();
-    ports_changed_ = false;
-  }
-
-  //! When the first flow drains at the current rates (infinity when none moves).
-  //! Needs share_ports_if_changed() since the last add() or advance().
-  [[nodiscard]] double next_drain(double now) const {
-    double next = std::numeric_limits<double>::infinity();
-    for (std::size_t k = 0; k < task_.size(); ++k) next = std::min(next, now + left_[k] / rate_[k]);
-    return next;
-  }
-
-  //! Moves every flow's bytes from `now` to `next` (<= next_drain(now)) and removes the flows
-  //! that drain by `next`; returns their tasks (valid until the next call).
-  const std::vector<std::int32_t>& advance(double now, double next) {
-    const double dt = next - now;
-    drained_.clear();
-    std::size_t keep = 0;
-    for (std::size_t k = 0; k < task_.size(); ++k) {
-      // the flow that set `next` drains even when dt is below the clock's resolution at `now`
-      // (a tiny flow late in a phase: now + dt == now), else time would never advance
-      if (left_[k] <= rate_[k] * dt * (1 + 1e-12) + 1e-9 * bytes_[k] || now + left_[k] / rate_[k] <= next) {
-        drained_.push_back(task_[k]);
-        continue;
-      }
-      task_[keep] = task_[k];
-      send_port_[keep] = send_port_[k];
-      receive_port_[keep] = receive_port_[k];
-      bytes_[keep] = bytes_[k];
-      left_[keep] = left_[k] - rate_[k] * dt;
-      rate_[keep] = rate_[k];
-      ++keep;
+  //! A flow of task `task` starts moving `bytes` (> 0) through `send_port` and `receive_port`
+  //! at time `now`.
+  void add(std::int32_t task, std::int32_t send_port, std::int32_t receive_port, double bytes, double now) {
+    std::int32_t f;
+    if (free_.empty()) {
+      f = static_cast<std::int32_t>(flows_.size());
+      flows_.emplace_back();
+    } else {
+      f = free_.back();
+      free_.pop_back();
     }
-    task_.resize(keep);
-    send_port_.resize(keep);
-    receive_port_.resize(keep);
-    bytes_.resize(keep);
-    left_.resize(keep);
-    rate_.resize(keep);
-    if (!drained_.empty()) ports_changed_ = true;
+    flow& x = flows_[static_cast<std::size_t>(f)];
+    x = {task, send_port, receive_port, bytes, bytes, 0.0, now, next_order_++, x.version + 1, true};
+    for (const std::int32_t p : {send_port, receive_port}) {
+      on_port_[static_cast<std::size_t>(p)].push_back(f);
+      mark(p);
+    }
+    ++active_;
+  }
+
+  //! Re-shares the components touched by a start or a drain since the last call (else the
+  //! rates still hold), and records the busiest port's utilisation.
+  void share_ports_if_changed(double now) {
+    if (dirty_.empty()) return;
+    std::sort(dirty_.begin(), dirty_.end());
+    for (const std::int32_t p : dirty_) port_dirty_[static_cast<std::size_t>(p)] = 0;
+    for (const std::int32_t p : dirty_) {
+      if (visited_port(p)) continue;
+      collect_component(p);
+      if (!members_.empty()) reshare(now);
+    }
+    for (const std::int32_t p : seen_ports_) port_seen_[static_cast<std::size_t>(p)] = 0;
+    seen_ports_.clear();
+    dirty_.clear();
+  }
+
+  //! When the next flow drains at the current rates (infinity when none moves).
+  //! Needs share_ports_if_changed() since the last add() or advance().
+  [[nodiscard]] double next_drain() {
+    drop_stale_drains();
+    return drains_.empty() ? std::numeric_limits<double>::infinity() : std::get<0>(drains_.front());
+  }
+
+  //! Removes the flows that drain by `next` (<= next_drain()); returns their tasks in the order
+  //! they were added (valid until the next call).
+  const std::vector<std::int32_t>& advance(double next) {
+    drained_.clear();
+    drained_order_.clear();
+    while (true) {
+      drop_stale_drains();
+      if (drains_.empty() || std::get<0>(drains_.front()) > next) break;
+      const std::int32_t f = std::get<1>(drains_.front());
+      pop_drain();
+      flow& x = flows_[static_cast<std::size_t>(f)];
+      drained_order_.push_back({x.order, x.task});
+      x.alive = false;
+      ++x.version;
+      for (const std::int32_t p : {x.send_port, x.receive_port}) {
+        auto& list = on_port_[static_cast<std::size_t>(p)];
+        list.erase(std::find(list.begin(), list.end(), f));
+        mark(p);
+      }
+      free_.push_back(f);
+      --active_;
+    }
+    std::sort(drained_order_.begin(), drained_order_.end());
+    for (const auto& [order, task] : drained_order_) drained_.push_back(task);
     return drained_;
   }
 
   //! The largest (sum of rates / capacity) any port has carried so far (<= 1).
   [[nodiscard]] double max_port_utilization() const noexcept { return max_port_utilization_; }
 
+  //! Flows moving bytes now.
+  [[nodiscard]] std::size_t active() const noexcept { return active_; }
+
  private:
-  // Sums the rates on every port in use and keeps the largest load / capacity.
-  void record_port_utilization() {
-    const std::size_t n = task_.size();
-    for (std::size_t k = 0; k < n; ++k)
-      port_load_[static_cast<std::size_t>(send_port_[k])] = port_load_[static_cast<std::size_t>(receive_port_[k])] = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      port_load_[static_cast<std::size_t>(send_port_[k])] += rate_[k];
-      port_load_[static_cast<std::size_t>(receive_port_[k])] += rate_[k];
+  struct flow {
+    std::int32_t task = -1, send_port = -1, receive_port = -1;
+    double bytes = 0;  // the flow's size (its drain tolerance scales with it)
+    double left = 0;   // bytes not yet delivered at time `since`
+    double rate = 0;   // bytes/s since `since`
+    double since = 0;
+    std::int64_t order = 0;    // add order: drains at one time are reported in it
+    std::int64_t version = 0;  // bumped on every rate change; drain entries of older versions are stale
+    bool alive = false;
+  };
+  using drain_entry = std::tuple<double, std::int32_t, std::int64_t>;  // time, flow, version
+
+  void mark(std::int32_t p) {
+    auto& d = port_dirty_[static_cast<std::size_t>(p)];
+    if (!d) d = 1, dirty_.push_back(p);
+  }
+
+  bool visited_port(std::int32_t p) {
+    if (port_seen_.size() != on_port_.size()) port_seen_.assign(on_port_.size(), 0);
+    return port_seen_[static_cast<std::size_t>(p)] != 0;
+  }
+
+  // members_: the flows of the component of port p, ascending (its ports marked seen)
+  void collect_component(std::int32_t p) {
+    members_.clear();
+    stack_.assign(1, p);
+    port_seen_[static_cast<std::size_t>(p)] = 1;
+    seen_ports_.push_back(p);
+    while (!stack_.empty()) {
+      const std::int32_t q = stack_.back();
+      stack_.pop_back();
+      for (const std::int32_t f : on_port_[static_cast<std::size_t>(q)]) {
+        const flow& x = flows_[static_cast<std::size_t>(f)];
+        if (x.send_port == q) members_.push_back(f);  // each flow once: from its send port
+        for (const std::int32_t r : {x.send_port, x.receive_port})
+          if (!port_seen_[static_cast<std::size_t>(r)]) {
+            port_seen_[static_cast<std::size_t>(r)] = 1;
+            seen_ports_.push_back(r);
+            stack_.push_back(r);
+          }
+      }
     }
-    for (std::size_t k = 0; k < n; ++k)
-      for (const std::int32_t p : {send_port_[k], receive_port_[k]})
+    std::sort(members_.begin(), members_.end(), [&](std::int32_t a, std::int32_t b) {
+      return flows_[static_cast<std::size_t>(a)].order < flows_[static_cast<std::size_t>(b)].order;
+    });
+  }
+
+  // new rates for members_ from now on; their drain times move
+  void reshare(double now) {
+    send_.clear();
+    receive_.clear();
+    for (const std::int32_t f : members_) {
+      const flow& x = flows_[static_cast<std::size_t>(f)];
+      send_.push_back(x.send_port);
+      receive_.push_back(x.receive_port);
+    }
+    fair_.solve(send_, receive_, rate_);
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      flow& x = flows_[static_cast<std::size_t>(members_[i])];
+      x.left = std::max(0.0, x.left - x.rate * (now - x.since));
+      x.since = now;
+      x.rate = rate_[i];
+      ++x.version;
+      const double due = x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate
+                                    : std::numeric_limits<double>::infinity();
+      drains_.push_back({due, members_[i], x.version});
+      std::push_heap(drains_.begin(), drains_.end(), std::greater<>{});
+    }
+    record_port_utilization();
+  }
+
+  // Sums the rates on the component's ports and keeps the largest load / capacity.
+  void record_port_utilization() {
+    for (const std::int32_t f : members_) {
+      const flow& x = flows_[static_cast<std::size_t>(f)];
+      port_load_[static_cast<std::size_t>(x.send_port)] = port_load_[static_cast<std::size_t>(x.receive_port)] = 0;
+    }
+    for (const std::int32_t f : members_) {
+      const flow& x = flows_[static_cast<std::size_t>(f)];
+      port_load_[static_cast<std::size_t>(x.send_port)] += x.rate;
+      port_load_[static_cast<std::size_t>(x.receive_port)] += x.rate;
+    }
+    for (const std::int32_t f : members_) {
+      const flow& x = flows_[static_cast<std::size_t>(f)];
+      for (const std::int32_t p : {x.send_port, x.receive_port})
         max_port_utilization_ = std::max(max_port_utilization_, port_load_[static_cast<std::size_t>(p)] /
                                                                    fair_.capacity[static_cast<std::size_t>(p)]);
+    }
+  }
+
+  void pop_drain() {
+    std::pop_heap(drains_.begin(), drains_.end(), std::greater<>{});
+    drains_.pop_back();
+  }
+
+  void drop_stale_drains() {
+    while (!drains_.empty()) {
+      const auto& [t, f, version] = drains_.front();
+      const flow& x = flows_[static_cast<std::size_t>(f)];
+      if (x.alive && x.version == version) return;
+      pop_drain();
+    }
   }
 
   fair_share_state fair_;
-  // one entry per flow moving bytes, in the order they were added
-  std::vector<std::int32_t> task_, send_port_, receive_port_;
-  std::vector<double> bytes_;  // the flow's size (its drain tolerance scales with it)
-  std::vector<double> left_;   // bytes not yet delivered
-  std::vector<double> rate_;   // bytes/s, from the last share_ports_if_changed()
-  bool ports_changed_ = false;
-  std::vector<double> port_load_;  // scratch of record_port_utilization, per port
+  std::vector<flow> flows_;  // slots; dead ones are reused through free_
+  std::vector<std::int32_t> free_;
+  std::vector<std::vector<std::int32_t>> on_port_;  // per port: the flows crossing it
+  std::vector<char> port_dirty_, port_seen_;
+  std::vector<std::int32_t> dirty_, seen_ports_, stack_, members_;
+  std::vector<std::int32_t> send_, receive_;
+  std::vector<double> rate_;
+  std::vector<drain_entry> drains_;  // min-heap
+  std::vector<double> port_load_;    // scratch of record_port_utilization, per port
   std::vector<std::int32_t> drained_;
+  std::vector<std::pair<std::int64_t, std::int32_t>> drained_order_;
+  std::int64_t next_order_ = 0;
+  std::size_t active_ = 0;
   double max_port_utilization_ = 0;
 };
 

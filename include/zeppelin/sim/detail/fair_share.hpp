@@ -1,12 +1,17 @@
 // zeppelin/sim/detail/fair_share.hpp
 // Max-min fair rates of concurrent flows over capacitated ports (progressive filling).
-//   in : per port its capacity (bytes/s); per active flow the two ports it occupies
+//   in : per port its capacity (bytes/s); a set of flows, each occupying two ports
 //   out: per flow a rate (bytes/s) such that no port is over capacity and no flow can get
 //        more without taking from a flow with a smaller or equal rate
-// Every round the ports with the smallest fair share left (capacity left / unfrozen users)
-// saturate together (ties within a relative 1e-12) and fix the rates of their flows.
-// O(rounds * (F + touched ports)); the scratch lives in the caller (no allocation per call
-// once warm). Host-only.
+// Progressive filling, one port at a time: the port with the smallest fair share left
+// (capacity left / unfrozen users; ties by port index) saturates and fixes the rates of its
+// unfrozen flows; their other ports lose that rate and one user. A port's share never drops
+// when a flow at the current minimum leaves it ((c - s) / (u - 1) >= c / u when c / u >= s),
+// so a min-heap with lazily dropped stale entries visits ports in saturation order.
+// O((F + P) log P) for F flows on P ports; the scratch lives in the caller (no allocation
+// per call once warm). The rates of flows whose port sets are disconnected do not depend on
+// each other, so callers re-share only the component that changed (event_flows.hpp).
+// Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -14,7 +19,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
+#include <functional>
+#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -22,56 +28,85 @@ namespace detail {
 
 struct fair_share_state {
   std::vector<double> capacity;  //!< per port
-  std::vector<double> left;      //!< scratch: capacity left per port
-  std::vector<std::int32_t> users;
-  std::vector<std::int32_t> touched;  //!< ports used by the current flows
-  std::vector<char> frozen;
 
   //! rates[i] for the flows whose ports are (a[i], b[i]); `rates` is resized.
   void solve(const std::vector<std::int32_t>& a, const std::vector<std::int32_t>& b, std::vector<double>& rates) {
     const std::size_t n = a.size();
     rates.assign(n, 0.0);
-    frozen.assign(n, 0);
-    if (left.size() != capacity.size()) left.assign(capacity.size(), 0.0), users.assign(capacity.size(), 0);
-    touched.clear();
+    frozen_.assign(n, 0);
+    if (left_.size() != capacity.size()) {
+      left_.assign(capacity.size(), 0.0);
+      users_.assign(capacity.size(), 0);
+      first_.assign(capacity.size() + 1, 0);
+    }
+    touched_.clear();
     for (std::size_t i = 0; i < n; ++i)
       for (const std::int32_t p : {a[i], b[i]}) {
-        auto& u = users[static_cast<std::size_t>(p)];
-        if (u == 0) touched.push_back(p), left[static_cast<std::size_t>(p)] = capacity[static_cast<std::size_t>(p)];
+        auto& u = users_[static_cast<std::size_t>(p)];
+        if (u == 0) touched_.push_back(p), left_[static_cast<std::size_t>(p)] = capacity[static_cast<std::size_t>(p)];
         ++u;
       }
-    std::sort(touched.begin(), touched.end());  // deterministic scan order
-    std::size_t unfrozen = n;
-    while (unfrozen > 0) {
-      double share = std::numeric_limits<double>::infinity();
-      for (const std::int32_t p : touched) {
-        const auto u = users[static_cast<std::size_t>(p)];
-        if (u > 0) share = std::min(share, left[static_cast<std::size_t>(p)] / u);
+    // the flows of every touched port (CSR over the touched ports, in port order)
+    std::sort(touched_.begin(), touched_.end());
+    slot_.resize(touched_.size() + 1);
+    std::size_t at = 0;
+    for (std::size_t j = 0; j < touched_.size(); ++j) {
+      const auto p = static_cast<std::size_t>(touched_[j]);
+      first_[p] = static_cast<std::int32_t>(j);
+      slot_[j] = at;
+      at += static_cast<std::size_t>(users_[p]);
+    }
+    slot_[touched_.size()] = at;
+    flows_of_.resize(at);
+    fill_.assign(touched_.size(), 0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (const std::int32_t p : {a[i], b[i]}) {
+        const auto j = static_cast<std::size_t>(first_[static_cast<std::size_t>(p)]);
+        flows_of_[slot_[j] + fill_[j]++] = static_cast<std::int32_t>(i);
       }
-      const double cut = share * (1 + 1e-12);
-      for (std::size_t i = 0; i < n; ++i) {
-        if (frozen[i]) continue;
-        const auto pa = static_cast<std::size_t>(a[i]), pb = static_cast<std::size_t>(b[i]);
-        const bool sat_a = left[pa] / users[pa] <= cut, sat_b = left[pb] / users[pb] <= cut;
-        if (!sat_a && !sat_b) continue;
+
+    const auto share_of = [&](std::int32_t p) {
+      return left_[static_cast<std::size_t>(p)] / users_[static_cast<std::size_t>(p)];
+    };
+    const auto push = [&](std::int32_t p) {
+      heap_.push_back({share_of(p), p});
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<>{});
+    };
+    heap_.clear();
+    for (const std::int32_t p : touched_) push(p);
+    while (!heap_.empty()) {
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>{});
+      const auto [share, p] = heap_.back();
+      heap_.pop_back();
+      const auto q = static_cast<std::size_t>(p);
+      if (users_[q] == 0 || share != share_of(p)) continue;  // saturated, or a newer entry stands
+      const auto j = static_cast<std::size_t>(first_[q]);
+      for (std::size_t k = slot_[j]; k < slot_[j + 1]; ++k) {
+        const auto i = static_cast<std::size_t>(flows_of_[k]);
+        if (frozen_[i]) continue;
+        frozen_[i] = 1;
         rates[i] = share;
-        frozen[i] = 1;
-        --unfrozen;
-      }
-      // release the frozen flows' capacity and users in one pass (the tests above used the
-      // round's starting values, so every tied port saturates in this round)
-      for (std::size_t i = 0; i < n; ++i) {
-        if (frozen[i] != 1) continue;
-        frozen[i] = 2;
-        for (const std::int32_t p : {a[i], b[i]}) {
-          const auto q = static_cast<std::size_t>(p);
-          left[q] = std::max(0.0, left[q] - share);
-          --users[q];
+        for (const std::int32_t x : {a[i], b[i]}) {
+          const auto y = static_cast<std::size_t>(x);
+          left_[y] = std::max(0.0, left_[y] - share);
+          --users_[y];
+          if (x != p && users_[y] > 0) push(x);
         }
       }
     }
-    for (const std::int32_t p : touched) users[static_cast<std::size_t>(p)] = 0;
+    for (const std::int32_t p : touched_) users_[static_cast<std::size_t>(p)] = 0;
   }
+
+ private:
+  std::vector<double> left_;          // per port: capacity not yet given out
+  std::vector<std::int32_t> users_;   // per port: unfrozen flows
+  std::vector<std::int32_t> first_;   // per port: its index in touched_
+  std::vector<std::int32_t> touched_;  // ports used by the current flows, ascending
+  std::vector<std::size_t> slot_;     // per touched port: first entry in flows_of_
+  std::vector<std::size_t> fill_;
+  std::vector<std::int32_t> flows_of_;
+  std::vector<char> frozen_;
+  std::vector<std::pair<double, std::int32_t>> heap_;  // min-heap of (share, port); stale entries skipped
 };
 
 }  // namespace detail
