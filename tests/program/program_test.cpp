@@ -9,9 +9,10 @@
 //     `after` edges), every pair of operations that touch the same rows of a buffer, one of
 //     them writing, is ordered: the device engine has no race;
 //   - the simulator prices exactly what the program lists (its execution record);
-//   - structure: every rank lists every phase in the same order; waves and levels;
+//   - structure: every rank lists exactly the phases it has pieces in, in phase order; waves and levels;
 //     determinism; bad input.
 #include "program_support.hpp"
+#include "support/expect_error.hpp"
 
 #include <zeppelin/core/model.hpp>
 #include <zeppelin/program.hpp>
@@ -149,18 +150,22 @@ TEST_CASE("program: structure, determinism and bad input", "[program]") {
     REQUIRE(prog.num_ranks() == c.p.num_ranks());
     CHECK(prog.streams.size() == (c.options.engine == engine_policy::prioritized ? 3u : 1u));
     for (const pass_kind pass : {pass_kind::forward, pass_kind::backward}) {
-      // every rank posts every phase of the pass, in one order
-      std::vector<std::int32_t> order;
+      // every rank posts exactly the phases of the pass it has pieces in, ascending, once each
       for (std::size_t r = 0; r < prog.pass(pass).size(); ++r) {
-        std::vector<std::int32_t> mine;
+        std::vector<std::int32_t> mine, expected;
         for (const program_segment& s : prog.pass(pass)[r].segments)
           for (const program_op& op : s.ops)
             if (const auto* e = std::get_if<exchange_phase>(&op.body)) mine.push_back(e->phase);
-        if (r == 0) order = mine;
-        CHECK(mine == order);
+        for (std::size_t ph = 0; ph < prog.phases.size(); ++ph) {
+          const program_phase& x = prog.phases[ph];
+          bool has_piece = false;
+          for (const transfer& m : x.pieces) has_piece = has_piece || m.src == static_cast<rank_index>(r) || m.dst == static_cast<rank_index>(r);
+          CHECK(has_piece == std::binary_search(x.ranks.begin(), x.ranks.end(), static_cast<rank_index>(r)));
+          if (x.pass == pass && has_piece) expected.push_back(static_cast<std::int32_t>(ph));
+        }
+        CHECK(mine == expected);
         CHECK(prog.pass(pass)[r].segments.size() == prog.pass(pass)[0].segments.size());
       }
-      for (const std::int32_t ph : order) CHECK(prog.phases[static_cast<std::size_t>(ph)].pass == pass);
     }
     for (const program_phase& ph : prog.phases) {
       CHECK(ph.payloads.size() == ph.bindings.size());
@@ -214,4 +219,30 @@ TEST_CASE("program: fused launches never outnumber per-group ones, and fuse the 
     CHECK(blocks(fused) == blocks(per_group));
   }
   CHECK(fused_somewhere > 0);
+}
+
+TEST_CASE("program: a program over the size limits is refused before it is built", "[program]") {
+  random_generator rng(1205);
+  int refused = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    program_case c = random_case(rng);
+    std::int64_t member_rounds = 0;
+    for (const ring_group& g : c.p.groups)
+      if (g.zone != zone_kind::local) member_rounds += static_cast<std::int64_t>(g.ranks.size() * g.ranks.size());
+    if (member_rounds == 0 || c.p.micro_batches() > 1) continue;
+    INFO("trial " << trial << " method " << c.p.method);
+    // exactly at the limit it builds; one below, it names the limit and the pairs
+    c.options.max_member_rounds = member_rounds;
+    (void)make_program(c.p, c.b, c.topo, c.options);
+    c.options.max_member_rounds = member_rounds - 1;
+    const resource_limit e = zeppelin_test::expect_error<resource_limit>([&] { (void)make_program(c.p, c.b, c.topo, c.options); });
+    CHECK(e.value("member_rounds") == static_cast<double>(member_rounds));
+    CHECK(e.value("max_member_rounds") == static_cast<double>(member_rounds - 1));
+    c.options.max_member_rounds = member_rounds;
+    c.options.max_shard_pairs = 0;
+    const resource_limit f = zeppelin_test::expect_error<resource_limit>([&] { (void)make_program(c.p, c.b, c.topo, c.options); });
+    CHECK(f.value("shard_pairs") >= 1.0);
+    ++refused;
+  }
+  CHECK(refused >= 10);
 }

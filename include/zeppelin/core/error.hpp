@@ -82,6 +82,12 @@ class infeasible : public error {
   using error::error;
 };
 
+//! Input the library can take, whose result would exceed a stated resource limit (e.g. an
+//! execution program larger than program_options::max_member_rounds allows).
+class resource_limit : public error {
+  using error::error;
+};
+
 //! A failed CUDA runtime call; code() is the cudaError_t value.
 class cuda_error : public error {
  public:

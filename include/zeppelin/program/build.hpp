@@ -18,7 +18,11 @@
 //                communication stream serves both
 // Every phase is routed by options.router over the topology.
 // Throws invalid_plan when the plan fails validate(p, b, t), invalid_argument for a bad wire
-// format. Cost: O(G (S + B)) per group (schedule/ring_schedule.hpp) plus the launches.
+// format, resource_limit when its groups exceed program_options::max_member_rounds or
+// max_shard_pairs.
+// Cost: O(G^2 + S log S + B log B) per group of G ranks, S shards and B blocks (the G^2 is
+// the ring itself: G rounds on G members), plus the launches; a rank's part is as long as
+// its own groups.
 // Host code, nvcc-safe.
 #pragma once
 
@@ -48,6 +52,7 @@
 #include <optional>
 #include <set>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -83,6 +88,50 @@ inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int3
   return w;
 }
 
+//! Throws resource_limit, before anything is built, when the ring and all-gather groups of
+//! `p` run more (position, round) pairs per pass than o.max_member_rounds (sum of G^2) or
+//! pair more shards of one sequence than o.max_shard_pairs (sum over a group's sequences of
+//! their shards in it squared: each pair makes up to three attention blocks, held by the
+//! schedule and by the launches).
+inline void refuse_oversized_program(const plan& p, const std::vector<std::set<group_index>>& groups_of, const program_options& o) {
+  std::int64_t member_rounds = 0, largest = 0;
+  group_index largest_group = no_group;
+  for (const auto& groups : groups_of)
+    for (const group_index g : groups) {
+      const auto G = static_cast<std::int64_t>(p.groups[static_cast<std::size_t>(g)].ranks.size());
+      member_rounds += G * G;
+      if (G > largest) largest = G, largest_group = g;
+    }
+  if (member_rounds > o.max_member_rounds)
+    ZEPPELIN_THROW(resource_limit,
+                   "execution program too large: its ring and all-gather groups run more (position, round) pairs per pass "
+                   "than program_options::max_member_rounds allows (a group of G ranks runs G x G); plan smaller groups "
+                   "(more tokens per GPU, fewer GPUs per sequence) or raise the limit",
+                   {{"member_rounds", double(member_rounds)},
+                    {"max_member_rounds", double(o.max_member_rounds)},
+                    {"largest_group", double(largest_group)},
+                    {"largest_group_ranks", double(largest)}});
+  // shards of a sequence in a ring or all-gather group, per (group, micro-batch, sequence)
+  std::vector<std::tuple<group_index, std::int32_t, sequence_index>> keys;
+  for (const auto& pl : p.placements)
+    for (const shard& s : pl.shards)
+      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].zone != zone_kind::local)
+        keys.emplace_back(s.group, s.micro_batch, s.seq);
+  std::sort(keys.begin(), keys.end());
+  std::int64_t shard_pairs = 0;
+  for (std::size_t i = 0, j = 0; i < keys.size(); i = j) {
+    while (j < keys.size() && keys[j] == keys[i]) ++j;
+    shard_pairs += static_cast<std::int64_t>(j - i) * static_cast<std::int64_t>(j - i);
+  }
+  if (shard_pairs > o.max_shard_pairs)
+    ZEPPELIN_THROW(resource_limit,
+                   "execution program too large: the shards of its ring and all-gather groups form more (query shard, key "
+                   "shard) pairs of one sequence than program_options::max_shard_pairs allows (a sequence cut into n shards "
+                   "of a group pairs n x n); plan fewer shards per sequence (more tokens per GPU, smaller groups) or raise "
+                   "the limit",
+                   {{"shard_pairs", double(shard_pairs)}, {"max_shard_pairs", double(o.max_shard_pairs)}});
+}
+
 }  // namespace detail
 
 //! The execution program of `p` over `b` on `t` (see the file comment).
@@ -101,6 +150,7 @@ inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int3
       out.shard_row[r].push_back(out.rows[r]);
       out.rows[r] += s.range.size();
     }
+  const detail::phase_router route = [&](std::span<const transfer> payloads) { return o.router.route(payloads, t); };
   const bool prioritized = o.engine == engine_policy::prioritized;
   out.streams = prioritized ? std::vector<program_stream>{{0}, {1}, {2}} : std::vector<program_stream>{{0}};
   const std::int32_t inter_stream = 0, intra_stream = prioritized ? 1 : 0, local_stream = prioritized ? 2 : 0;
@@ -111,6 +161,7 @@ inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int3
     for (const shard& s : pl.shards)
       if (s.group != no_group && p.groups[static_cast<size_t>(s.group)].zone != zone_kind::local)
         groups_of[static_cast<size_t>(s.micro_batch)].insert(s.group);
+  detail::refuse_oversized_program(p, groups_of, o);
   std::vector<engine_queue> queues = make_engine_queues(p);
   std::vector<detail::micro_batch_work> mbs(static_cast<size_t>(out.micro_batches));
   const auto add_level = [&](std::int32_t mb, level_kind kind) {
@@ -178,7 +229,7 @@ inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int3
         segs[r]->source_rows = from_attention ? out.rows[r] : y.ranks[r].source_tokens;
         segs[r]->target_rows = from_attention ? y.ranks[r].target_tokens : out.rows[r];
       }
-      detail::segment_writer writer(out, pass, o.launch, std::move(segs));
+      detail::segment_writer writer(out, pass, o.launch, std::move(segs), route);
       writer.setup(w);
       writer.round(w, 0);
     };
@@ -194,7 +245,7 @@ inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int3
       }
       for (auto* w : {&inter, &intra, &local})
         if (*w) set_rounds(**w);
-      detail::segment_writer writer(out, pass, o.launch, new_segment(segment_kind::attention, m.micro_batch));
+      detail::segment_writer writer(out, pass, o.launch, new_segment(segment_kind::attention, m.micro_batch), route);
       const auto whole = [&](std::optional<detail::level_work>& w) {
         if (!w) return;
         writer.setup(*w);
@@ -214,7 +265,6 @@ inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int3
       if (m.remap) run_remap(*m.remap, segment_kind::remap_out, m.micro_batch, m.remap_out, forward ? row_kind::q : row_kind::qkv);
     }
   }
-  for (program_phase& ph : out.phases) ph.pieces = o.router.route(ph.payloads, t);
   return out;
 }
 

@@ -74,6 +74,17 @@ struct program_options {
   engine_policy engine = engine_policy::in_order;
   any_router router{};
   std::optional<remap_objective> remap{};
+  //! Largest program make_program builds, in (position, round) pairs of ring and all-gather
+  //! groups per pass (the sum over groups and micro-batches of G^2): a group of G ranks runs G
+  //! rounds on each of its G members, and the program holds every one (a few KB each with
+  //! its transfers, pieces and launches). 2^20 keeps a program within a few GB; beyond it
+  //! make_program throws resource_limit naming the largest group.
+  std::int64_t max_member_rounds = std::int64_t{1} << 20;
+  //! Largest sum over groups and sequences of (the sequence's shards in the group)^2: each
+  //! (query shard, key shard) pair makes up to three attention blocks, held by the ring
+  //! schedule and the launches. 2^24 (TE CP's zigzag of 40 sequences over 256 GPUs: 10.5M,
+  //! under 3 GB) keeps a program within a few GB; beyond it make_program throws resource_limit.
+  std::int64_t max_shard_pairs = std::int64_t{1} << 24;
   friend bool operator==(const program_options&, const program_options&) = default;
 };
 

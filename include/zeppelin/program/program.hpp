@@ -18,7 +18,9 @@
 //              sequences, [remap_out]; each with its rounds per pass
 //   phases     one communication step: payloads (whole transfers, bound to the buffers they
 //              leave and enter) and the routed pieces that carry them (core/transfer.hpp).
-//              Every rank posts every phase, so proxies outside a group take part.
+//              Its ranks (the ends of its pieces, proxies outside a group included) post
+//              it, in phase order; no other rank does, so a rank's program is as long as
+//              its own groups' rounds, not the largest group's.
 //   launches   one attention kernel launch on one rank: a CSR list of blocks over the held
 //              K/V (an arena or the rank's own K, V), what it accumulates dK/dV into
 //   passes     forward and backward: per rank its arenas and segments; a segment is the
@@ -135,6 +137,7 @@ struct program_phase {
   std::vector<transfer> payloads;          //!< whole transfers: payloads[i].payload == i
   std::vector<payload_binding> bindings;   //!< parallel to payloads
   std::vector<transfer> pieces;            //!< the router's pieces of the payloads
+  std::vector<rank_index> ranks;           //!< the ends of its pieces, ascending: the ranks that post it
   friend bool operator==(const program_phase&, const program_phase&) = default;
 };
 

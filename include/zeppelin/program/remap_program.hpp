@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -51,11 +52,11 @@ ZEPPELIN_NAMESPACE_BEGIN
     ranks[r].segments.push_back({segment_kind::remap_out, 0, {}, x.ranks[r].source_tokens, x.ranks[r].target_tokens, rows_of});
     segs.push_back(&ranks[r].segments.back());
   }
-  detail::segment_writer writer(out, pass_kind::forward, launch_policy::per_group, std::move(segs));
+  // direct: each payload is its own piece
+  const auto direct = [](std::span<const transfer> payloads) { return std::vector<transfer>(payloads.begin(), payloads.end()); };
+  detail::segment_writer writer(out, pass_kind::forward, launch_policy::per_group, std::move(segs), direct);
   writer.setup(w);
   writer.round(w, 0);
-  for (program_phase& ph : out.phases)
-    for (const transfer& x_ : ph.payloads) ph.pieces.push_back(x_);  // direct: each payload one piece
   return out;
 }
 

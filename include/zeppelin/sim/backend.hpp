@@ -77,6 +77,8 @@ class sim_backend {
     task_of_.resize(R);
     last_.assign(R, std::vector<task_id>(prog.streams.size(), no_task));
     comm_.assign(R, no_task);
+    ready_.assign(R, no_task);
+    touched_.resize(R);
     parts_.resize(R);
   }
 
@@ -123,43 +125,42 @@ class sim_backend {
 
   void exchange(std::int32_t phase, std::span<const rank_index> ranks, std::span<const std::int32_t> index) {
     const program_phase& ph = prog_.phases[static_cast<std::size_t>(phase)];
-    const auto R = ranks_.size();
-    // per rank: posted once its previous communication and the op's `after` work are done
-    std::vector<task_id> ready(R, no_task);
+    // per rank of the phase: posted once its previous communication and the op's `after`
+    // work are done (scratch indexed by rank, touched only for the phase's ranks)
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const auto r = static_cast<std::size_t>(ranks[i]);
       const program_op& op = prog_.pass(pass_)[r].segments[segment_].ops[static_cast<std::size_t>(index[i])];
       std::vector<task_id> deps{comm_[r]};
       for (const std::int32_t a : op.after) deps.push_back(task_of_[r][static_cast<std::size_t>(a)]);
-      ready[r] = e_.join(deps);
+      ready_[r] = e_.join(deps);
     }
-    std::vector<std::vector<task_id>> touched(R);
     for (int stage = 0; stage < route_stages; ++stage) {
       bool present = false;
       for (const transfer& m : ph.pieces) present = present || stage_of(m.step) == stage;
       if (!present) continue;
-      for (auto& v : touched) v.clear();
+      for (const rank_index r : ranks) touched_[static_cast<std::size_t>(r)].clear();
       for (const transfer& m : ph.pieces) {
         if (stage_of(m.step) != stage) continue;
         const auto s = static_cast<std::size_t>(m.src), d = static_cast<std::size_t>(m.dst);
         task_tag g = tag(flow_kind(ph, m), ph.level, ph.round);
         g.leg = leg_of(m.step);
-        const task_id f = e_.flow(m.src, m.dst, static_cast<double>(m.bytes), g, {ready[s], ready[d]});
-        touched[s].push_back(f);
-        if (d != s) touched[d].push_back(f);
+        const task_id f = e_.flow(m.src, m.dst, static_cast<double>(m.bytes), g, {ready_[s], ready_[d]});
+        touched_[s].push_back(f);
+        if (d != s) touched_[d].push_back(f);
         if (record_) record_->add(ph, m);
       }
-      for (std::size_t r = 0; r < R; ++r)
-        if (!touched[r].empty()) {
-          touched[r].push_back(ready[r]);
-          ready[r] = e_.join(touched[r]);
-        }
+      for (const rank_index rank : ranks) {
+        const auto r = static_cast<std::size_t>(rank);
+        if (touched_[r].empty()) continue;
+        touched_[r].push_back(ready_[r]);
+        ready_[r] = e_.join(touched_[r]);
+      }
     }
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const auto r = static_cast<std::size_t>(ranks[i]);
-      comm_[r] = ready[r];
-      task_of_[r][static_cast<std::size_t>(index[i])] = ready[r];
-      parts_[r].push_back(ready[r]);
+      comm_[r] = ready_[r];
+      task_of_[r][static_cast<std::size_t>(index[i])] = ready_[r];
+      parts_[r].push_back(ready_[r]);
     }
   }
 
@@ -220,6 +221,8 @@ class sim_backend {
   std::vector<std::vector<task_id>> task_of_;  //!< [rank][op]: the op's task in this segment
   std::vector<std::vector<task_id>> last_;     //!< [rank][stream]: the stream's last task
   std::vector<task_id> comm_;                  //!< [rank]: its last communication
+  std::vector<task_id> ready_;                 //!< [rank]: scratch of exchange()
+  std::vector<std::vector<task_id>> touched_;  //!< [rank]: scratch of exchange()
   std::vector<std::vector<task_id>> parts_;    //!< [rank]: every task of the segment
 };
 

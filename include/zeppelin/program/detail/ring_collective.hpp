@@ -54,12 +54,12 @@ inline void build_ring(level_work& w, const std::vector<const ring_schedule*>& g
     std::int32_t k[2] = {-1, -1}, v[2] = {-1, -1}, dk[2] = {-1, -1}, dv[2] = {-1, -1}, dk_in = -1, dv_in = -1;
   };
   std::vector<slots> at(static_cast<std::size_t>(prog.num_ranks()));
+  std::vector<char> used(static_cast<std::size_t>(prog.num_ranks()), 0);
+  for (const auto& ms : lm.of)
+    for (const member& m : ms) used[static_cast<std::size_t>(m.rank)] = 1;
   for (rank_index r = 0; r < prog.num_ranks(); ++r) {
+    if (!used[static_cast<std::size_t>(r)]) continue;
     const token_count rows = lm.region_rows[static_cast<std::size_t>(r)];
-    bool member_here = false;
-    for (const auto& ms : lm.of)
-      for (const member& m : ms) member_here = member_here || m.rank == r;
-    if (!member_here) continue;
     slots& s = at[static_cast<std::size_t>(r)];
     for (int x = 0; x < 2; ++x) s.k[x] = allocate(r, row_kind::kv, rows), s.v[x] = allocate(r, row_kind::kv, rows);
     if (backward) {

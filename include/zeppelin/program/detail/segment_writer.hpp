@@ -2,11 +2,16 @@
 // Turns level_work into the operations of one segment on every rank, in the order an engine
 // policy gives (program/build.hpp decides the order; this file writes what each step means).
 //   setup(w)     slot 0 of level w: its operations on w's compute stream
-//   round(w, k)  round k of level w: the round's phase (when it has payloads) as an
-//                exchange on EVERY rank's communication stream, after the last operation of
-//                w's stream on that rank; then per rank the round's `pre` operations, its
+//   round(w, k)  round k of level w: the round's phase (when it has payloads), routed at
+//                once, as an exchange on the communication stream of each of its ranks (the
+//                ends of its pieces, proxies included), after the last operation of w's
+//                stream on that rank; then per rank the round's `pre` operations, its
 //                launches and its `post` operations on w's stream, each waiting for the
-//                exchange of the round it names
+//                exchange of the round it names (for a rank outside that phase: its last
+//                exchange of the level before it, which its in-order communication stream
+//                completes after every earlier one)
+// Cost: O(ranks with work) per round and O(pieces log) per phase, so a level with one large
+// ring and thousands of small groups does not cost ranks x rounds.
 // Launches: the requests of one rank and round that read the same K/V and accumulate into the
 // same dK/dV (and, under launch_policy::per_group, come from the same group) are joined and
 // split into CSR waves (program/launch_waves.hpp), one program_launch each.
@@ -23,7 +28,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <map>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -31,15 +39,20 @@
 ZEPPELIN_NAMESPACE_BEGIN
 namespace detail {
 
+//! Cuts a phase's payloads into the pieces that carry them (a router over the topology).
+using phase_router = std::function<std::vector<transfer>(std::span<const transfer>)>;
+
 class segment_writer {
  public:
-  //! Writes into segments[r] (one per rank) of `pass`; phases and launches go to `prog`.
-  segment_writer(execution_program& prog, pass_kind pass, launch_policy launch, std::vector<program_segment*> segments)
-      : prog_(prog), pass_(pass), launch_(launch), segments_(std::move(segments)),
+  //! Writes into segments[r] (one per rank) of `pass`; phases and launches go to `prog`,
+  //! each phase's pieces from `route`.
+  segment_writer(execution_program& prog, pass_kind pass, launch_policy launch, std::vector<program_segment*> segments,
+                 phase_router route)
+      : prog_(prog), pass_(pass), launch_(launch), segments_(std::move(segments)), route_(std::move(route)),
         last_(segments_.size(), std::vector<std::int32_t>(prog.streams.size(), -1)) {}
 
   void setup(level_work& w) {
-    for (std::size_t r = 0; r < segments_.size(); ++r) slot(w, static_cast<rank_index>(r), 0);
+    for (const rank_index r : w.ranks_with_work()) slot(w, r, 0);
   }
 
   void round(level_work& w, std::int32_t k) {
@@ -52,14 +65,19 @@ class segment_writer {
       ph.pass = pass_;
       ph.payloads = std::move(payloads);
       ph.bindings = std::move(w.bindings[static_cast<std::size_t>(k)]);
-      for (std::size_t r = 0; r < segments_.size(); ++r) {
+      ph.pieces = route_(std::span<const transfer>(ph.payloads));
+      for (const transfer& x : ph.pieces) ph.ranks.push_back(x.src), ph.ranks.push_back(x.dst);
+      std::sort(ph.ranks.begin(), ph.ranks.end());
+      ph.ranks.erase(std::unique(ph.ranks.begin(), ph.ranks.end()), ph.ranks.end());
+      for (const rank_index rank : ph.ranks) {
+        const auto r = static_cast<std::size_t>(rank);
         const std::int32_t tail = last_[r][static_cast<std::size_t>(w.stream)];
         program_op op{comm_stream, {}, exchange_phase{phase}};
         if (tail >= 0) op.after.push_back(tail);
-        exchanges_[{w.level, k, r}] = append(r, std::move(op));
+        exchanges_[{w.level, r, k}] = append(r, std::move(op));
       }
     }
-    for (std::size_t r = 0; r < segments_.size(); ++r) slot(w, static_cast<rank_index>(r), k + 1);
+    for (const rank_index r : w.ranks_with_work()) slot(w, r, k + 1);
   }
 
  private:
@@ -71,15 +89,21 @@ class segment_writer {
   void compute(level_work& w, std::size_t r, op_body body, std::int32_t waits) {
     program_op op{w.stream, {}, std::move(body)};
     if (waits >= 0) {
-      const auto it = exchanges_.find({w.level, waits, r});
-      if (it != exchanges_.end()) op.after.push_back(it->second);
+      // the rank's last exchange of the level up to round `waits`: its communication stream
+      // runs in order, so that one follows every exchange before it (a rank outside the
+      // round's phase still waits for what it received earlier)
+      auto it = exchanges_.upper_bound({w.level, r, waits});
+      if (it != exchanges_.begin() && std::get<0>(std::prev(it)->first) == w.level && std::get<1>(std::prev(it)->first) == r)
+        op.after.push_back(std::prev(it)->second);
     }
     last_[r][static_cast<std::size_t>(w.stream)] = append(r, std::move(op));
   }
 
   void slot(level_work& w, rank_index rank, std::int32_t s) {
     const auto r = static_cast<std::size_t>(rank);
-    round_work& work = w.at(rank, s);
+    round_work* found = w.find(rank, s);
+    if (!found) return;
+    round_work& work = *found;
     for (level_op& op : work.pre) compute(w, r, std::move(op.body), op.waits);
     // join the requests that share their buffers (and, per_group, their group)
     const auto id = [](const buffer_ref& b) { return std::pair{static_cast<int>(b.where), b.index}; };
@@ -118,8 +142,9 @@ class segment_writer {
   pass_kind pass_;
   launch_policy launch_;
   std::vector<program_segment*> segments_;
+  phase_router route_;
   std::vector<std::vector<std::int32_t>> last_;  //!< [rank][stream]: last op on the stream in this segment
-  std::map<std::tuple<std::int32_t, std::int32_t, std::size_t>, std::int32_t> exchanges_;  //!< (level, round, rank) -> op
+  std::map<std::tuple<std::int32_t, std::size_t, std::int32_t>, std::int32_t> exchanges_;  //!< (level, rank, round) -> op
 };
 
 }  // namespace detail
