@@ -16,6 +16,10 @@
 //      method on the same batch, cluster and shape.
 //      --heads, --kv-heads, --head-dim, --dtype override the model's attention shape and
 //      element type (e.g. a small fp64 shape to compare with the host engine).
+// A method whose execution program exceeds the library's limits (program_options::
+// max_member_rounds, max_shard_pairs: e.g. TE CP's global ring over thousands of GPUs) is
+// listed as refused, with the reason, and the others still run; exit status 1 only when
+// every method was refused.
 // Defaults: GitHub, cluster C (4 nodes x 8 H200), 128K tokens, LLaMA-7B, every method.
 #include "commands.hpp"
 
@@ -33,6 +37,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zeppelin_tool {
@@ -117,13 +122,24 @@ void run_simulate(const simulate_options& o) {
   if (!o.record_file.empty() && names.size() != 1)
     ZEPPELIN_THROW(invalid_argument, "--record needs exactly one method (--method M)", {{"methods", double(names.size())}});
 
+  // a method whose program exceeds the library's resource limits is reported and skipped
+  // (the others still run); when every method is refused, the command fails with the first
   std::vector<method_run> runs;
+  std::vector<std::pair<std::string, std::string>> refused;  // method, reason
   for (const auto& n : names) {
     method_setup s = setup;
     s.record_trace = !o.trace_file.empty() && n == o.trace_method;
     s.record_execution = !o.record_file.empty();
-    runs.push_back(run_method(n, b, cluster, model, s));
+    try {
+      runs.push_back(run_method(n, b, cluster, model, s));
+    } catch (const resource_limit& e) {
+      if (names.size() == 1) throw;
+      refused.emplace_back(n, e.what());
+    }
   }
+  if (runs.empty())
+    ZEPPELIN_THROW(resource_limit, "every method was refused; " + refused.front().first + ": " + refused.front().second,
+                   {{"methods", double(names.size())}});
   double te = 0;
   for (const auto& r : runs)
     if (r.name == "te_cp") te = r.result.step_time_s;
@@ -185,6 +201,7 @@ void run_simulate(const simulate_options& o) {
                               {"ring_groups", r.layout.groups.size()},
                               {"notes", r.layout.notes}});
     }
+    for (const auto& [name, reason] : refused) j["methods"].push_back({{"name", name}, {"refused", reason}});
     std::cout << j.dump(2) << '\n';
     return;
   }
@@ -206,6 +223,7 @@ void run_simulate(const simulate_options& o) {
                 s.tokens_per_s, te > 0 ? te / s.step_time_s : 0.0, s.efficiency, s.imbalance, s.cross_node_bytes / 1e9,
                 comm / n * 1e3, idle / n * 1e3);
   }
+  for (const auto& [name, reason] : refused) std::printf("%-22s refused: %s\n", name.c_str(), reason.c_str());
   std::printf("\nlower bound (perfect balance, no exposed communication): %.1f ms; comm/idle: mean per rank\n",
               runs.empty() ? 0.0 : runs.front().result.lower_bound_s * 1e3);
   if (!o.trace_file.empty()) std::printf("trace of %s written to %s\n", o.trace_method.c_str(), o.trace_file.c_str());
