@@ -188,6 +188,12 @@ TEST_CASE("exact_remap finishes with a valid matrix when the costs are nearly eq
       {{1000, 0, 0, 0}, 1e307, 1e306},
       {{1000000, 7, 0, 123456, 5, 0, 0, 999}, 1.0, 1.0000000000000002},
       {{1000000, 7, 0, 123456, 5, 0, 0, 999}, 1e300, 1e308},
+      // found by the fuzzer (fuzz/regressions/remap): the floating level was accurate to ~1e17
+      // units (h ~ 8.5e32) or -inf (b cap overflows), and the repair added one unit per item
+      // per round: ~1.8e16 and ~2.7e12 rounds
+      {{3 * (token_count{1} << 56), 0, 0, 0}, 1.0, 1.0000000000000002},
+      {{1000, 0, 5497558138880, 0}, 1e306, 1e307},
+      {{1000000000, 0, 0, 0}, 1e300, 1e301},
   };
   for (const auto& c : cases) {
     const auto p = make_remap_problem(c.tokens, 2, c.intra, c.inter);

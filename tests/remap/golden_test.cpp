@@ -1,7 +1,9 @@
 // Pinned matrices of the exact remap solver: one hash over its matrices on seeded random
 // problems (all three objectives, inter-node cost above, equal to and below the intra-node
-// one). Recorded before the solver's water fill became the one shared with the partitioner;
-// an intended change of its tie-breaking updates the value (and says why in its commit).
+// one). Re-recorded when the water fill began ranking units by their exact value instead of
+// the double-rounded sum (every objective value of these 1200 solves unchanged; only which of
+// the equally good matrices is returned); an intended change of its tie-breaking updates the
+// value (and says why in its commit).
 #include <catch2/catch.hpp>
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/random.hpp>
@@ -31,5 +33,5 @@ TEST_CASE("exact_remap: matrices pinned by hash", "[remap][golden]") {
     }
   }
   INFO("hash 0x" << std::hex << h.value());
-  CHECK(h.value() == 0xe8c558395a31c464);
+  CHECK(h.value() == 0xd43f50fd1acb35ee);
 }

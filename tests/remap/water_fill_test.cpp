@@ -1,7 +1,8 @@
 // The one water fill (zeppelin/detail/water_fill.hpp) against brute force: the greedy choice
 // of the cheapest next unit, one unit at a time (ties lowest index), with unit u of item k
-// worth h_k + u, h_k = base_k / slope in double (NaN as +inf; a flat or non-finite slope
-// makes every unit equal). Both uses: the partitioner's level form (bins of loads under one
+// worth h_k + u exactly, h_k = base_k / slope in double (NaN as +inf; a flat or non-finite
+// slope makes every unit equal). The oracle sums in long double, exact for the values drawn
+// here (integers below 2^64, or small h_k with 52 fractional bits plus units below 2^8). Both uses: the partitioner's level form (bins of loads under one
 // capacity, also checked against its level definition) and the remap's general form (bases
 // b cap_k, slope |c - b|, including slopes tiny against the bases and overflowing bases).
 #include <catch2/catch.hpp>
@@ -16,6 +17,8 @@ using namespace zeppelin;
 
 namespace {
 
+static_assert(std::numeric_limits<long double>::digits >= 64, "the oracle needs a 64-bit significand (x86 long double)");
+
 std::vector<token_count> greedy(const std::vector<double>& base, double slope, const std::vector<token_count>& cap,
                                 token_count amount) {
   const std::size_t n = cap.size();
@@ -28,10 +31,10 @@ std::vector<token_count> greedy(const std::vector<double>& base, double slope, c
   std::vector<token_count> z(n, 0);
   for (token_count placed = 0; placed < amount; ++placed) {
     std::size_t best = n;
-    double best_value = 0;
+    long double best_value = 0;
     for (std::size_t k = 0; k < n; ++k) {
       if (z[k] >= cap[k]) continue;
-      const double v = flat ? 0.0 : h[k] + static_cast<double>(z[k] + 1);
+      const long double v = flat ? 0.0L : static_cast<long double>(h[k]) + static_cast<long double>(z[k] + 1);
       if (best == n || v < best_value) best = k, best_value = v;
     }
     if (best == n) break;

@@ -5,27 +5,24 @@
 //   in : bases beta_k, a slope sigma, capacities cap_k >= 0, an amount Q (clamped to
 //        [0, sum cap])
 //   out: integers z_k in [0, cap_k], sum z = Q: the Q cheapest units, where unit u = 1..cap_k
-//        of item k is worth h_k + u with h_k = beta_k / sigma (in double; NaN counts as +inf),
-//        ties to the lowest item. That minimises max_k (beta_k + sigma z_k) over the items
-//        that receive units, and it is the same set as taking, one unit at a time, the
-//        cheapest next unit (ties lowest index).
+//        of item k is worth h_k + u exactly (h_k = beta_k / sigma rounded to double; NaN
+//        counts as +inf), ties to the lowest item. That minimises max_k (beta_k + sigma z_k)
+//        over the items that receive units, and it is the same set as taking, one unit at a
+//        time, the cheapest next unit (ties lowest index).
 // The level form (bins with loads x_k under a common capacity C, the partitioner's use) is
 // beta_k = x_k, sigma = 1, cap_k = C - x_k: every bin below an integer level lambda is raised
 // to it and the leftover units go one each to the lowest bins at lambda.
 // sigma <= 0 (or not finite): every split costs the same; items are filled in index order.
 //
-// How. Each item's unit values increase with u, so the Q cheapest units are a prefix of every
-// item. The continuous level L* with sum_k clamp(L* - h_k, 0, cap_k) = Q (a sweep over the 2n
-// sorted breakpoints) gives floors z_k = floor(L* - h_k), clamped to [0, cap_k] in double
-// before the conversion (so a level far above h_k, e.g. h_k near 2^63 when sigma is tiny
-// against beta, or an infinite h_k when beta overflows, cannot produce an out-of-range
-// integer). In exact arithmetic they miss R < n units, the R cheapest next units. Rounding
-// can leave the floors a few units off, so three repairs make the answer exact whatever the
-// floors were: drop the dearest last units (ties highest index) while too many; add the
-// cheapest next units while too few; swap the dearest placed unit for the cheapest unplaced
-// one while the first is dearer. Each swap trades a unit outside the answer for one inside
-// it, so there are at most Q swaps; floors more than n units over Q are discarded (start
-// from zero). Worst case O(n Q); O(n log n) when the floors are right, the usual case.
+// How. Items with h_k = -inf take units first and items with h_k = +inf last, in index order
+// (their units tie). For the finite ones, with m = min h_k, d_k = h_k - m and D_k = ceil(d_k):
+// the units worth at most m + T (T an integer) are clamp(T - D_k, 0, cap_k) per item, counted
+// exactly in 128-bit integers, so a binary search over T finds the largest level whose units
+// fit in Q; the R left over (fewer than the items) are the next units, all worth in
+// (m + T, m + T + 1], cheapest (largest D_k - d_k) first. No floating level is rounded to an
+// integer, so neither costs one ulp apart (h_k near 2^63 and more) nor overflowing bases can
+// leave units to repair one at a time. O(n log range) with range < 2^101 (offsets beyond 2^100
+// are dearer than every unit of an item at offset 0, as caps are below 2^63).
 // Host-only (plain C++20, parsed by nvcc where remap/ headers are included).
 #pragma once
 
@@ -49,9 +46,62 @@ struct water_fill_scratch {
   std::vector<double> start;                                // h_k
   std::vector<double> base;                                 // level form: the loads
   std::vector<token_count> room;                            // level form: cap - load
-  std::vector<std::pair<double, int>> events;               // breakpoints of the sweep
+  std::vector<double> offset;                               // per item: D_k (-1: not finite)
+  std::vector<double> frac;                                 // per item: D_k - d_k
   std::vector<std::pair<double, std::size_t>> candidates;  // next units
 };
+
+//! The exact fill of the items with finite h_k (the others untouched) with up to `amount`
+//! units: for an integer T the units worth <= lowest + T are, per item, clamp(T - D_k, 0,
+//! cap_k) with D_k = ceil(h_k - lowest), counted in 128-bit integers; a binary search finds the
+//! largest T whose units fit, and the rest goes to the next units (all worth in (T, T + 1]),
+//! cheapest (largest D_k - d_k) first, ties lowest index. O(n log range). Returns the units placed.
+inline token_count fill_finite(std::span<const double> h, double lowest, std::span<const token_count> cap, token_count amount,
+                               std::span<token_count> z, water_fill_scratch& scratch) {
+  __extension__ using wide = __int128;
+  const std::size_t n = cap.size();
+  // offsets beyond 2^100 are dearer than every unit of an item at offset 0 (caps < 2^63)
+  constexpr double far = 0x1p100;
+  auto& offset = scratch.offset;  // D_k as a double (an integer <= 2^100)
+  auto& frac = scratch.frac;    // D_k - d_k in [0, 1): larger is cheaper within one integer step
+  offset.assign(n, -1.0);
+  frac.assign(n, 0.0);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (!std::isfinite(h[k]) || cap[k] <= 0) continue;
+    const double d = std::min(h[k] - lowest, far);
+    offset[k] = std::ceil(d);
+    frac[k] = offset[k] - d;
+  }
+  const auto room = [&](std::size_t k) { return static_cast<wide>(cap[k] - z[k]); };  // z holds the -inf items' units
+  const auto units_upto = [&](wide T) {
+    wide total = 0;
+    for (std::size_t k = 0; k < n; ++k)
+      if (offset[k] >= 0) total += std::clamp<wide>(T - static_cast<wide>(offset[k]), 0, room(k));
+    return total;
+  };
+  const wide q = amount;
+  wide lo = -1, hi = static_cast<wide>(far) + (static_cast<wide>(1) << 64);  // units_upto(lo) = 0 <= q
+  if (units_upto(hi) <= q) lo = hi;
+  while (hi - lo > 1) {
+    const wide mid = lo + (hi - lo) / 2;
+    (units_upto(mid) <= q ? lo : hi) = mid;
+  }
+  token_count placed = 0;
+  auto& next = scratch.candidates;
+  next.clear();
+  for (std::size_t k = 0; k < n; ++k) {
+    if (offset[k] < 0) continue;
+    const wide d = static_cast<wide>(offset[k]), r = room(k);
+    const auto units = static_cast<token_count>(std::clamp<wide>(lo - d, 0, r));
+    if (lo >= d && lo - d < r) next.emplace_back(-frac[k], k);  // its next unit is worth <= lowest + lo + 1
+    z[k] += units;
+    placed += units;
+  }
+  const auto rest = static_cast<std::size_t>(std::min<wide>(q - placed, static_cast<wide>(next.size())));
+  std::partial_sort(next.begin(), next.begin() + static_cast<std::ptrdiff_t>(rest), next.end());
+  for (std::size_t t = 0; t < rest; ++t) ++z[next[t].second];
+  return placed + static_cast<token_count>(rest);
+}
 
 //! Writes to `z` (size n) the Q cheapest units over items with bases `base`, slope `slope`
 //! and capacities `cap` (all size n); see the file comment.
@@ -70,90 +120,26 @@ inline void water_fill(std::span<const double> base, double slope, std::span<con
     }
     return;
   }
+  // Items with h_k = -inf come first and items with h_k = +inf (or NaN) last, each group in
+  // index order (their units all tie); the finite ones are placed exactly in between.
   auto& h = scratch.start;
   h.resize(n);
   constexpr double inf = std::numeric_limits<double>::infinity();
+  double lowest = inf;
   for (std::size_t k = 0; k < n; ++k) {
     h[k] = base[k] / slope;
     if (std::isnan(h[k])) h[k] = inf;
+    if (std::isfinite(h[k]) && room_of(k) > 0) lowest = std::min(lowest, h[k]);
   }
-  // Continuous level L*: sweep the breakpoints h_k (item k starts) and h_k + cap_k (item k
-  // full) of the items with finite h_k; -inf when there are none, the last breakpoint when
-  // they hold fewer than Q units (the rest then comes from the repairs below).
-  auto& events = scratch.events;
-  events.clear();
-  for (std::size_t k = 0; k < n; ++k) {
-    if (room_of(k) == 0 || !std::isfinite(h[k])) continue;
-    events.emplace_back(h[k], +1);
-    events.emplace_back(h[k] + static_cast<double>(cap[k]), -1);
-  }
-  std::sort(events.begin(), events.end());
-  const auto q = static_cast<double>(amount);
-  double level = events.empty() ? -inf : events.back().first;
-  if (!events.empty()) {
-    double filled = 0, prev = events.front().first;
-    int active = 0;
-    for (const auto& [at, delta] : events) {
-      const double next = filled + active * (at - prev);
-      if (active > 0 && next >= q) {
-        level = prev + (q - filled) / active;
-        break;
-      }
-      filled = next;
-      prev = at;
-      active += delta;
-    }
-  }
-  // Every unit worth <= L*, the room clamped to [0, cap_k] before it becomes an integer.
-  token_count placed = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    const double room = level - h[k];
-    const token_count c = room_of(k);
-    z[k] = !(room > 0) ? 0 : room >= static_cast<double>(c) ? c : std::min(c, static_cast<token_count>(std::floor(room)));
-    placed += z[k];
-  }
-  if (placed > amount + static_cast<token_count>(n)) {  // not a rounding error: start over
-    std::fill(z.begin(), z.end(), token_count{0});
-    placed = 0;
-  }
-  const auto last = [&](std::size_t k) { return h[k] + static_cast<double>(z[k]); };      // dearest placed unit
-  const auto next = [&](std::size_t k) { return h[k] + static_cast<double>(z[k] + 1); };  // cheapest unplaced one
-  // The dearest placed unit (ties: highest index) and the cheapest unplaced one (ties: lowest); n if none.
-  const auto dearest = [&] {
-    std::size_t worst = n;
-    for (std::size_t k = 0; k < n; ++k)
-      if (z[k] > 0 && (worst == n || last(k) >= last(worst))) worst = k;
-    return worst;
+  std::fill(z.begin(), z.end(), token_count{0});
+  token_count left = amount;
+  const auto fill_in_order = [&](auto&& wanted) {
+    for (std::size_t k = 0; k < n && left > 0; ++k)
+      if (wanted(h[k])) z[k] = std::min(room_of(k), left), left -= z[k];
   };
-  const auto cheapest = [&] {
-    std::size_t best = n;
-    for (std::size_t k = 0; k < n; ++k)
-      if (z[k] < room_of(k) && (best == n || next(k) < next(best))) best = k;
-    return best;
-  };
-  // Too many: drop the dearest units (at most n of them).
-  for (; placed > amount; --placed) --z[dearest()];
-  // Too few: add the cheapest next units, up to one per item per round (one round when the
-  // floors are right).
-  auto& cand = scratch.candidates;
-  while (placed < amount) {
-    cand.clear();
-    for (std::size_t k = 0; k < n; ++k)
-      if (z[k] < room_of(k)) cand.emplace_back(next(k), k);
-    const auto take = std::min(static_cast<std::size_t>(amount - placed), cand.size());
-    std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(take), cand.end());
-    for (std::size_t t = 0; t < take; ++t) ++z[cand[t].second];
-    placed += static_cast<token_count>(take);
-  }
-  // Exchange: while a placed unit is dearer than an unplaced one, swap them (at most Q times).
-  for (token_count swaps = 0; swaps < amount; ++swaps) {
-    const std::size_t out = dearest(), in = cheapest();
-    if (out == n || in == n) break;
-    const double vo = last(out), vi = next(in);
-    if (vo < vi || (vo == vi && out <= in)) break;  // (value, index) order: already the cheapest set
-    --z[out];
-    ++z[in];
-  }
+  fill_in_order([&](double x) { return x == -inf; });
+  if (left > 0 && lowest < inf) left -= fill_finite(h, lowest, cap, left, z, scratch);
+  fill_in_order([&](double x) { return x == inf; });
 }
 
 //! Level form: writes to `share` (size m) the shares of `amount` units over bins of loads
