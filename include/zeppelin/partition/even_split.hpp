@@ -22,6 +22,7 @@
 #include <zeppelin/partition/partitioner.hpp>
 #include <zeppelin/schedule/zigzag.hpp>
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -38,7 +39,12 @@ struct even_split {
     std::vector<rank_index> ring(static_cast<std::size_t>(t.num_ranks()));
     for (rank_index r = 0; r < t.num_ranks(); ++r) ring[static_cast<std::size_t>(r)] = r;
     const group_index g = out.group_for(ring);
-    out.reserve(2 * static_cast<std::size_t>(b.size()));
+    // a sequence of L tokens makes min(L, 2G) non-empty chunks: reserve the average per rank,
+    // not 2 x sequences on every rank (512 GB of address space at 8192 ranks and 1M sequences)
+    std::size_t chunks = 0;
+    for (sequence_index s = 0; s < b.size(); ++s)
+      chunks += static_cast<std::size_t>(std::min<token_count>(b.length(s), 2 * static_cast<token_count>(t.num_ranks())));
+    out.reserve(chunks / static_cast<std::size_t>(t.num_ranks()) + 2);
     zigzag_dealer dealer(t.num_ranks());
     for (sequence_index s = 0; s < b.size(); ++s) out.add_zigzag(s, b.length(s), ring, g, 0, dealer.next(b.length(s)));
     out.require_capacity();
