@@ -27,7 +27,9 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace zeppelin_tool {
@@ -58,32 +60,37 @@ std::vector<std::string> as_strings(const Names& names) {
   return {names.begin(), names.end()};
 }
 
-nlohmann::ordered_json to_json(const zeppelin::plan& p) {
-  using json = nlohmann::ordered_json;  // keys in the documented order
-  json ranks = json::array();
+// Writes the plan as one line of compact JSON (the format of the file comment), shard by
+// shard: memory stays O(1) beyond the plan, so a plan of a million sequences streams out
+// instead of building gigabytes of JSON values first. Strings go through nlohmann's escaping.
+void write_plan_json(std::ostream& out, const zeppelin::plan& p) {
+  const auto str = [](std::string_view s) { return nlohmann::json(std::string(s)).dump(); };
+  out << "{\"method\":" << str(p.method) << ",\"topology\":{\"nodes\":" << p.nodes << ",\"gpus_per_node\":" << p.gpus_per_node
+      << "},\"capacity\":" << p.capacity << ",\"micro_batches\":" << p.micro_batches() << ",\"ranks\":[";
   for (zeppelin::rank_index r = 0; r < p.num_ranks(); ++r) {
-    json shards = json::array();
-    for (const auto& s : p.placements[static_cast<std::size_t>(r)].shards)
-      shards.push_back({{"seq", s.seq},
-                        {"begin", s.range.begin},
-                        {"end", s.range.end},
-                        {"group", s.group == zeppelin::no_group ? json(nullptr) : json(s.group)},
-                        {"micro_batch", s.micro_batch}});
-    ranks.push_back({{"rank", r}, {"node", r / p.gpus_per_node}, {"shards", std::move(shards)}});
+    out << (r ? "," : "") << "{\"rank\":" << r << ",\"node\":" << r / p.gpus_per_node << ",\"shards\":[";
+    bool first = true;
+    for (const auto& s : p.placements[static_cast<std::size_t>(r)].shards) {
+      out << (first ? "" : ",") << "{\"seq\":" << s.seq << ",\"begin\":" << s.range.begin << ",\"end\":" << s.range.end
+          << ",\"group\":";
+      if (s.group == zeppelin::no_group) out << "null";
+      else out << s.group;
+      out << ",\"micro_batch\":" << s.micro_batch << "}";
+      first = false;
+    }
+    out << "]}";
   }
-  json groups = json::array();
-  for (const auto& g : p.groups)
-    groups.push_back({{"id", g.id},
-                      {"zone", std::string(zeppelin::to_string(g.zone))},
-                      {"collective", std::string(zeppelin::to_string(g.collective))},
-                      {"ranks", g.ranks}});
-  return {{"method", p.method},
-          {"topology", {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}}},
-          {"capacity", p.capacity},
-          {"micro_batches", p.micro_batches()},
-          {"ranks", std::move(ranks)},
-          {"groups", std::move(groups)},
-          {"notes", p.notes}};
+  out << "],\"groups\":[";
+  for (std::size_t i = 0; i < p.groups.size(); ++i) {
+    const auto& g = p.groups[i];
+    out << (i ? "," : "") << "{\"id\":" << g.id << ",\"zone\":" << str(zeppelin::to_string(g.zone))
+        << ",\"collective\":" << str(zeppelin::to_string(g.collective)) << ",\"ranks\":[";
+    for (std::size_t k = 0; k < g.ranks.size(); ++k) out << (k ? "," : "") << g.ranks[k];
+    out << "]}";
+  }
+  out << "],\"notes\":[";
+  for (std::size_t i = 0; i < p.notes.size(); ++i) out << (i ? "," : "") << str(p.notes[i]);
+  out << "]}\n";
 }
 
 void print_summary(const zeppelin::plan& p, const zeppelin::batch& b, const zeppelin::topology& t) {
@@ -137,7 +144,7 @@ void add_plan_command(CLI::App& app) {
                                 zeppelin::links::nvlink_h100(), zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
     const zeppelin::plan p = zeppelin::partition(make_partitioner(*args, t), b, t);
     zeppelin::validate(p, b, t);
-    if (args->json) std::cout << to_json(p).dump() << '\n';
+    if (args->json) write_plan_json(std::cout, p);
     else print_summary(p, b, t);
   });
 }
