@@ -26,6 +26,8 @@
 #include <zeppelin/program.hpp>
 #include <zeppelin/sim/methods.hpp>
 
+#include "../common/cli_integers.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -35,6 +37,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -287,12 +290,13 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(method_names));
   app.add_option("--lengths", o.lengths, "file of sequence lengths, one per line")->required()->check(CLI::ExistingFile);
   app.add_option("--cluster", o.cluster, "cluster preset: a, b, c, wlb, hydraulis")->check(CLI::IsMember({"a", "b", "c", "wlb", "hydraulis"}));
-  app.add_option("--nodes", o.nodes, "nodes N")->check(CLI::Range(1, 64));
-  app.add_option("--gpus-per-node", o.gpus_per_node, "ranks per node P (default: the preset's)")->check(CLI::Range(1, 64));
-  app.add_option("--heads", o.heads, "query heads")->check(CLI::Range(1, 1024));
-  app.add_option("--kv-heads", o.kv_heads, "key/value heads (divides heads)")->check(CLI::Range(1, 1024));
-  app.add_option("--head-dim", o.head_dim, "head dimension")->check(CLI::Range(1, 1024));
-  app.add_option("--seed", o.seed, "seed of the random tensors");
+  using example_cli::add_integer_option;
+  add_integer_option(&app, "--nodes", o.nodes, "nodes N")->check(CLI::Range(1, 64));
+  add_integer_option(&app, "--gpus-per-node", o.gpus_per_node, "ranks per node P (default: the preset's)")->check(CLI::Range(1, 64));
+  add_integer_option(&app, "--heads", o.heads, "query heads")->check(CLI::Range(1, 1024));
+  add_integer_option(&app, "--kv-heads", o.kv_heads, "key/value heads (divides heads)")->check(CLI::Range(1, 1024));
+  add_integer_option(&app, "--head-dim", o.head_dim, "head dimension")->check(CLI::Range(1, 1024));
+  add_integer_option(&app, "--seed", o.seed, "seed of the random tensors");
   app.add_option("--slack", o.slack, "capacity headroom over the average tokens per GPU (as zeppelin simulate)")
       ->check(CLI::Range(0.0, 1e6));
   app.add_flag("--fp32", o.fp32, "run in fp32 (default fp64)");
@@ -318,6 +322,10 @@ int main(int argc, char** argv) {
                 p.groups.size(), p.micro_batches(), o.fp32 ? "fp32" : "fp64");
     for (const auto& note : p.notes) std::printf("note: %s\n", note.c_str());
     return o.fp32 ? run<float>(o, b, p, t, po) : run<double>(o, b, p, t, po);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory: every rank's Q, K, V and the dense reference of this batch do not fit in this "
+                 "machine's memory\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << '\n';
     return 2;

@@ -219,9 +219,10 @@ void run_simulate(const simulate_options& o) {
     double comm = 0, idle = 0;
     for (const auto& br : s.ranks) comm += br.exposed_comm_s, idle += br.idle_s;
     const double n = static_cast<double>(s.ranks.size());
-    std::printf("%-22s %10.1f %10.0f %7.2fx %6.3f %6.2f %8.1f %9.1f %9.1f\n", r.name.c_str(), s.step_time_s * 1e3,
-                s.tokens_per_s, te > 0 ? te / s.step_time_s : 0.0, s.efficiency, s.imbalance, s.cross_node_bytes / 1e9,
-                comm / n * 1e3, idle / n * 1e3);
+    char speedup[16] = "       -";  // no TE CP run to compare with
+    if (te > 0) std::snprintf(speedup, sizeof speedup, "%7.2fx", te / s.step_time_s);
+    std::printf("%-22s %10.1f %10.0f %s %6.3f %6.2f %8.1f %9.1f %9.1f\n", r.name.c_str(), s.step_time_s * 1e3, s.tokens_per_s,
+                speedup, s.efficiency, s.imbalance, s.cross_node_bytes / 1e9, comm / n * 1e3, idle / n * 1e3);
   }
   for (const auto& [name, reason] : refused) std::printf("%-22s refused: %s\n", name.c_str(), reason.c_str());
   std::printf("\nlower bound (perfect balance, no exposed communication): %.1f ms; comm/idle: mean per rank\n",
