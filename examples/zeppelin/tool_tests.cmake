@@ -60,11 +60,11 @@ zeppelin_add_cli_test(tool.rejects_negative_seed EXIT_CODE 105 STDERR "--seed: '
   COMMAND ${zeppelin_tool_cmd} sample --dataset github --tokens 1000 --seed -1)
 
 # A method whose execution program is over the library's limits (TE CP's zigzag of 80
-# sequences over 256 GPUs: 2.1e7 shard pairs) is listed as refused while the others run; alone
+# sequences over 512 GPUs: 8.4e7 shard pairs) is listed as refused while the others run; alone
 # it is an error that names the numbers.
 zeppelin_add_cli_test(tool.simulate_lists_refused_method EXIT_CODE 0
-  STDOUT "hybrid_dp .*te_cp +refused: execution program too large.*shard_pairs=20889680"
-  COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 32 --methods te_cp,hybrid_dp)
+  STDOUT "hybrid_dp .*te_cp +refused: execution program too large.*shard_pairs=83722320"
+  COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 64 --methods te_cp,hybrid_dp)
 zeppelin_add_cli_test(tool.simulate_refuses_oversized_program EXIT_CODE 1
-  STDERR "execution program too large.*max_shard_pairs=16777216"
-  COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 32 --method te_cp)
+  STDERR "execution program too large.*max_shard_pairs=67108864"
+  COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 64 --method te_cp)

@@ -82,9 +82,10 @@ struct program_options {
   std::int64_t max_member_rounds = std::int64_t{1} << 20;
   //! Largest sum over groups and sequences of (the sequence's shards in the group)^2: each
   //! (query shard, key shard) pair makes up to three attention blocks, held by the ring
-  //! schedule and the launches. 2^24 (TE CP's zigzag of 40 sequences over 256 GPUs: 10.5M,
-  //! under 3 GB) keeps a program within a few GB; beyond it make_program throws resource_limit.
-  std::int64_t max_shard_pairs = std::int64_t{1} << 24;
+  //! schedule and the launches. 2^26 keeps a program within a few GB (TE CP's zigzag of 8192
+  //! documents of 512 tokens over 32 GPUs: 3.3e7 pairs, 2.6 GB); beyond it make_program
+  //! throws resource_limit.
+  std::int64_t max_shard_pairs = std::int64_t{1} << 26;
   friend bool operator==(const program_options&, const program_options&) = default;
 };
 

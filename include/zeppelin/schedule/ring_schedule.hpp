@@ -23,7 +23,7 @@
 // overlap full(Q x K) when K precedes Q, nothing otherwise. Empty blocks are left out. Blocks
 // of (p, o) are listed query shard by query shard (p's layout order), then key shard (o's
 // layout order). Sizes are in tokens.
-// Cost: O(G + S log S + B log B) time and O(G + S + B) memory for S group shards and B
+// Cost: O(G + S log S + B) time and O(G + S + B) memory for S group shards and B
 // blocks: only shards of the same sequence are paired, and only pairs that compute are stored.
 // Host-only builder (std::vector); no range-v3, so nvcc compiles it in host code.
 #pragma once
@@ -137,7 +137,7 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
 //! Throws invalid_argument when g is not a group of p, a group rank is out of range or repeated,
 //! a shard of g sits on a rank outside g or outside its sequence, or the group's shards of a
 //! sequence do not tile [0, length) exactly (the exact-cover guarantee needs a tiling).
-//! Cost: O(G + S log S + B log B) for S group shards and B emitted blocks.
+//! Cost: O(G + S log S + B) for S group shards and B emitted blocks.
 [[nodiscard]] inline ring_schedule make_ring_schedule(const plan& p, const batch& b, group_index g,
                                                       std::int32_t micro_batch = 0) {
   using std::size_t;
@@ -224,10 +224,12 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
   std::stable_sort(occurrences.begin(), occurrences.end(), [](const occurrence& x, const occurrence& y) { return x.seq < y.seq; });
 
   // per position: its blocks tagged with their origin, emitted query shard by query shard and,
-  // per query shard, key shard by key shard in (origin, layout) order; a stable sort by origin
-  // then gives each pair's blocks in the documented order
+  // per query shard, key shard by key shard in (origin, layout) order; a stable counting sort
+  // by origin (over the origins present) then gives each pair's blocks in the documented order
   std::vector<std::pair<std::int32_t, attention_block>> row;
   std::vector<attention_block> scratch;
+  std::vector<std::size_t> slot_of(static_cast<size_t>(G), 0);  // per origin: next free index in the pair's run
+  std::vector<std::int32_t> origins;
   s.pair_begin.push_back(0);
   for (std::int32_t pos = 0; pos < G; ++pos) {
     row.clear();
@@ -240,15 +242,23 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
         for (const attention_block& blk : scratch) row.emplace_back(it->position, blk);
       }
     }
-    std::stable_sort(row.begin(), row.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (i == 0 || row[i].first != row[i - 1].first) {
-        if (i > 0) s.pair_begin.push_back(s.block_list.size());
-        s.pair_key.push_back(static_cast<std::int64_t>(pos) * G + row[i].first);
-      }
-      s.block_list.push_back(row[i].second);
+    if (row.empty()) continue;
+    origins.clear();
+    for (const auto& [origin, blk] : row)
+      if (slot_of[static_cast<size_t>(origin)]++ == 0) origins.push_back(origin);
+    std::sort(origins.begin(), origins.end());
+    const std::size_t base = s.block_list.size();
+    std::size_t at = base;
+    for (const std::int32_t o : origins) {
+      const std::size_t count = slot_of[static_cast<size_t>(o)];
+      slot_of[static_cast<size_t>(o)] = at;
+      s.pair_key.push_back(static_cast<std::int64_t>(pos) * G + o);
+      at += count;
+      s.pair_begin.push_back(at);
     }
-    if (!row.empty()) s.pair_begin.push_back(s.block_list.size());
+    s.block_list.resize(at);
+    for (const auto& [origin, blk] : row) s.block_list[slot_of[static_cast<size_t>(origin)]++] = blk;
+    for (const std::int32_t o : origins) slot_of[static_cast<size_t>(o)] = 0;
   }
   return s;
 }

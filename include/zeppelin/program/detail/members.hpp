@@ -65,21 +65,29 @@ template <class RegionSize>
   return out;
 }
 
-//! The rank row of group-buffer row `row` of a member.
-[[nodiscard]] inline token_count rank_row_of(const member& m, token_count row) {
+//! The index of the run of a member holding group-buffer row `row`.
+[[nodiscard]] inline std::size_t run_of(const member& m, token_count row) {
   const auto it = std::upper_bound(m.runs.begin(), m.runs.end(), row, [](token_count x, const row_run& r) { return x < r.to_row; });
   ZEPPELIN_EXPECTS(it != m.runs.begin() && row < std::prev(it)->to_row + std::prev(it)->rows,
                    "program: a block row outside its group buffer", {{"row", double(row)}});
-  const row_run& r = *std::prev(it);
-  return r.from_row + (row - r.to_row);
+  return static_cast<std::size_t>(std::prev(it) - m.runs.begin());
 }
 
 //! `blocks` with query rows moved into the rank's rows of member `m` and key rows shifted
 //! by `key_base` (the row of the key buffer's first row in the held arena).
 inline void append_launch_blocks(const member& m, std::span<const attention_block> blocks, token_count key_base,
                                  std::vector<attention_block>& out) {
+  // a pair's blocks come query shard by query shard in layout order: try the run of the
+  // previous block and the next one before searching
+  std::size_t hint = 0;
+  const auto in_run = [&](std::size_t i, token_count row) {
+    return i < m.runs.size() && m.runs[i].to_row <= row && row < m.runs[i].to_row + m.runs[i].rows;
+  };
+  out.reserve(out.size() + blocks.size());
   for (attention_block b : blocks) {
-    b.q_row = rank_row_of(m, b.q_row);
+    if (!in_run(hint, b.q_row)) hint = in_run(hint + 1, b.q_row) ? hint + 1 : run_of(m, b.q_row);
+    const row_run& r = m.runs[hint];
+    b.q_row = r.from_row + (b.q_row - r.to_row);
     b.kv_row += key_base;
     out.push_back(b);
   }
