@@ -57,7 +57,6 @@ class flows_in_flight {
       on_port_[static_cast<std::size_t>(p)].push_back(f);
       mark(p);
     }
-    ++active_;
   }
 
   //! Re-shares the components touched by a start or a drain since the last call (else the
@@ -103,7 +102,6 @@ class flows_in_flight {
         mark(p);
       }
       free_.push_back(f);
-      --active_;
     }
     std::sort(drained_order_.begin(), drained_order_.end());
     for (const auto& [order, task] : drained_order_) drained_.push_back(task);
@@ -112,9 +110,6 @@ class flows_in_flight {
 
   //! The largest (sum of rates / capacity) any port has carried so far (<= 1).
   [[nodiscard]] double max_port_utilization() const noexcept { return max_port_utilization_; }
-
-  //! Flows moving bytes now.
-  [[nodiscard]] std::size_t active() const noexcept { return active_; }
 
  private:
   struct flow {
@@ -234,7 +229,6 @@ class flows_in_flight {
   std::vector<std::int32_t> drained_;
   std::vector<std::pair<std::int64_t, std::int32_t>> drained_order_;
   std::int64_t next_order_ = 0;
-  std::size_t active_ = 0;
   double max_port_utilization_ = 0;
 };
 
