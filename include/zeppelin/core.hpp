@@ -7,7 +7,9 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/model.hpp>
+#include <zeppelin/core/micro_batch.hpp>
 #include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/parallel_layout.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology.hpp>

@@ -1,0 +1,25 @@
+// zeppelin/schedule/pipeline/schedule_policy.hpp
+// The concept every pipeline schedule policy models.
+//   in : stages P (>= 1) and the tokens of each micro-batch, in the order they enter the
+//        pipeline (micro-batches may differ in size; none is padded)
+//   out: a pipeline_schedule (pipeline_schedule.hpp) that validate() accepts
+// Models: gpipe (gpipe.hpp), one_f_one_b (one_f_one_b.hpp), interleaved_one_f_one_b
+// (interleaved.hpp). Policies are small value types: configuration lives in their members.
+// nvcc-safe (host-only).
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/schedule/pipeline/pipeline_schedule.hpp>
+
+#include <concepts>
+#include <span>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+template <class S>
+concept pipeline_schedule_policy = std::regular<S> && requires(const S& s, int stages, std::span<const token_count> tokens) {
+  { s.build(stages, tokens) } -> std::same_as<pipeline_schedule>;
+};
+
+ZEPPELIN_NAMESPACE_END
