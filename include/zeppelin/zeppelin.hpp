@@ -3,6 +3,7 @@
 // planning headers that use range-v3): include it from .cpp files, not from .cu files.
 #pragma once
 
+#include <zeppelin/checkpoint.hpp>
 #include <zeppelin/comm.hpp>
 #include <zeppelin/core.hpp>
 #include <zeppelin/cost.hpp>
