@@ -1,12 +1,18 @@
 // zeppelin/cost.hpp
 // All of cost/: causal pair counts, attention and linear FLOPs, achieved-throughput tables,
-// attention / GEMM time models, transfer sizes and the link model. nvcc-safe.
+// attention / GEMM time models, transfer sizes and the link model, CP shares, layer splits,
+// profile fits, pipeline stage time and memory. nvcc-safe.
 #pragma once
 
 #include <zeppelin/cost/attention_flops.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/cp_shares.hpp>
+#include <zeppelin/cost/layer_split.hpp>
 #include <zeppelin/cost/link_model.hpp>
+#include <zeppelin/cost/pipeline_memory.hpp>
+#include <zeppelin/cost/quadratic_fit.hpp>
+#include <zeppelin/cost/stage_time.hpp>
 #include <zeppelin/cost/step_work.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
 #include <zeppelin/cost/linear_time_model.hpp>
