@@ -9,6 +9,10 @@
 #include <zeppelin/sim/lower_bound.hpp>
 #include <zeppelin/sim/methods.hpp>
 #include <zeppelin/sim/options.hpp>
+#include <zeppelin/sim/pipeline_peak_memory.hpp>
+#include <zeppelin/sim/pipeline_result.hpp>
+#include <zeppelin/sim/pipeline_simulator.hpp>
+#include <zeppelin/sim/pipeline_trace.hpp>
 #include <zeppelin/sim/result.hpp>
 #include <zeppelin/sim/simulate.hpp>
 #include <zeppelin/sim/sm_contention.hpp>

@@ -70,6 +70,9 @@ enum class task_kind : std::uint8_t {
   dkv = 6,                 //!< flow: dK/dV of a backward ring round (or a reduce-scatter step)
   remap = 7,               //!< flow: hidden states between the attention and the token-balanced layout
   join = 8,                //!< marker
+  activation = 9,          //!< flow: a pipeline stage's output activation to the next stage
+  gradient = 10,           //!< flow: a pipeline stage's input gradient to the previous stage
+  gradient_sync = 11,      //!< flow: a step of the data-parallel gradient all-reduce ring
 };
 
 [[nodiscard]] constexpr std::string_view to_string(task_kind k) noexcept {
@@ -83,6 +86,9 @@ enum class task_kind : std::uint8_t {
     case task_kind::dkv: return "dkv";
     case task_kind::remap: return "remap";
     case task_kind::join: return "join";
+    case task_kind::activation: return "activation";
+    case task_kind::gradient: return "gradient";
+    case task_kind::gradient_sync: return "gradient_sync";
   }
   return "?";
 }
