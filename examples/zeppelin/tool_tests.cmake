@@ -68,3 +68,28 @@ zeppelin_add_cli_test(tool.simulate_lists_refused_method EXIT_CODE 0
 zeppelin_add_cli_test(tool.simulate_refuses_oversized_program EXIT_CODE 1
   STDERR "execution program too large.*max_shard_pairs=67108864"
   COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 64 --method te_cp)
+
+# `zeppelin pipeline`: the JSON schema of the issue, a trace file, and bad input.
+zeppelin_add_cli_test(tool.pipeline_json EXIT_CODE 0
+  STDOUT "\"bubble_ratio\".*\"iteration_s\".*\"ops\":..\\{\"chunk\":0,\"mb\":0,\"op\":\"F\"\\}.*\"peak_memory_gib\":.[0-9].*\"schedule\":\"1f1b\",\"stages\":4"
+  COMMAND ${zeppelin_tool_cmd} pipeline --schedule 1f1b --stages 4 --micro-batch-tokens 4096,8192,2048+2048,16384 --model 7b
+          --cluster c --json)
+zeppelin_add_cli_test(tool.pipeline_interleaved EXIT_CODE 0 STDOUT "interleaved, 4 stages x 2 chunks, 7 micro-batches.*iteration"
+  COMMAND ${zeppelin_tool_cmd} pipeline --schedule interleaved --virtual-stages 2 --stages 4 --checkpoint selective:2
+          --micro-batch-tokens 4096,4096,4096,4096,4096,4096,4096)
+zeppelin_add_cli_test(tool.pipeline_trace EXIT_CODE 0 STDOUT "gpipe, 2 stages"
+  COMMAND ${zeppelin_tool_cmd} pipeline --schedule gpipe --stages 2 --micro-batch-tokens 1024,2048
+          --trace ${CMAKE_CURRENT_BINARY_DIR}/pipeline_trace.json)
+zeppelin_add_cli_test(tool.pipeline_rejects_zero_stages EXIT_CODE 1 STDERR "at least 1 .*pp=0"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 0)
+zeppelin_add_cli_test(tool.pipeline_rejects_more_stages_than_layers EXIT_CODE 1 STDERR "more stages than layers .*layers=32, parts=40"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 40 --model 7b)
+zeppelin_add_cli_test(tool.pipeline_rejects_micro_batch_over_memory EXIT_CODE 1
+  STDERR "stage 0 runs out of GPU memory at micro-batch 0.*GiB"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 4 --micro-batch-tokens 131072)
+zeppelin_add_cli_test(tool.pipeline_rejects_unknown_schedule EXIT_CODE 1 STDERR "unknown pipeline schedule 'zb' \\(valid: gpipe, 1f1b, interleaved\\)"
+  COMMAND ${zeppelin_tool_cmd} pipeline --schedule zb)
+zeppelin_add_cli_test(tool.pipeline_rejects_bad_checkpoint EXIT_CODE 1 STDERR "unknown checkpoint policy 'some'"
+  COMMAND ${zeppelin_tool_cmd} pipeline --checkpoint some)
+zeppelin_add_cli_test(tool.pipeline_rejects_bad_tokens EXIT_CODE 1 STDERR "--micro-batch-tokens must be positive integers.*micro_batch=1"
+  COMMAND ${zeppelin_tool_cmd} pipeline --micro-batch-tokens 10,0)

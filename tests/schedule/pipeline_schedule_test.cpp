@@ -154,3 +154,13 @@ TEST_CASE("schedule policies reject bad input with the value", "[schedule][pipel
   CHECK_THROWS_WITH(interleaved_one_f_one_b{.virtual_stages = 0}.build(2, ok), Catch::Contains("model chunk"));
   CHECK_THROWS_AS(one_f_one_b{}.build(1 << 20, std::vector<token_count>(100, 1)), resource_limit);
 }
+
+TEST_CASE("schedules chosen at run time by name build the same schedules", "[schedule][pipeline]") {
+  const std::vector<token_count> tokens{3, 1, 4, 1, 5};
+  CHECK(make_pipeline_schedule(pipeline_schedule_kind_by_name("gpipe")).build(3, tokens) == gpipe{}.build(3, tokens));
+  CHECK(make_pipeline_schedule(pipeline_schedule_kind_by_name("1f1b")).build(3, tokens) == one_f_one_b{}.build(3, tokens));
+  CHECK(make_pipeline_schedule(pipeline_schedule_kind_by_name("interleaved"), 3).build(3, tokens) ==
+        interleaved_one_f_one_b{.virtual_stages = 3}.build(3, tokens));
+  CHECK_THROWS_WITH(pipeline_schedule_kind_by_name("zb"), Catch::Contains("unknown pipeline schedule 'zb'") && Catch::Contains("1f1b"));
+  CHECK_THROWS_WITH(make_pipeline_schedule(pipeline_schedule_kind::gpipe, 2), Catch::Contains("interleaved schedule only"));
+}

@@ -3,6 +3,7 @@
 // and validate(). nvcc-safe (host-only data and functions).
 #pragma once
 
+#include <zeppelin/schedule/pipeline/any_schedule.hpp>
 #include <zeppelin/schedule/pipeline/gpipe.hpp>
 #include <zeppelin/schedule/pipeline/interleaved.hpp>
 #include <zeppelin/schedule/pipeline/one_f_one_b.hpp>
