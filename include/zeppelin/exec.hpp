@@ -9,6 +9,7 @@
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/exec/host_backend.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
+#include <zeppelin/exec/pipeline_runner.hpp>
 #include <zeppelin/exec/plan_agreement.hpp>
 #include <zeppelin/exec/relayout.hpp>
 #include <zeppelin/exec/transport.hpp>
