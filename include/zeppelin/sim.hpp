@@ -5,7 +5,9 @@
 #pragma once
 
 #include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/dedicated_link_engine.hpp>
 #include <zeppelin/sim/event_engine.hpp>
+#include <zeppelin/sim/link_sharing.hpp>
 #include <zeppelin/sim/lower_bound.hpp>
 #include <zeppelin/sim/methods.hpp>
 #include <zeppelin/sim/options.hpp>

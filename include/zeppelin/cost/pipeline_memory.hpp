@@ -151,15 +151,21 @@ struct pipeline_memory_model {
   //! are recomputed in backward (they keep only their input); on the LM-head chunk plus the
   //! final norm's input and output and the logits.
   [[nodiscard]] double activation_bytes(token_count tokens, const stage_slice& slice, int recomputed_layers) const {
-    check(slice);
     ZEPPELIN_EXPECTS(tokens >= 0, "token counts must be non-negative", {{"tokens", double(tokens)}});
+    return static_cast<double>(tokens) * activation_bytes_per_token(slice, recomputed_layers);
+  }
+
+  //! activation_bytes() per token of the micro-batch (it is linear in tokens): what a
+  //! schedule walk computes once per (chunk, recomputed layers) and scales by tokens.
+  [[nodiscard]] double activation_bytes_per_token(const stage_slice& slice, int recomputed_layers) const {
+    check(slice);
     ZEPPELIN_EXPECTS(recomputed_layers >= 0 && recomputed_layers <= slice.layers, "recomputed layers must lie in [0, slice layers]",
                      {{"recomputed_layers", double(recomputed_layers)}, {"slice_layers", double(slice.layers)}});
     double per_token = (slice.layers - recomputed_layers) * activation_bytes_per_token_layer() +
                        recomputed_layers * checkpoint_bytes_per_token_layer();
     if (slice.lm_head)
       per_token += 2 * checkpoint_bytes_per_token_layer() + settings.logits_bytes * model.vocab / layout.tp;
-    return static_cast<double>(tokens) / layout.cp * per_token;
+    return per_token / layout.cp;
   }
 
   //! The transient of recomputing one layer in backward: one layer's full activations of a

@@ -63,13 +63,19 @@ template <checkpoint_policy C>
     peak.peak_bytes = peak.model_state_bytes;
     double held = 0;
     int in_flight = 0;
+    // bytes per token kept by each (chunk, recomputed layers) of this stage, computed once
+    std::vector<std::vector<double>> per_token(static_cast<std::size_t>(s.virtual_stages));
     const auto& ops = s.ops[static_cast<std::size_t>(p)];
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const pipeline_op& op = ops[i];
       if (!is_compute(op.kind)) continue;
       const stage_slice& slice = slices[static_cast<std::size_t>(op.chunk * s.stages + p)];
       const int r = recomputed_layers_at(checkpoint, slices, s.stages, p, op.chunk, op.micro_batch);
-      const double kept = memory.activation_bytes(op.tokens, slice, r);
+      auto& row = per_token[static_cast<std::size_t>(op.chunk)];
+      if (row.empty()) row.assign(static_cast<std::size_t>(slice.layers) + 1, -1.0);
+      double& rate = row[static_cast<std::size_t>(r)];
+      if (rate < 0) rate = memory.activation_bytes_per_token(slice, r);
+      const double kept = static_cast<double>(op.tokens) * rate;
       double now = 0;
       if (op.kind == pipeline_op_kind::forward) {
         held += kept;

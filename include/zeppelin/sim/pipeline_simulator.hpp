@@ -22,7 +22,9 @@
 //     DP replicas with a ring (2 (dp - 1) steps of bytes / dp, parameters x gradient bytes
 //     per GPU); Megatron-LM also reduces over CP, which changes the ring size, not its
 //     per-GPU traffic, by a factor (n - 1) / n.
-//   - memory (sim/pipeline_peak_memory.hpp) is checked before anything runs.
+//   - memory (sim/pipeline_peak_memory.hpp) is checked before anything runs; a schedule
+//     from a policy that is not valid_by_construction (schedule/pipeline/schedule_policy.hpp)
+//     goes through validate() first.
 // Errors: invalid_argument for replicas != dp, an empty replica, an invalid micro-batch,
 // more stages than layers, a topology with fewer GPUs than the layout, bad options;
 // infeasible when a stage's peak memory exceeds the capacity (naming stage, micro-batch,
@@ -43,6 +45,7 @@
 #include <zeppelin/schedule/pipeline/schedule_policy.hpp>
 #include <zeppelin/schedule/pipeline/validate.hpp>
 #include <zeppelin/sim/event_engine.hpp>
+#include <zeppelin/sim/link_sharing.hpp>
 #include <zeppelin/sim/pipeline_peak_memory.hpp>
 #include <zeppelin/sim/pipeline_result.hpp>
 
@@ -92,10 +95,11 @@ class stage_time_table {
 }  // namespace detail
 
 //! Simulates one iteration (see the file comment).
-template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T>
+template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, link_sharing L = shared_links>
 [[nodiscard]] pipeline_sim_result simulate_pipeline(std::span<const std::vector<micro_batch>> replicas, const S& schedule_policy,
                                                     const C& checkpoint, const T& time_model, const pipeline_memory_model& memory,
-                                                    const topology& topo, const pipeline_sim_options& options = {}) {
+                                                    const topology& topo, const pipeline_sim_options& options = {},
+                                                    const L& links = {}) {
   const parallel_layout& layout = memory.layout;
   validate(layout);
   ZEPPELIN_EXPECTS(replicas.size() == static_cast<std::size_t>(layout.dp), "one micro-batch list per data-parallel replica is needed",
@@ -116,7 +120,7 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T>
     tokens.reserve(replicas[r].size());
     for (const micro_batch& mb : replicas[r]) tokens.push_back(mb.tokens());
     result.schedules.push_back(schedule_policy.build(P, tokens));
-    (void)validate(result.schedules.back());
+    if constexpr (!schedule_valid_by_construction<S>) (void)validate(result.schedules.back());
   }
   const int V = result.schedules.front().virtual_stages;
   const std::vector<stage_slice> slices = split_model(memory.model, P * V);
@@ -139,7 +143,13 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T>
     }
   }
 
-  event_engine engine(topo, stream_policy::in_order, options.link);
+  auto engine = links.make_engine(topo, options.link);
+  if constexpr (requires { engine.reserve(std::size_t{}, std::size_t{}); }) {
+    std::size_t ops = 0;
+    for (const auto& s : result.schedules)
+      for (const auto& stage : s.ops) ops += stage.size();
+    engine.reserve(ops / 2, ops / 2 + 2 * static_cast<std::size_t>(layout.dp) * static_cast<std::size_t>(P));
+  }
   const double boundary_bytes_per_token = memory.checkpoint_bytes_per_token_layer() / layout.cp;
   std::vector<std::vector<task_id>> last_backward(replicas.size(), std::vector<task_id>(static_cast<std::size_t>(P), no_task));
   for (std::size_t r = 0; r < replicas.size(); ++r) {

@@ -41,9 +41,10 @@ struct any_pipeline_schedule {
   [[nodiscard]] pipeline_schedule build(int stages, std::span<const token_count> tokens) const {
     return std::visit([&](const auto& p) { return p.build(stages, tokens); }, policy);
   }
+  static constexpr bool valid_by_construction = true;  // every alternative is
   friend bool operator==(const any_pipeline_schedule&, const any_pipeline_schedule&) = default;
 };
-static_assert(pipeline_schedule_policy<any_pipeline_schedule>);
+static_assert(pipeline_schedule_policy<any_pipeline_schedule> && schedule_valid_by_construction<any_pipeline_schedule>);
 
 //! The policy of kind `k`; `virtual_stages` configures interleaved and must be 1 otherwise.
 //! Throws invalid_argument for virtual_stages != 1 with GPipe or 1F1B.

@@ -30,8 +30,9 @@ struct gpipe {
     return detail::assemble_pipeline(pipeline_schedule_kind::gpipe, stages, 1, tokens, order,
                                      std::vector<int>(static_cast<std::size_t>(stages), m));
   }
+  static constexpr bool valid_by_construction = true;
   friend bool operator==(const gpipe&, const gpipe&) = default;
 };
-static_assert(pipeline_schedule_policy<gpipe>);
+static_assert(pipeline_schedule_policy<gpipe> && schedule_valid_by_construction<gpipe>);
 
 ZEPPELIN_NAMESPACE_END

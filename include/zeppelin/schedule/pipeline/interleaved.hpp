@@ -72,8 +72,9 @@ struct interleaved_one_f_one_b {
     }
     return detail::assemble_pipeline(pipeline_schedule_kind::interleaved, stages, v, tokens, order, std::move(bound));
   }
+  static constexpr bool valid_by_construction = true;
   friend bool operator==(const interleaved_one_f_one_b&, const interleaved_one_f_one_b&) = default;
 };
-static_assert(pipeline_schedule_policy<interleaved_one_f_one_b>);
+static_assert(pipeline_schedule_policy<interleaved_one_f_one_b> && schedule_valid_by_construction<interleaved_one_f_one_b>);
 
 ZEPPELIN_NAMESPACE_END

@@ -41,8 +41,9 @@ struct one_f_one_b {
     }
     return detail::assemble_pipeline(pipeline_schedule_kind::one_f_one_b, stages, 1, tokens, order, std::move(bound));
   }
+  static constexpr bool valid_by_construction = true;
   friend bool operator==(const one_f_one_b&, const one_f_one_b&) = default;
 };
-static_assert(pipeline_schedule_policy<one_f_one_b>);
+static_assert(pipeline_schedule_policy<one_f_one_b> && schedule_valid_by_construction<one_f_one_b>);
 
 ZEPPELIN_NAMESPACE_END

@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <vector>
 
@@ -56,14 +55,14 @@ class pipeline_checker {
     group_slots_.assign(P, {});
     in_flight_.assign(P, 0);
     result_.max_in_flight.assign(P, 0);
-    std::deque<int> ready;
+    std::vector<int> ready;  // a FIFO of stages to advance: ready[next..]
     std::vector<char> queued(P, 1);
     for (int p = 0; p < s_.stages; ++p) ready.push_back(p);
-    while (!ready.empty()) {
-      const int p = ready.front();
-      ready.pop_front();
+    for (std::size_t next = 0; next < ready.size(); ++next) {
+      const int p = ready[next];
       queued[static_cast<std::size_t>(p)] = 0;
-      for (const int peer : advance(p))
+      advance(p);
+      for (const int peer : woken_)
         if (!queued[static_cast<std::size_t>(peer)]) queued[static_cast<std::size_t>(peer)] = 1, ready.push_back(peer);
     }
     for (int p = 0; p < s_.stages; ++p) {
@@ -85,7 +84,7 @@ class pipeline_checker {
   static constexpr std::uint8_t forward_done = 1, backward_done = 2, activation_in = 4, gradient_in = 8;
 
   struct posted {
-    pipeline_op op;
+    const pipeline_op* op;
     int stage;
   };
 
@@ -144,9 +143,9 @@ class pipeline_checker {
     }
   }
 
-  // Runs stage p as far as it can; returns the stages whose posted groups it added to.
-  std::vector<int> advance(int p) {
-    std::vector<int> woken;
+  // Runs stage p as far as it can; woken_ lists the stages whose posted groups it added to.
+  void advance(int p) {
+    woken_.clear();
     const auto& ops = stage_ops(p);
     std::size_t& i = position_[static_cast<std::size_t>(p)];
     const int last_virtual = s_.stages * s_.virtual_stages - 1;
@@ -181,12 +180,12 @@ class pipeline_checker {
         slots.clear();
         while (end < ops.size() && !is_compute(ops[end].kind)) {
           slots.push_back(post(p, end));
-          woken.push_back(ops[end].peer);
+          woken_.push_back(ops[end].peer);
           ++end;
         }
       }
       for (const slot& sl : slots)
-        if ((sl.send ? receives_ : sends_)[sl.pair].size() <= sl.index) return woken;
+        if ((sl.send ? receives_ : sends_)[sl.pair].size() <= sl.index) return;
       for (std::size_t j = i; j < end; ++j) {
         if (ops[j].kind == pipeline_op_kind::receive_activation) flags(p, ops[j]) |= activation_in;
         if (ops[j].kind == pipeline_op_kind::receive_gradient) flags(p, ops[j]) |= gradient_in;
@@ -194,7 +193,6 @@ class pipeline_checker {
       i = end;
       end = npos;
     }
-    return woken;
   }
 
   std::size_t pair(int from, int to) const { return static_cast<std::size_t>(from) * std::size_t(s_.stages) + std::size_t(to); }
@@ -214,17 +212,17 @@ class pipeline_checker {
       fail("a gradient sent before its backward ran", p, i);
     auto& mine = is_send(op.kind) ? sends_[pair(p, op.peer)] : receives_[pair(op.peer, p)];
     auto& theirs = is_send(op.kind) ? receives_[pair(p, op.peer)] : sends_[pair(op.peer, p)];
-    mine.push_back({op, p});
+    mine.push_back({&op, p});
     const std::size_t n = mine.size() - 1;
     if (n < theirs.size()) check_match(is_send(op.kind) ? mine[n] : theirs[n], is_send(op.kind) ? theirs[n] : mine[n], p, i);
     return {is_send(op.kind) ? pair(p, op.peer) : pair(op.peer, p), n, is_send(op.kind)};
   }
 
   void check_match(const posted& send, const posted& receive, int p, std::size_t i) const {
-    const bool activation = send.op.kind == pipeline_op_kind::send_activation;
+    const bool activation = send.op->kind == pipeline_op_kind::send_activation;
     const pipeline_op_kind expected = activation ? pipeline_op_kind::receive_activation : pipeline_op_kind::receive_gradient;
-    const int from = s_.virtual_stage(send.stage, send.op.chunk), to = s_.virtual_stage(receive.stage, receive.op.chunk);
-    if (receive.op.kind != expected || send.op.micro_batch != receive.op.micro_batch || send.op.tokens != receive.op.tokens ||
+    const int from = s_.virtual_stage(send.stage, send.op->chunk), to = s_.virtual_stage(receive.stage, receive.op->chunk);
+    if (receive.op->kind != expected || send.op->micro_batch != receive.op->micro_batch || send.op->tokens != receive.op->tokens ||
         to != from + (activation ? 1 : -1))
       fail("the n-th send between two stages does not match the n-th receive", p, i);
   }
@@ -232,6 +230,7 @@ class pipeline_checker {
   const pipeline_schedule& s_;
   std::vector<std::uint8_t> state_;
   std::vector<std::vector<posted>> sends_, receives_;
+  std::vector<int> woken_;
   std::vector<std::size_t> position_, group_end_;
   std::vector<std::vector<slot>> group_slots_;
   std::vector<int> in_flight_;

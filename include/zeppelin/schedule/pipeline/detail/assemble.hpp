@@ -144,12 +144,19 @@ inline pipeline_schedule assemble_pipeline(pipeline_schedule_kind kind, int stag
     for (std::size_t i = 0; i < o.size(); ++i)
       (o[i].kind == pipeline_op_kind::forward ? forward_index : backward_index)[at(o[i].chunk * stages + p, o[i].micro_batch)] = i;
   }
-  // sends_before[p][i]: the sends stage p posts in the group before its compute i (i == size:
-  // the trailing group), each with the place of its consumer, to keep them in timeline order.
-  std::vector<std::vector<std::vector<std::pair<place, pipeline_op>>>> sends_before(static_cast<std::size_t>(stages));
-  for (int p = 0; p < stages; ++p) sends_before[static_cast<std::size_t>(p)].resize(order[static_cast<std::size_t>(p)].size() + 1);
+  // Per stage: each send with the group it joins (before compute g; g == size: the trailing
+  // group) and its consumer's place, bucketed by group (counting sort), then the op list.
+  struct pending_send {
+    std::size_t group;
+    place consumer;
+    pipeline_op op;
+  };
+  std::vector<pending_send> sends, bucketed;
+  std::vector<std::size_t> group_begin;
   for (int p = 0; p < stages; ++p) {
     const auto& o = order[static_cast<std::size_t>(p)];
+    const auto& mine = start[static_cast<std::size_t>(p)];
+    sends.clear();
     for (std::size_t i = 0; i < o.size(); ++i) {
       const compute_step& c = o[i];
       const int v = c.chunk * stages + p;
@@ -161,28 +168,35 @@ inline pipeline_schedule assemble_pipeline(pipeline_schedule_kind kind, int stag
       const place consumer{start[static_cast<std::size_t>(q)][j], q, j};
       // the group stage p is in when the consumer is about to run: before p's first compute
       // placed after the consumer (never before i + 1: the producer ran first)
-      const auto& mine = start[static_cast<std::size_t>(p)];
-      std::size_t lo = i + 1, hi = mine.size();  // places along a stage only grow: bisect
+      // places along a stage only grow; the group is usually a step or two away: gallop, then bisect
+      std::size_t lo = i + 1, hi = lo, step = 1;
+      while (hi < mine.size() && place{mine[hi], p, hi} < consumer) lo = hi + 1, hi += step, step *= 2;
+      hi = std::min(hi, mine.size());
       while (lo < hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
         if (place{mine[mid], p, mid} < consumer) lo = mid + 1;
         else hi = mid;
       }
-      const std::size_t g = lo;
-      sends_before[static_cast<std::size_t>(p)][g].push_back(
-          {consumer, {forward ? pipeline_op_kind::send_activation : pipeline_op_kind::send_gradient, c.micro_batch, c.chunk, q,
-                      tokens[static_cast<std::size_t>(c.micro_batch)]}});
+      sends.push_back({lo, consumer,
+                       {forward ? pipeline_op_kind::send_activation : pipeline_op_kind::send_gradient, c.micro_batch, c.chunk, q,
+                        tokens[static_cast<std::size_t>(c.micro_batch)]}});
     }
-  }
-  for (int p = 0; p < stages; ++p) {
-    const auto& o = order[static_cast<std::size_t>(p)];
+    group_begin.assign(o.size() + 2, 0);
+    for (const pending_send& x : sends) ++group_begin[x.group + 1];
+    for (std::size_t g = 1; g < group_begin.size(); ++g) group_begin[g] += group_begin[g - 1];
+    bucketed.resize(sends.size());
+    {
+      std::vector<std::size_t> fill(group_begin.begin(), group_begin.end() - 1);
+      for (const pending_send& x : sends) bucketed[fill[x.group]++] = x;
+    }
     auto& ops = s.ops[static_cast<std::size_t>(p)];
-    ops.reserve(o.size() * 2);
+    ops.reserve(o.size() + sends.size() * 2);
     const int down = (p + 1) % stages, up = (p + stages - 1) % stages;
     for (std::size_t i = 0; i <= o.size(); ++i) {
-      auto& sends = sends_before[static_cast<std::size_t>(p)][i];
-      std::sort(sends.begin(), sends.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (const auto& [consumer, op] : sends) ops.push_back(op);
+      const auto first = bucketed.begin() + static_cast<std::ptrdiff_t>(group_begin[i]);
+      const auto last = bucketed.begin() + static_cast<std::ptrdiff_t>(group_begin[i + 1]);
+      std::sort(first, last, [](const pending_send& a, const pending_send& b) { return a.consumer < b.consumer; });
+      for (auto x = first; x != last; ++x) ops.push_back(x->op);
       if (i == o.size()) break;
       const compute_step& c = o[i];
       const int v = c.chunk * stages + p;
