@@ -163,6 +163,12 @@ TEST_CASE("data parallel replicas wait for the slowest; imbalance degrees follow
   const double big = 8192.0 * 8193 / 2, small = 2 * (4096.0 * 4097 / 2);
   CHECK(r.attention_imbalance == Approx(big / ((2 * big + 2 * small) / 4)));
   CHECK(r.latency_imbalance == Approx(1.0));  // within each replica the micro-batches are equal (x PP / M = 1)
+  // one micro-batch twice as slow as the three others, PP 2: max x PP / total = 2 x 2 / 5
+  const std::vector<std::vector<micro_batch>> skewed{{{{2000}, {}}, {{1000}, {}}, {{1000}, {}}, {{1000}, {}}}};
+  const fitted_stage_time linear{{0, 1e-3, 0}, {0, 2e-3, 0}, 32};
+  const auto memory1 = memory_for(models::llama_7b(), {1, 1, 2, 1});
+  const auto s = simulate_pipeline(skewed, one_f_one_b{}, full_recompute{}, linear, memory1, cluster_c(1), {.memory_capacity_bytes = unlimited});
+  CHECK(s.latency_imbalance == Approx(0.8));
   CHECK(r.iteration_s > 0);
   std::ostringstream trace;
   write_pipeline_trace(trace, r);

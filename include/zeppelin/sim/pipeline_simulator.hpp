@@ -254,6 +254,7 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
   // micro-batch of the global batch; forward latency max x PP / total, per replica (the worst).
   double max_pairs = 0, sum_pairs = 0;
   std::size_t count = 0;
+  result.latency_imbalance = 0;
   for (std::size_t r = 0; r < replicas.size(); ++r) {
     const detail::stage_time_table<T> table(time_model, replicas[r], slices);
     double max_latency = 0, total_latency = 0;
