@@ -8,6 +8,9 @@
 #include <zeppelin/schedule/pipeline.hpp>
 
 #include <algorithm>
+#include <set>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -163,4 +166,184 @@ TEST_CASE("schedules chosen at run time by name build the same schedules", "[sch
         interleaved_one_f_one_b{.virtual_stages = 3}.build(3, tokens));
   CHECK_THROWS_WITH(pipeline_schedule_kind_by_name("zb"), Catch::Contains("unknown pipeline schedule 'zb'") && Catch::Contains("1f1b"));
   CHECK_THROWS_WITH(make_pipeline_schedule(pipeline_schedule_kind::gpipe, 2), Catch::Contains("interleaved schedule only"));
+}
+
+namespace {
+// Exhaustive oracle for validate(): explores EVERY interleaving of the stages under NCCL's
+// rendezvous rules (post a whole group; a posted op is matched once its partner is posted; a
+// group completes when all its ops are matched; a forward needs its activation received, a
+// backward its forward and its gradient, a send the op that produced it) and says whether
+// some interleaving runs every op, with matched pairs agreeing and the in-flight bound kept.
+class brute_force_runner {
+ public:
+  explicit brute_force_runner(const pipeline_schedule& s) : s_(s) {}
+  bool completes() {
+    std::vector<std::size_t> pos(static_cast<std::size_t>(s_.stages), 0);
+    std::vector<char> posted(static_cast<std::size_t>(s_.stages), 0);
+    return explore(pos, posted);
+  }
+
+ private:
+  struct replay {
+    bool ok = true;
+    std::vector<std::vector<const pipeline_op*>> sends, receives;  // per ordered pair, posted order
+    std::vector<std::set<std::tuple<int, int, int>>> done;          // per stage: (kind, mb, chunk)
+  };
+  // Rebuild what has happened from the positions (every op before pos ran; the head group is
+  // posted when posted[p]).
+  replay state(const std::vector<std::size_t>& pos, const std::vector<char>& posted) const {
+    replay r;
+    const auto P = static_cast<std::size_t>(s_.stages);
+    r.sends.resize(P * P);
+    r.receives.resize(P * P);
+    r.done.resize(P);
+    for (std::size_t p = 0; p < P; ++p) {
+      const auto& ops = s_.ops[p];
+      std::size_t end = pos[p];
+      if (posted[p])
+        while (end < ops.size() && !is_compute(ops[end].kind)) ++end;
+      for (std::size_t i = 0; i < end; ++i) {
+        const pipeline_op& op = ops[i];
+        if (is_compute(op.kind)) {
+          if (i < pos[p]) r.done[p].insert({static_cast<int>(op.kind), op.micro_batch, op.chunk});
+        } else if (is_send(op.kind)) {
+          r.sends[p * P + static_cast<std::size_t>(op.peer)].push_back(&op);
+        } else {
+          r.receives[static_cast<std::size_t>(op.peer) * P + p].push_back(&op);
+        }
+      }
+    }
+    return r;
+  }
+  bool matched(const replay& r, int p, std::size_t i) const {
+    const pipeline_op& op = s_.ops[static_cast<std::size_t>(p)][i];
+    const auto P = static_cast<std::size_t>(s_.stages);
+    const auto& mine = is_send(op.kind) ? r.sends[static_cast<std::size_t>(p) * P + static_cast<std::size_t>(op.peer)]
+                                        : r.receives[static_cast<std::size_t>(op.peer) * P + static_cast<std::size_t>(p)];
+    const auto& theirs = is_send(op.kind) ? r.receives[static_cast<std::size_t>(p) * P + static_cast<std::size_t>(op.peer)]
+                                          : r.sends[static_cast<std::size_t>(op.peer) * P + static_cast<std::size_t>(p)];
+    const auto n = static_cast<std::size_t>(std::find(mine.begin(), mine.end(), &op) - mine.begin());
+    return n < theirs.size();
+  }
+  bool pairs_agree(const replay& r) const {
+    const auto P = static_cast<std::size_t>(s_.stages);
+    for (std::size_t a = 0; a < P; ++a)
+      for (std::size_t b = 0; b < P; ++b) {
+        const auto& snd = r.sends[a * P + b];
+        const auto& rcv = r.receives[a * P + b];
+        for (std::size_t n = 0; n < std::min(snd.size(), rcv.size()); ++n) {
+          const bool act = snd[n]->kind == pipeline_op_kind::send_activation;
+          const int from = s_.virtual_stage(static_cast<int>(a), snd[n]->chunk), to = s_.virtual_stage(static_cast<int>(b), rcv[n]->chunk);
+          if (rcv[n]->kind != (act ? pipeline_op_kind::receive_activation : pipeline_op_kind::receive_gradient) ||
+              rcv[n]->micro_batch != snd[n]->micro_batch || to != from + (act ? 1 : -1))
+            return false;
+        }
+      }
+    return true;
+  }
+  bool received(const replay& r, int p, pipeline_op_kind kind, int mb, int chunk, std::size_t before) const {
+    const auto& ops = s_.ops[static_cast<std::size_t>(p)];
+    for (std::size_t i = 0; i < before; ++i)
+      if (ops[i].kind == kind && ops[i].micro_batch == mb && ops[i].chunk == chunk) return true;
+    (void)r;
+    return false;
+  }
+  bool explore(std::vector<std::size_t>& pos, std::vector<char>& posted) {
+    const auto key = std::make_pair(pos, posted);
+    if (!seen_.insert(key).second) return false;
+    const replay r = state(pos, posted);
+    if (!pairs_agree(r)) return false;
+    bool all_done = true;
+    const int last_virtual = s_.stages * s_.virtual_stages - 1;
+    for (int p = 0; p < s_.stages; ++p) {
+      const auto& ops = s_.ops[static_cast<std::size_t>(p)];
+      std::size_t& i = pos[static_cast<std::size_t>(p)];
+      if (i == ops.size()) continue;
+      all_done = false;
+      const pipeline_op& op = ops[i];
+      const std::size_t at = i;
+      if (is_compute(op.kind)) {
+        const int v = s_.virtual_stage(p, op.chunk);
+        const auto& done = r.done[static_cast<std::size_t>(p)];
+        const int kind = static_cast<int>(op.kind);
+        bool ok = !done.count({kind, op.micro_batch, op.chunk});
+        if (op.kind == pipeline_op_kind::forward) {
+          ok = ok && (v == 0 || received(r, p, pipeline_op_kind::receive_activation, op.micro_batch, op.chunk, i));
+          int held = 1;
+          for (const auto& [k, mb, c] : done) held += k == 0 ? 1 : -1;
+          ok = ok && held <= s_.in_flight_bound[static_cast<std::size_t>(p)];
+        } else {
+          ok = ok && done.count({0, op.micro_batch, op.chunk}) &&
+               (v == last_virtual || received(r, p, pipeline_op_kind::receive_gradient, op.micro_batch, op.chunk, i));
+        }
+        if (ok) {
+          ++i;
+          if (explore(pos, posted)) return true;
+          i = at;
+        }
+        continue;
+      }
+      char& g = posted[static_cast<std::size_t>(p)];
+      if (!g) {
+        std::size_t end = i;
+        bool producers_ran = true;
+        for (; end < ops.size() && !is_compute(ops[end].kind); ++end)
+          if (is_send(ops[end].kind))
+            producers_ran = producers_ran && r.done[static_cast<std::size_t>(p)].count(
+                                                 {ops[end].kind == pipeline_op_kind::send_activation ? 0 : 1, ops[end].micro_batch,
+                                                  ops[end].chunk});
+        if (!producers_ran) continue;
+        g = 1;
+        if (explore(pos, posted)) return true;
+        g = 0;
+        continue;
+      }
+      std::size_t end = i;
+      bool all_matched = true;
+      for (; end < ops.size() && !is_compute(ops[end].kind); ++end) all_matched = all_matched && matched(r, p, end);
+      if (all_matched) {
+        i = end;
+        g = 0;
+        if (explore(pos, posted)) return true;
+        i = at;
+        g = 1;
+      }
+    }
+    return all_done && pairs_agree(r);
+  }
+
+  const pipeline_schedule& s_;
+  std::set<std::pair<std::vector<std::size_t>, std::vector<char>>> seen_;
+};
+}  // namespace
+
+TEST_CASE("validate agrees with an exhaustive search over every interleaving on tiny schedules", "[schedule][pipeline]") {
+  random_generator g(4242);
+  int accepted = 0, rejected = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int P = static_cast<int>(g.between(1, 3)), M = static_cast<int>(g.between(1, 3));
+    const int V = P == 1 ? static_cast<int>(g.between(1, 2)) : 1;
+    const std::vector<token_count> tokens(static_cast<std::size_t>(M), 16);
+    pipeline_schedule s = trial % 2 ? one_f_one_b{}.build(P, tokens) : interleaved_one_f_one_b{.virtual_stages = V}.build(P, tokens);
+    // perturb: swap two adjacent ops of a random stage a few times, sometimes tighten a bound
+    const int swaps = static_cast<int>(g.between(0, 3));
+    for (int k = 0; k < swaps; ++k) {
+      auto& ops = s.ops[static_cast<std::size_t>(g.between(0, P - 1))];
+      if (ops.size() < 2) continue;
+      const auto at = static_cast<std::size_t>(g.between(0, static_cast<std::int64_t>(ops.size()) - 2));
+      std::swap(ops[at], ops[at + 1]);
+    }
+    if (g.between(0, 5) == 0) s.in_flight_bound[0] = std::max(1, s.in_flight_bound[0] - 1);
+    bool valid = true;
+    try {
+      (void)validate(s);
+    } catch (const invalid_argument&) {
+      valid = false;
+    }
+    CAPTURE(trial, P, M, V, swaps);
+    CHECK(valid == brute_force_runner(s).completes());
+    (valid ? accepted : rejected) += 1;
+  }
+  CHECK(accepted > 50);
+  CHECK(rejected > 50);
 }

@@ -14,7 +14,10 @@
 #include <zeppelin/sim/pipeline_trace.hpp>
 #include <zeppelin/sim/dedicated_link_engine.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -116,6 +119,9 @@ TEST_CASE("full recomputation costs one forward per backward and keeps only laye
   CHECK(full.iteration_s > none.iteration_s);
 }
 
+// InfiniPipe, Eqs. 6-8: M_tot(p, t) = M_ms(p) + sum over the window W_p(t) of M_act, with
+// |W_p| = d_p - p + N_prefill (1-based p; one chunk per sequence here, N_prefill = 1), i.e.
+// min(M, P - p) micro-batches on 0-based stage p, the peak at the end of the warm-up.
 TEST_CASE("1F1B memory peaks where its window is fullest", "[sim][pipeline]") {
   random_generator g(99);
   for (int trial = 0; trial < 20; ++trial) {
@@ -249,4 +255,48 @@ TEST_CASE("the dedicated-link engine runs in-order streams and prices each flow 
   CHECK_THROWS_WITH(bad.compute(99, 1, fwd, 0, {}), Catch::Contains("outside the topology"));
   CHECK_THROWS_WITH(bad.compute(0, -1, fwd, 0, {}), Catch::Contains("non-negative"));
   CHECK_THROWS_WITH(bad.compute(0, 1, fwd, 0, {5}), Catch::Contains("earlier tasks"));
+}
+
+TEST_CASE("variable micro-batches: the simulated iteration equals a direct longest-path recurrence", "[sim][pipeline]") {
+  // Oracle: F(v, k) starts when its stage is free and F(v - 1, k) has ended; B(v, k) when its
+  // stage is free and B(v + 1, k) has ended; each stage runs its compute ops in schedule order.
+  random_generator g(77);
+  const fitted_stage_time linear{{1e-10, 1e-5, 1e-3}, {2e-10, 2e-5, 1e-3}, 1};
+  for (int trial = 0; trial < 30; ++trial) {
+    const int P = static_cast<int>(g.between(1, 6)), M = static_cast<int>(g.between(1, 20));
+    const int V = P >= 2 ? static_cast<int>(g.between(1, 3)) : 1;
+    std::vector<micro_batch> mbs(static_cast<std::size_t>(M));
+    for (auto& mb : mbs) mb.documents = {g.between(100, 20000)};
+    const std::vector<std::vector<micro_batch>> replicas{mbs};
+    const auto memory = memory_for(toy_model(P * V), {1, 1, P, 1});
+    const auto r = simulate_pipeline(replicas, interleaved_one_f_one_b{.virtual_stages = V}, no_recompute{}, linear, memory, free_links(P),
+                                     {.memory_capacity_bytes = unlimited});
+    const auto& s = r.schedules[0];
+    const auto slices = split_model(memory.model, P * V);
+    std::map<std::tuple<int, int, int>, double> end;  // (kind, virtual stage, mb) -> end
+    std::vector<std::size_t> next(static_cast<std::size_t>(P), 0);
+    std::vector<double> free_at(static_cast<std::size_t>(P), 0);
+    bool progress = true;
+    while (progress) {
+      progress = false;
+      for (int p = 0; p < P; ++p)
+        for (auto& i = next[static_cast<std::size_t>(p)]; i < s.ops[static_cast<std::size_t>(p)].size(); ++i) {
+          const pipeline_op& op = s.ops[static_cast<std::size_t>(p)][i];
+          if (!is_compute(op.kind)) continue;
+          const int v = s.virtual_stage(p, op.chunk);
+          const bool fwd = op.kind == pipeline_op_kind::forward;
+          double ready = free_at[static_cast<std::size_t>(p)];
+          if (fwd ? v > 0 : v < P * V - 1) {
+            const auto it = end.find({fwd ? 0 : 1, fwd ? v - 1 : v + 1, op.micro_batch});
+            if (it == end.end()) break;
+            ready = std::max(ready, it->second);
+          }
+          const stage_times t = linear.times(mbs[static_cast<std::size_t>(op.micro_batch)], slices[static_cast<std::size_t>(v)]);
+          free_at[static_cast<std::size_t>(p)] = end[{fwd ? 0 : 1, v, op.micro_batch}] = ready + (fwd ? t.forward : t.backward);
+          progress = true;
+        }
+    }
+    CAPTURE(P, M, V);
+    CHECK(r.iteration_s == Approx(*std::max_element(free_at.begin(), free_at.end())).epsilon(1e-9));
+  }
 }
