@@ -93,3 +93,33 @@ zeppelin_add_cli_test(tool.pipeline_rejects_bad_checkpoint EXIT_CODE 1 STDERR "u
   COMMAND ${zeppelin_tool_cmd} pipeline --checkpoint some)
 zeppelin_add_cli_test(tool.pipeline_rejects_bad_tokens EXIT_CODE 1 STDERR "--micro-batch-tokens must be positive integers.*micro_batch=1"
   COMMAND ${zeppelin_tool_cmd} pipeline --micro-batch-tokens 10,0)
+
+# `zeppelin pack`: every method's JSON schema, conservation on a small stream, bad input.
+foreach(method IN ITEMS original fixed_greedy fixed_exact wlb)
+  zeppelin_add_cli_test(tool.pack_json.${method} EXIT_CODE 0
+    STDOUT "^\\{\"iterations\":.\\{\"micro_batches\":.\\{\"docs\":.[0-9].*\"tokens\":[0-9]+\\}.*\"pending\":.*\"imbalance\":[0-9.]+\\}"
+    COMMAND ${zeppelin_tool_cmd} pack --method ${method} --lengths ${zeppelin_fixtures}/lengths_wlb.txt
+            --micro-batches 2 --max-tokens 1000 --json)
+endforeach()
+# wlb with one queue: the outliers 600 (doc 4) and 700 (doc 9) wait for each other and leave
+# together; 900 and 800 (queue 0 too) are paired in iteration 1.
+zeppelin_add_cli_test(tool.pack_wlb_queues EXIT_CODE 0 STDOUT "wlb: 12 documents, 2 micro-batches x 1000 tokens.*mean imbalance"
+  COMMAND ${zeppelin_tool_cmd} pack --method wlb --queues 1 --lengths ${zeppelin_fixtures}/lengths_wlb.txt
+          --micro-batches 2 --max-tokens 1000)
+zeppelin_add_cli_test(tool.pack_keep_pending EXIT_CODE 0 STDOUT "\"pending\":.[0-9]"
+  COMMAND ${zeppelin_tool_cmd} pack --method wlb --queues 3 --lengths ${zeppelin_fixtures}/lengths_wlb.txt
+          --micro-batches 4 --max-tokens 1000 --keep-pending --json)
+zeppelin_add_cli_test(tool.pack_rejects_document_over_L EXIT_CODE 1
+  STDERR "longer than the micro-batch token limit L.*index=0, length=900, L=850"
+  COMMAND ${zeppelin_tool_cmd} pack --method wlb --lengths ${zeppelin_fixtures}/lengths_wlb.txt
+          --micro-batches 2 --max-tokens 850)
+zeppelin_add_cli_test(tool.pack_rejects_zero_micro_batches EXIT_CODE 1 STDERR "at least 1 micro-batch.*micro_batches=0"
+  COMMAND ${zeppelin_tool_cmd} pack --method original --lengths ${zeppelin_fixtures}/lengths_wlb.txt
+          --micro-batches 0 --max-tokens 1000)
+zeppelin_add_cli_test(tool.pack_rejects_zero_max_tokens EXIT_CODE 1 STDERR "token limit must lie in.*max_tokens=0"
+  COMMAND ${zeppelin_tool_cmd} pack --method fixed_greedy --lengths ${zeppelin_fixtures}/lengths_wlb.txt
+          --micro-batches 2 --max-tokens 0)
+zeppelin_add_cli_test(tool.pack_rejects_unknown_method EXIT_CODE 1
+  STDERR "unknown packing method 'lpt' .valid: original, fixed_greedy, fixed_exact, wlb."
+  COMMAND ${zeppelin_tool_cmd} pack --method lpt --lengths ${zeppelin_fixtures}/lengths_wlb.txt
+          --micro-batches 2 --max-tokens 1000)

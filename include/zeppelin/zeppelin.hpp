@@ -9,6 +9,7 @@
 #include <zeppelin/cost.hpp>
 #include <zeppelin/data.hpp>
 #include <zeppelin/exec.hpp>
+#include <zeppelin/pack.hpp>
 #include <zeppelin/partition.hpp>
 #include <zeppelin/program.hpp>
 #include <zeppelin/remap.hpp>
