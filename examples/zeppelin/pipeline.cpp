@@ -4,7 +4,9 @@
 // In:  --schedule gpipe | 1f1b | interleaved, --stages P, --virtual-stages V (interleaved),
 //      --micro-batch-tokens a,b,c,... (one entry per micro-batch, in pipeline order; an entry
 //      "x+y+z" packs documents x, y, z into one micro-batch, a plain "x" is one document),
-//      --model M, --cluster C, --tp, --cp, --checkpoint none | full | selective:K[,K1,...],
+//      --model M, --cluster C, --tp, --cp, --cp-sharding per_document | per_sequence |
+//      adaptive (how each CP group shares a micro-batch), --checkpoint none | full |
+//      selective:K[,K1,...],
 //      --trace FILE (Chrome / Perfetto JSON), --json.
 // Out: per stage busy, bubble, recompute time and peak memory, the iteration time and bubble
 //      ratio; with --json
@@ -21,6 +23,7 @@
 #include <zeppelin/core/micro_batch.hpp>
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/cost/adaptive_cp_sharding.hpp>
 #include <zeppelin/cost/stage_time.hpp>
 #include <zeppelin/schedule/pipeline.hpp>
 #include <zeppelin/sim/pipeline_simulator.hpp>
@@ -35,6 +38,7 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <variant>
 #include <vector>
 
 namespace zeppelin_tool {
@@ -49,6 +53,7 @@ struct pipeline_options {
   std::string cluster = "c";
   int tp = 1;
   int cp = 1;
+  std::string cp_sharding = "per_document";
   std::string checkpoint = "none";
   std::string trace_file;
   bool json = false;
@@ -86,7 +91,8 @@ void run_pipeline(const pipeline_options& o) {
   const any_pipeline_schedule schedule = make_pipeline_schedule(pipeline_schedule_kind_by_name(o.schedule), o.virtual_stages);
   const any_checkpoint_policy checkpoint = checkpoint_policy_by_name(o.checkpoint);
   const std::vector<std::vector<micro_batch>> replicas{parse_micro_batches(o.micro_batch_tokens)};
-  const analytic_stage_time time = analytic_stage_time::for_gpu(model, cluster.gpu(), o.tp, o.cp);
+  analytic_stage_time time = analytic_stage_time::for_gpu(model, cluster.gpu(), o.tp, o.cp);
+  time.sharding = cp_sharding_by_name(o.cp_sharding, std::get<adaptive_sharding>(time.with_adaptive_sharding().sharding.sharding));
   const pipeline_memory_model memory{model, layout, {}};
   const pipeline_sim_result r = simulate_pipeline(replicas, schedule, checkpoint, time, memory, cluster);
   const pipeline_schedule& s = r.schedules.front();
@@ -150,6 +156,8 @@ void add_pipeline_command(CLI::App& app) {
   cmd->add_option("--cluster", options->cluster, "cluster preset (a, b, c, wlb, hydraulis)")->capture_default_str();
   add_integer_option(cmd, "--tp", options->tp, "tensor-parallel degree inside each stage")->capture_default_str();
   add_integer_option(cmd, "--cp", options->cp, "context-parallel degree inside each stage")->capture_default_str();
+  cmd->add_option("--cp-sharding", options->cp_sharding, "per_document, per_sequence or adaptive (WLB-LLM's per-micro-batch choice)")
+      ->capture_default_str();
   cmd->add_option("--checkpoint", options->checkpoint, "none, full, selective:K or selective:K0,K1,... (layers per stage)")
       ->capture_default_str();
   cmd->add_option("--trace", options->trace_file, "write a Chrome / Perfetto trace with one track per stage");

@@ -4,10 +4,12 @@
 // profile fits, pipeline stage time and memory. nvcc-safe.
 #pragma once
 
+#include <zeppelin/cost/adaptive_cp_sharding.hpp>
 #include <zeppelin/cost/attention_flops.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/cost/cp_shares.hpp>
+#include <zeppelin/cost/cp_sharding.hpp>
 #include <zeppelin/cost/layer_split.hpp>
 #include <zeppelin/cost/link_model.hpp>
 #include <zeppelin/cost/pipeline_memory.hpp>
@@ -18,3 +20,4 @@
 #include <zeppelin/cost/linear_time_model.hpp>
 #include <zeppelin/cost/throughput_table.hpp>
 #include <zeppelin/cost/transfer_bytes.hpp>
+#include <zeppelin/cost/varlen_attention_time.hpp>

@@ -22,6 +22,7 @@
 #include <zeppelin/core/micro_batch.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/cp_sharding.hpp>
 
 #include <cstddef>
 #include <initializer_list>
@@ -34,27 +35,7 @@ ZEPPELIN_NAMESPACE_BEGIN
 //! (see the file header). cp == 1 gives one share holding everything. Throws
 //! invalid_argument for cp < 1 or a length outside [1, max_sequence_length].
 [[nodiscard]] inline std::vector<cp_share> zigzag_cp_shares(std::span<const token_count> documents, int cp) {
-  ZEPPELIN_EXPECTS(cp >= 1, "the CP degree must be at least 1", {{"cp", double(cp)}});
-  std::vector<cp_share> shares(static_cast<std::size_t>(cp));
-  const token_count chunks = 2 * static_cast<token_count>(cp);
-  for (const token_count n : documents) {
-    ZEPPELIN_EXPECTS(n >= 1 && n <= max_sequence_length, "a document length must lie in [1, max_sequence_length]",
-                     {{"length", double(n)}, {"max_sequence_length", double(max_sequence_length)}});
-    const token_count base = n / chunks, extra = n % chunks;
-    // Chunk i starts at i * base + min(i, extra).
-    const auto chunk = [&](token_count i) {
-      const token_count begin = i * base + (i < extra ? i : extra);
-      return token_range{begin, begin + base + (i < extra ? 1 : 0)};
-    };
-    for (token_count r = 0; r < cp; ++r) {
-      cp_share& s = shares[static_cast<std::size_t>(r)];
-      for (const token_range q : {chunk(r), chunk(chunks - 1 - r)}) {
-        s.tokens += q.size();
-        s.pairs += causal_pairs(q, token_range{0, q.end});
-      }
-    }
-  }
-  return shares;
+  return shares_of(per_document_sharding{}.segments(documents, cp));
 }
 
 //! The shares a stage cost model prices for `mb` on a CP group of `cp` ranks: mb.cp_shares

@@ -25,7 +25,10 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
+#include <zeppelin/cost/adaptive_cp_sharding.hpp>
 #include <zeppelin/cost/cp_shares.hpp>
+#include <zeppelin/cost/cp_sharding.hpp>
+#include <zeppelin/cost/varlen_attention_time.hpp>
 #include <zeppelin/cost/layer_split.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
 #include <zeppelin/cost/linear_time_model.hpp>
@@ -60,8 +63,11 @@ concept stage_time_model = requires(const M& m, const micro_batch& mb, const sta
 //! (the embedding is a lookup: 0). CP ranks synchronise every layer (each layer's ring
 //! exchange), so a layer takes the slowest rank's time: forward, backward and layer_forward
 //! are the slowest rank's, and cp_wait = sum over ranks of (slowest - own) / cp, forward
-//! plus backward. Each rank's attention is priced as ONE varlen call over all its query
-//! rows (tile padding of attention_time_model applies to the total rows).
+//! plus backward. Each rank's attention is ONE varlen call over its segments
+//! (cost/varlen_attention_time.hpp: every segment padded to the tile on its own): the
+//! micro-batch's explicit cp_shares, one segment each, or else the segments of `sharding`
+//! (per-document zigzag by default; per-sequence; or WLB-LLM's adaptive choice,
+//! with_adaptive_sharding()).
 struct analytic_stage_time {
   model_config model;
   gpu_spec gpu;
@@ -77,6 +83,16 @@ struct analytic_stage_time {
   //! that remains is in attention_time_model's low-row, launch-bound table entries. Set it
   //! from a measured profile's intercept (fit_quadratic's c) to model host overheads.
   double micro_batch_seconds = 0;
+  //! How the CP group shares a micro-batch without explicit cp_shares (cost/cp_sharding.hpp).
+  any_cp_sharding sharding{per_document_sharding{}};
+
+  //! This model with WLB-LLM's adaptive CP sharding, priced by this model's own tile model
+  //! and per-rank heads.
+  [[nodiscard]] analytic_stage_time with_adaptive_sharding() const {
+    analytic_stage_time t = *this;
+    t.sharding = {adaptive_sharding{.attention = attention, .heads = model.heads / std::max(tp, 1), .head_dim = model.head_dim}};
+    return t;
+  }
 
   //! The FlashAttention-2 tables of `gpu` (attention_time_model::for_gpu), the default
   //! GEMM efficiency and no fixed cost.
@@ -93,7 +109,15 @@ struct analytic_stage_time {
                      {{"slice_layers", double(slice.layers)}, {"model_layers", double(model.layers)}});
     ZEPPELIN_EXPECTS(std::isfinite(micro_batch_seconds) && micro_batch_seconds >= 0,
                      "the per-micro-batch constant must be finite and non-negative", {{"micro_batch_seconds", micro_batch_seconds}});
-    const std::vector<cp_share> shares = micro_batch_cp_shares(mb, cp);
+    validate(mb);
+    cp_segments segments;
+    if (mb.cp_shares.empty()) {
+      segments = sharding.segments(mb.documents, cp);
+    } else {
+      ZEPPELIN_EXPECTS(mb.cp_shares.size() == static_cast<std::size_t>(cp), "a micro-batch needs one CP share per CP rank",
+                       {{"shares", double(mb.cp_shares.size())}, {"cp", double(cp)}});
+      for (const cp_share& share : mb.cp_shares) segments.push_back({{share.tokens, share.pairs}});
+    }
     const int heads = model.heads / tp;
     const double layer_flops = linear_forward_flops_per_token(model) / tp;
     const double head_flops = slice.lm_head ? lm_head_flops_per_token(model) / tp : 0.0;
@@ -102,13 +126,14 @@ struct analytic_stage_time {
       double layer_forward, layer_backward, head_forward, head_backward;
     };
     std::vector<rank_time> ranks;
-    ranks.reserve(shares.size());
+    ranks.reserve(segments.size());
     rank_time slowest{0, 0, 0, 0};
-    for (const cp_share& s : shares) {
-      const double tokens = static_cast<double>(s.tokens);
+    for (const auto& rank : segments) {
+      double tokens = 0;
+      for (const attention_segment& seg : rank) tokens += static_cast<double>(seg.rows);
       const rank_time r{
-          attention.forward_seconds(s.tokens, s.pairs, heads, model.head_dim) + linear.seconds(tokens * layer_flops, gpu),
-          attention.backward_seconds(s.tokens, s.pairs, heads, model.head_dim) + linear.seconds(2 * tokens * layer_flops, gpu),
+          varlen_forward_seconds(attention, rank, heads, model.head_dim) + linear.seconds(tokens * layer_flops, gpu),
+          varlen_backward_seconds(attention, rank, heads, model.head_dim) + linear.seconds(2 * tokens * layer_flops, gpu),
           linear.seconds(tokens * head_flops, gpu), linear.seconds(2 * tokens * head_flops, gpu)};
       ranks.push_back(r);
       slowest = {std::max(slowest.layer_forward, r.layer_forward), std::max(slowest.layer_backward, r.layer_backward),
