@@ -4,8 +4,8 @@
 // In:  --schedule gpipe | 1f1b | interleaved, --stages P, --virtual-stages V (interleaved),
 //      --micro-batch-tokens a,b,c,... (one entry per micro-batch, in pipeline order; an entry
 //      "x+y+z" packs documents x, y, z into one micro-batch, a plain "x" is one document),
-//      --model M, --cluster C, --tp, --cp, --cp-sharding per_document | per_sequence |
-//      adaptive (how each CP group shares a micro-batch), --checkpoint none | full |
+//      --model M, --cluster C, --tp, --cp, --cp-sharding per_document | padding_free |
+//      per_sequence | adaptive (how each CP group shares a micro-batch), --checkpoint none | full |
 //      selective:K[,K1,...],
 //      --trace FILE (Chrome / Perfetto JSON), --json.
 // Out: per stage busy, bubble, recompute time and peak memory, the iteration time and bubble
@@ -156,7 +156,7 @@ void add_pipeline_command(CLI::App& app) {
   cmd->add_option("--cluster", options->cluster, "cluster preset (a, b, c, wlb, hydraulis)")->capture_default_str();
   add_integer_option(cmd, "--tp", options->tp, "tensor-parallel degree inside each stage")->capture_default_str();
   add_integer_option(cmd, "--cp", options->cp, "context-parallel degree inside each stage")->capture_default_str();
-  cmd->add_option("--cp-sharding", options->cp_sharding, "per_document, per_sequence or adaptive (WLB-LLM's per-micro-batch choice)")
+  cmd->add_option("--cp-sharding", options->cp_sharding, "per_document, padding_free, per_sequence or adaptive (WLB-LLM's per-micro-batch choice)")
       ->capture_default_str();
   cmd->add_option("--checkpoint", options->checkpoint, "none, full, selective:K or selective:K0,K1,... (layers per stage)")
       ->capture_default_str();

@@ -126,5 +126,5 @@ zeppelin_add_cli_test(tool.pack_rejects_unknown_method EXIT_CODE 1
 zeppelin_add_cli_test(tool.pipeline_cp_sharding EXIT_CODE 0 STDOUT "TP 1, CP 4 .*iteration"
   COMMAND ${zeppelin_tool_cmd} pipeline --stages 2 --cp 4 --cp-sharding adaptive --micro-batch-tokens 256+256+256+256,8192,512+512)
 zeppelin_add_cli_test(tool.pipeline_rejects_unknown_cp_sharding EXIT_CODE 1
-  STDERR "unknown CP sharding 'ring' \\(valid: per_document, per_sequence, adaptive\\)"
+  STDERR "unknown CP sharding 'ring' \\(valid: per_document, padding_free, per_sequence, adaptive\\)"
   COMMAND ${zeppelin_tool_cmd} pipeline --cp-sharding ring)

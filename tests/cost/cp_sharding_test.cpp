@@ -53,6 +53,23 @@ std::vector<cp_share> brute_force(const std::vector<token_count>& docs, int cp, 
   return out;
 }
 
+// Brute force of the padding-free sharding: divisible part zigzag, tail tokens dealt
+// round-robin with one counter across the micro-batch.
+std::vector<cp_share> brute_force_padding_free(const std::vector<token_count>& docs, int cp) {
+  std::vector<cp_share> out(static_cast<std::size_t>(cp));
+  std::int64_t counter = 0;
+  for (const token_count d : docs) {
+    const token_count divisible = d / (2 * cp) * (2 * cp);
+    const std::vector<int> own = zigzag_owner(divisible, cp);
+    for (token_count q = 0; q < d; ++q) {
+      const int r = q < divisible ? own[static_cast<std::size_t>(q)] : static_cast<int>(counter++ % cp);
+      out[static_cast<std::size_t>(r)].tokens += 1;
+      out[static_cast<std::size_t>(r)].pairs += q + 1;
+    }
+  }
+  return out;
+}
+
 std::vector<token_count> random_docs(random_generator& g, int count, token_count max_length) {
   std::vector<token_count> docs(static_cast<std::size_t>(count));
   for (auto& d : docs) d = g.between(1, max_length);
@@ -69,6 +86,10 @@ TEST_CASE("per-document and per-sequence segments match a token-by-token brute f
     CHECK(shares_of(per_document_sharding{}.segments(docs, cp)) == brute_force(docs, cp, false));
     CHECK(shares_of(per_sequence_sharding{}.segments(docs, cp)) == brute_force(docs, cp, true));
     CHECK(zigzag_cp_shares(docs, cp) == brute_force(docs, cp, false));
+    const auto free = shares_of(padding_free_sharding{}.segments(docs, cp));
+    CHECK(free == brute_force_padding_free(docs, cp));
+    const auto [fewest, most] = std::minmax_element(free.begin(), free.end(), [](const cp_share& a, const cp_share& b) { return a.tokens < b.tokens; });
+    CHECK(most->tokens - fewest->tokens <= 1);  // WLB-LLM: token counts within one
     for (const auto& rank : per_sequence_sharding{}.segments(docs, cp))
       for (const auto& s : rank) CHECK(s.rows >= 1);
   }
@@ -79,6 +100,7 @@ TEST_CASE("with one CP rank both shardings give the documents themselves", "[cos
   const cp_segments expected{{{5, 15}, {1, 1}, {300, 300 * 301 / 2}}};
   CHECK(per_document_sharding{}.segments(docs, 1) == expected);
   CHECK(per_sequence_sharding{}.segments(docs, 1) == expected);
+  CHECK(padding_free_sharding{}.segments(docs, 1) == expected);  // the tail token joins its document
   CHECK_THROWS_WITH(per_sequence_sharding{}.segments(docs, 0), Catch::Contains("CP degree"));
   CHECK_THROWS_WITH(per_document_sharding{}.segments(std::vector<token_count>{0}, 2), Catch::Contains("document length"));
 }
@@ -107,9 +129,12 @@ TEST_CASE("adaptive CP sharding is never slower than either sharding and picks W
     const int cp = static_cast<int>(g.between(2, 8));
     const auto docs = random_docs(g, static_cast<int>(g.between(1, 12)), 16384);
     const double chosen = a.slowest_rank_seconds(a.segments(docs, cp));
-    CHECK(chosen <= a.slowest_rank_seconds(per_document_sharding{}.segments(docs, cp)));
+    CHECK(chosen <= a.slowest_rank_seconds(padding_free_sharding{}.segments(docs, cp)));
     CHECK(chosen <= a.slowest_rank_seconds(per_sequence_sharding{}.segments(docs, cp)));
   }
+  // divisible documents: the padding-free sharding is the zigzag one, every rank's pairs equal
+  const std::vector<token_count> even{4096, 1024, 64};
+  CHECK(padding_free_sharding{}.segments(even, 4) == per_document_sharding{}.segments(even, 4));
   // many short documents: per-document chunks of 32 rows waste 3/4 of every tile
   const std::vector<token_count> short_docs(64, 256);
   CHECK(a.choose(short_docs, 4) == cp_sharding_kind::per_sequence);
@@ -126,8 +151,9 @@ TEST_CASE("the stage model prices the sharding's segments; adaptive is never slo
   const model_config m = models::llama_7b();
   const auto base = analytic_stage_time::for_gpu(m, clusters::cluster_c(1).gpu(), 2, 4);
   const auto adaptive = base.with_adaptive_sharding();
-  auto per_sequence = base;
+  auto per_sequence = base, padding_free = base;
   per_sequence.sharding = {per_sequence_sharding{}};
+  padding_free.sharding = {padding_free_sharding{}};
   const stage_slice slice = split_model(m, 4)[1];
   random_generator g(12);
   int took_the_faster = 0;
@@ -138,7 +164,7 @@ TEST_CASE("the stage model prices the sharding's segments; adaptive is never slo
       const stage_times x = t.times(mb, slice);
       return x.forward + x.backward;
     };
-    const double d = total(base), s = total(per_sequence), x = total(adaptive);
+    const double d = total(padding_free), s = total(per_sequence), x = total(adaptive);
     CHECK((x == d || x == s));  // the adaptive model prices one of the two shardings
     took_the_faster += x == std::min(d, s) ? 1 : 0;
   }

@@ -1,6 +1,7 @@
 // zeppelin/cost/adaptive_cp_sharding.hpp
-// WLB-LLM's adaptive CP sharding: per micro-batch, per-document or per-sequence sharding,
-// whichever makes the CP group's slowest rank faster under the kernel tile model; and the
+// WLB-LLM's adaptive CP sharding: per micro-batch, its per-document (padding-free) or the
+// per-sequence sharding, whichever makes the CP group's slowest rank faster under the
+// kernel tile model; and the
 // three shardings as one run-time value (any_cp_sharding, cp_sharding_by_name).
 //   in : the micro-batch's documents, CP degree; the attention time model (tile and
 //        throughput tables), query heads and head dim it prices with
@@ -28,6 +29,7 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
+//! Which sharding adaptive_sharding chose: padding_free_sharding or per_sequence_sharding.
 enum class cp_sharding_kind : std::uint8_t { per_document = 0, per_sequence = 1 };
 
 struct adaptive_sharding {
@@ -44,12 +46,12 @@ struct adaptive_sharding {
     return slowest;
   }
   [[nodiscard]] cp_sharding_kind choose(std::span<const token_count> documents, int cp) const {
-    const double doc = slowest_rank_seconds(per_document_sharding{}.segments(documents, cp));
+    const double doc = slowest_rank_seconds(padding_free_sharding{}.segments(documents, cp));
     const double seq = slowest_rank_seconds(per_sequence_sharding{}.segments(documents, cp));
     return seq < doc ? cp_sharding_kind::per_sequence : cp_sharding_kind::per_document;
   }
   [[nodiscard]] cp_segments segments(std::span<const token_count> documents, int cp) const {
-    cp_segments doc = per_document_sharding{}.segments(documents, cp);
+    cp_segments doc = padding_free_sharding{}.segments(documents, cp);
     cp_segments seq = per_sequence_sharding{}.segments(documents, cp);
     return slowest_rank_seconds(seq) < slowest_rank_seconds(doc) ? seq : doc;
   }
@@ -59,7 +61,7 @@ static_assert(cp_sharding<adaptive_sharding>);
 
 //! One of the shardings, chosen at run time (a command line: cp_sharding_by_name).
 struct any_cp_sharding {
-  std::variant<per_document_sharding, per_sequence_sharding, adaptive_sharding> sharding;
+  std::variant<per_document_sharding, padding_free_sharding, per_sequence_sharding, adaptive_sharding> sharding;
   [[nodiscard]] cp_segments segments(std::span<const token_count> documents, int cp) const {
     return std::visit([&](const auto& s) { return s.segments(documents, cp); }, sharding);
   }
@@ -67,13 +69,14 @@ struct any_cp_sharding {
 };
 static_assert(cp_sharding<any_cp_sharding>);
 
-//! The sharding called `name`: "per_document", "per_sequence", or "adaptive" (configured
-//! as `adaptive`). Throws invalid_argument listing the valid names for another.
+//! The sharding called `name`: "per_document", "padding_free", "per_sequence", or "adaptive"
+//! (configured as `adaptive`). Throws invalid_argument listing the valid names for another.
 [[nodiscard]] inline any_cp_sharding cp_sharding_by_name(std::string_view name, const adaptive_sharding& adaptive = {}) {
   if (name == "per_document") return {per_document_sharding{}};
+  if (name == "padding_free") return {padding_free_sharding{}};
   if (name == "per_sequence") return {per_sequence_sharding{}};
   if (name == "adaptive") return {adaptive};
-  ZEPPELIN_THROW(invalid_argument, "unknown CP sharding '" + std::string(name) + "' (valid: per_document, per_sequence, adaptive)", {});
+  ZEPPELIN_THROW(invalid_argument, "unknown CP sharding '" + std::string(name) + "' (valid: per_document, padding_free, per_sequence, adaptive)", {});
 }
 
 ZEPPELIN_NAMESPACE_END

@@ -10,6 +10,12 @@
 //     n / (2cp) tokens plus one when i < n % (2cp)), rank r owning chunks r and 2cp-1-r
 //     (TransformerEngine CP's load balancing per sequence; WLB-LLM's per-document sharding);
 //     the two chunks form one segment where they touch (r = cp - 1; every document at cp = 1);
+//   padding_free_sharding: WLB-LLM's per-document sharding without padding: the first
+//     D = 2cp floor(n / 2cp) tokens of every document in 2cp equal zigzag chunks, and the
+//     n - D tail tokens dealt one by one to ranks 0, 1, ..., cp-1, 0, ... with ONE counter
+//     across the micro-batch, so the ranks' token counts differ by at most one and their
+//     pairs are equal on the divisible parts; a rank's ranges of one document that touch
+//     form one segment;
 //   per_sequence_sharding: the packed micro-batch as ONE sequence of T tokens cut into 2 cp
 //     zigzag chunks the same way, each chunk split at document borders into segments
 //     (WLB-LLM's per-sequence sharding: few, long segments, but the ranks' pairs differ);
@@ -97,6 +103,39 @@ struct per_document_sharding {
   friend constexpr bool operator==(const per_document_sharding&, const per_document_sharding&) = default;
 };
 static_assert(cp_sharding<per_document_sharding>);
+
+struct padding_free_sharding {
+  [[nodiscard]] cp_segments segments(std::span<const token_count> documents, int cp) const {
+    detail::check_cp_input(documents, cp);
+    cp_segments out(static_cast<std::size_t>(cp));
+    std::vector<std::vector<token_range>> owned(static_cast<std::size_t>(cp));  // per rank, this document's ranges
+    std::vector<token_range> ranges;
+    std::int64_t counter = 0;  // the round-robin dealer of tail tokens, across the micro-batch
+    const token_count chunks = 2 * static_cast<token_count>(cp);
+    for (const token_count n : documents) {
+      const token_count divisible = n / chunks * chunks;
+      for (int r = 0; r < cp; ++r) {
+        auto& mine = owned[static_cast<std::size_t>(r)];
+        mine.clear();
+        detail::zigzag_ranges(divisible, cp, r, ranges);
+        mine.insert(mine.end(), ranges.begin(), ranges.end());
+      }
+      for (token_count t = divisible; t < n; ++t, ++counter) owned[static_cast<std::size_t>(counter % cp)].push_back({t, t + 1});
+      for (int r = 0; r < cp; ++r) {
+        auto& mine = owned[static_cast<std::size_t>(r)];
+        std::sort(mine.begin(), mine.end(), [](const token_range& a, const token_range& b) { return a.begin < b.begin; });
+        for (std::size_t i = 0; i < mine.size();) {
+          token_range q = mine[i];
+          for (++i; i < mine.size() && mine[i].begin == q.end; ++i) q.end = mine[i].end;
+          out[static_cast<std::size_t>(r)].push_back({q.size(), causal_pairs(q, token_range{0, q.end})});
+        }
+      }
+    }
+    return out;
+  }
+  friend constexpr bool operator==(const padding_free_sharding&, const padding_free_sharding&) = default;
+};
+static_assert(cp_sharding<padding_free_sharding>);
 
 struct per_sequence_sharding {
   [[nodiscard]] cp_segments segments(std::span<const token_count> documents, int cp) const {
