@@ -109,14 +109,12 @@ struct analytic_stage_time {
                      {{"slice_layers", double(slice.layers)}, {"model_layers", double(model.layers)}});
     ZEPPELIN_EXPECTS(std::isfinite(micro_batch_seconds) && micro_batch_seconds >= 0,
                      "the per-micro-batch constant must be finite and non-negative", {{"micro_batch_seconds", micro_batch_seconds}});
-    validate(mb);
     cp_segments segments;
     if (mb.cp_shares.empty()) {
+      validate(mb);
       segments = sharding.segments(mb.documents, cp);
     } else {
-      ZEPPELIN_EXPECTS(mb.cp_shares.size() == static_cast<std::size_t>(cp), "a micro-batch needs one CP share per CP rank",
-                       {{"shares", double(mb.cp_shares.size())}, {"cp", double(cp)}});
-      for (const cp_share& share : mb.cp_shares) segments.push_back({{share.tokens, share.pairs}});
+      for (const cp_share& share : micro_batch_cp_shares(mb, cp)) segments.push_back({{share.tokens, share.pairs}});
     }
     const int heads = model.heads / tp;
     const double layer_flops = linear_forward_flops_per_token(model) / tp;

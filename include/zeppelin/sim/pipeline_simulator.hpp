@@ -152,11 +152,13 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
   }
   const double boundary_bytes_per_token = memory.checkpoint_bytes_per_token_layer() / layout.cp;
   std::vector<std::vector<task_id>> last_backward(replicas.size(), std::vector<task_id>(static_cast<std::size_t>(P), no_task));
+  std::vector<detail::stage_time_table<T>> tables;  // per replica; the imbalance degrees read them too
+  tables.reserve(replicas.size());
   for (std::size_t r = 0; r < replicas.size(); ++r) {
     const auto& mbs = replicas[r];
     const pipeline_schedule& s = result.schedules[r];
     const std::size_t M = mbs.size();
-    const detail::stage_time_table<T> table(time_model, mbs, slices);
+    const detail::stage_time_table<T>& table = tables.emplace_back(time_model, mbs, slices);
     const auto rank_of = [&](int p) { return layout.rank_of({0, 0, p, static_cast<int>(r)}); };
     // the flow bringing (virtual stage, micro-batch) its input; created by the producer's send
     std::vector<task_id> activation_in(static_cast<std::size_t>(P * V) * M, no_task), gradient_in = activation_in;
@@ -256,7 +258,7 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
   std::size_t count = 0;
   result.latency_imbalance = 0;
   for (std::size_t r = 0; r < replicas.size(); ++r) {
-    const detail::stage_time_table<T> table(time_model, replicas[r], slices);
+    const detail::stage_time_table<T>& table = tables[r];
     double max_latency = 0, total_latency = 0;
     for (std::size_t k = 0; k < replicas[r].size(); ++k) {
       double pairs = 0;
