@@ -165,3 +165,38 @@ TEST_CASE("fixed_exact stops at its node limit with resource_limit", "[pack]") {
   REQUIRE(e.value("documents") == 40);
   expect_invalid([&] { (void)fixed_exact{}.solve(lengths, {.micro_batches = 2, .max_tokens = 950}); });
 }
+
+TEST_CASE("fixed_exact's best_within_limit: optimal when the search finishes, the improved greedy start when not", "[pack]") {
+  random_generator rng(77);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int bins = static_cast<int>(rng.between(2, 3));
+    const auto n = static_cast<std::size_t>(rng.between(0, 8));
+    const token_count L = rng.between(20, 100);
+    std::vector<token_count> lengths(n);
+    for (auto& d : lengths) d = rng.between(1, rng.below(3) == 0 ? L : std::max<token_count>(1, L / 3));
+    const packing_limits limits{.micro_batches = bins, .max_tokens = L};
+    const exact_packing got = fixed_exact{}.best_within_limit(lengths, limits);
+    const std::optional<std::int64_t> expected = brute_force(lengths, bins, L);
+    INFO("trial " << trial);
+    REQUIRE(got.optimal);
+    REQUIRE(got.assignment.size() == (expected ? n : 0));
+    if (expected && n > 0) REQUIRE(got.largest_work == *expected);
+    if (expected && n > 0) REQUIRE(max_work(got.assignment, lengths, bins) == *expected);
+    if (expected) REQUIRE(got.largest_work >= got.lower_bound);
+  }
+  // 40 near-equal documents on 7 micro-batches: 1000 nodes do not prove the optimum.
+  std::vector<token_count> lengths(40);
+  for (auto& d : lengths) d = rng.between(900, 1000);
+  const packing_limits limits{.micro_batches = 7, .max_tokens = 6000};
+  const exact_packing capped = fixed_exact{.node_limit = 1000}.best_within_limit(lengths, limits);
+  REQUIRE_FALSE(capped.optimal);
+  REQUIRE(capped.nodes == 1001);
+  REQUIRE(capped.assignment.size() == lengths.size());
+  REQUIRE(max_work(capped.assignment, lengths, 7) == capped.largest_work);
+  REQUIRE(capped.largest_work >= capped.lower_bound);
+  std::vector<token_count> tokens(7, 0);
+  for (std::size_t i = 0; i < lengths.size(); ++i) tokens[static_cast<std::size_t>(capped.assignment[i])] += lengths[i];
+  for (const token_count t : tokens) REQUIRE(t <= 6000);
+  // more nodes never give a worse packing
+  REQUIRE(fixed_exact{.node_limit = 100000}.best_within_limit(lengths, limits).largest_work <= capped.largest_work);
+}

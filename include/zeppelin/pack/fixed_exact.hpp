@@ -5,6 +5,8 @@
 //   minimise max_j sum_i x_ij d_i^2  s.t.  sum_j x_ij = 1,  sum_i x_ij d_i <= L,  x_ij in {0,1}
 //   in : document lengths, N, L (solve); or a stream's arrivals (pack)
 //   out: solve: the micro-batch of each document, or nothing when no packing exists;
+//        best_within_limit: the best packing found within node_limit (anytime, never
+//        resource_limit), its lower bound and whether it is proven optimal;
 //        pack: the optimal packing of the carried and arriving documents. When they cannot
 //        all be packed (more than N L tokens, or no feasible packing), the latest documents
 //        wait for the next iteration, one at a time until the rest can be packed.
@@ -41,6 +43,16 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
+//! What fixed_exact::best_within_limit found: the best packing within the node limit (an
+//! anytime answer, as an ILP solver with a time limit gives) and the proof status.
+struct exact_packing {
+  std::vector<int> assignment;    //!< micro-batch of each document (input order); empty if none was found
+  std::int64_t largest_work = 0;  //!< max over micro-batches of sum d^2 of `assignment`
+  std::int64_t lower_bound = 0;   //!< max(ceil(sum d^2 / N), max d^2): no packing does better
+  bool optimal = false;           //!< the search finished: `assignment` is optimal, or none exists
+  std::int64_t nodes = 0;         //!< search nodes visited
+};
+
 namespace detail {
 
 //! Branch and bound over the placements of documents sorted longest first.
@@ -57,16 +69,45 @@ class fixed_exact_search {
   }
 
   //! The micro-batch of each document (input order), or nullopt if no packing exists.
+  //! Throws resource_limit past the node limit.
   std::optional<std::vector<int>> run() {
+    search_all();
+    if (stopped_)
+      ZEPPELIN_THROW(resource_limit, "the exact packing search exceeded its node limit",
+                     {{"documents", double(length_.size())}, {"micro_batches", double(bins_)}, {"node_limit", double(node_limit_)}});
+    if (best_assignment_.empty() && !length_.empty()) return std::nullopt;
+    return assignment_in_input_order();
+  }
+
+  //! The best packing within the node limit and what is proven about it.
+  exact_packing best_within_limit() {
+    search_all();
+    exact_packing out;
+    out.nodes = nodes_;
+    out.lower_bound = lower_bound_;
+    out.optimal = !stopped_;
+    if (best_assignment_.empty() && !length_.empty()) return out;
+    out.assignment = assignment_in_input_order();
+    out.largest_work = best_;
+    return out;
+  }
+
+  [[nodiscard]] std::int64_t nodes() const noexcept { return nodes_; }
+
+ private:
+  void search_all() {
     const std::size_t n = length_.size();
-    if (n == 0) return std::vector<int>{};
+    if (n == 0) {
+      best_ = 0;
+      return;
+    }
     long double total = 0;
     long double total_tokens = 0;
     for (std::size_t k = 0; k < n; ++k) {
       total += static_cast<long double>(work_[k]);
       total_tokens += static_cast<long double>(length_[k]);
     }
-    if (total_tokens > static_cast<long double>(max_tokens_) * static_cast<long double>(bins_)) return std::nullopt;
+    if (total_tokens > static_cast<long double>(max_tokens_) * static_cast<long double>(bins_)) return;
     // Feasible so far: each bin holds <= L tokens, so its work <= L^2 and the average fits.
     const auto average = static_cast<std::int64_t>(std::ceil(total / static_cast<long double>(bins_)));
     lower_bound_ = std::max(average, work_.front());
@@ -75,15 +116,14 @@ class fixed_exact_search {
     load_.assign(bins_, 0);
     current_.assign(n, -1);
     if (best_ > lower_bound_) search(0, 0);
-    if (best_assignment_.empty()) return std::nullopt;
-    std::vector<int> out(n);
-    for (std::size_t k = 0; k < n; ++k) out[order_[k]] = best_assignment_[k];
+  }
+
+  [[nodiscard]] std::vector<int> assignment_in_input_order() const {
+    std::vector<int> out(length_.size());
+    for (std::size_t k = 0; k < length_.size(); ++k) out[order_[k]] = best_assignment_[k];
     return out;
   }
 
-  [[nodiscard]] std::int64_t nodes() const noexcept { return nodes_; }
-
- private:
   void greedy_start() {
     std::vector<token_count> tokens(bins_, 0);
     std::vector<std::int64_t> load(bins_, 0);
@@ -102,9 +142,10 @@ class fixed_exact_search {
   }
 
   void search(std::size_t k, std::int64_t current_max) {
-    if (++nodes_ > node_limit_)
-      ZEPPELIN_THROW(resource_limit, "the exact packing search exceeded its node limit",
-                     {{"documents", double(length_.size())}, {"micro_batches", double(bins_)}, {"node_limit", double(node_limit_)}});
+    if (stopped_ || ++nodes_ > node_limit_) {
+      stopped_ = true;
+      return;
+    }
     if (k == length_.size()) {
       best_ = current_max;
       best_assignment_ = current_;
@@ -128,7 +169,7 @@ class fixed_exact_search {
       search(k + 1, next_max);
       tokens_[j] -= length_[k];
       load_[j] -= work_[k];
-      if (best_ <= lower_bound_) return;
+      if (best_ <= lower_bound_ || stopped_) return;
     }
   }
 
@@ -145,6 +186,7 @@ class fixed_exact_search {
   std::vector<token_count> tokens_;
   std::vector<std::int64_t> load_;
   std::int64_t nodes_ = 0;
+  bool stopped_ = false;  // the node limit was reached: best_ is not proven optimal
 };
 
 }  // namespace detail
@@ -165,6 +207,15 @@ struct fixed_exact {
     check(limits);
     for (std::size_t i = 0; i < lengths.size(); ++i) check_document({static_cast<std::int64_t>(i), lengths[i]}, limits);
     return detail::fixed_exact_search(lengths, limits.micro_batches, limits.max_tokens, node_limit).run();
+  }
+
+  //! The best packing the search finds within node_limit nodes, never throwing
+  //! resource_limit: the greedy start improved by branch and bound, with the lower bound
+  //! and whether it is proven optimal (see exact_packing). Other errors as solve.
+  [[nodiscard]] exact_packing best_within_limit(std::span<const token_count> lengths, const packing_limits& limits) const {
+    check(limits);
+    for (std::size_t i = 0; i < lengths.size(); ++i) check_document({static_cast<std::int64_t>(i), lengths[i]}, limits);
+    return detail::fixed_exact_search(lengths, limits.micro_batches, limits.max_tokens, node_limit).best_within_limit();
   }
 
   [[nodiscard]] packed_iteration pack(state& s, std::span<const document_ref> arriving, const packing_limits& limits) const {
