@@ -5,7 +5,7 @@
 //      length per line, data/length_file.hpp), --micro-batches N, --max-tokens L,
 //      --queues K (wlb: outlier queues at 1/2, 3/4, 7/8 ... of L; default 2),
 //      --window W (fixed_greedy: global batches packed together; default 1),
-//      --max-wait M (wlb: the longest a document waits, iterations; default 8),
+//      --max-wait M (wlb: the longest a document waits, iterations; default 32),
 //      --keep-pending (do not flush at the end of data), --json.
 // Arrivals: N x L tokens of documents per iteration, in file order.
 // Out: per iteration its micro-batches (documents as file indices, tokens, workload), the
@@ -41,7 +41,7 @@ struct pack_options {
   std::int64_t max_tokens = 131072;
   int queues = 2;
   int window = 1;
-  std::int64_t max_wait = 8;
+  std::int64_t max_wait = wlb{}.max_wait;
   bool keep_pending = false;
   bool json = false;
 };
