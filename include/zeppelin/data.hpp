@@ -7,4 +7,5 @@
 #include <zeppelin/data/length_distribution.hpp>
 #include <zeppelin/data/length_file.hpp>
 #include <zeppelin/data/length_stats.hpp>
+#include <zeppelin/data/power_law.hpp>
 #include <zeppelin/data/sampler.hpp>
