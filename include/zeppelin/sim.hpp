@@ -11,6 +11,8 @@
 #include <zeppelin/sim/lower_bound.hpp>
 #include <zeppelin/sim/methods.hpp>
 #include <zeppelin/sim/options.hpp>
+#include <zeppelin/sim/packed_stream.hpp>
+#include <zeppelin/sim/packing_methods.hpp>
 #include <zeppelin/sim/pipeline_peak_memory.hpp>
 #include <zeppelin/sim/pipeline_result.hpp>
 #include <zeppelin/sim/pipeline_simulator.hpp>
