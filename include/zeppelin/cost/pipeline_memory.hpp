@@ -18,7 +18,9 @@
 //   stage 1: optimizer     P (p + g) + P o / (dp cp)      (Megatron-LM's distributed optimizer)
 //   stage 2: + gradients   P p + P (g + o) / (dp cp)
 //   stage 3: + parameters  P (p + g + o) / (dp cp)
-// with P the parameters per GPU and p, g, o the bytes per parameter of each state.
+// with P the parameters per GPU and p, g, o the bytes per parameter of each state;
+// memory_settings::zero_shards replaces dp cp where states are sharded over other GPUs
+// (Hydraulis: over the whole cluster).
 //
 // Activations, per token and layer, bf16, FlashAttention (no s^2 score matrix), no dropout:
 //   attention: norm input H, QKV GEMM input H, Q K V (heads + 2 kv_heads) head_dim, attention
@@ -42,7 +44,7 @@
 // chunk holding the LM head also keeps the final norm's input and output and the logits
 // (tokens / cp x vocab / tp x logits_bytes) for the loss backward.
 // Errors: invalid_argument for an invalid model or layout, zero_stage outside 0..3, negative
-// or non-finite byte counts, negative tokens, slice layers outside [0, model.layers], or
+// or non-finite byte counts, zero_shards neither 0 nor a finite number >= 1, negative tokens, slice layers outside [0, model.layers], or
 // recomputed layers outside [0, slice.layers].
 // Host-only (model_config holds a string); nvcc-safe as a header.
 #pragma once
@@ -77,11 +79,17 @@ struct memory_settings {
   //! fp32 logits kept for the cross-entropy backward (Megatron-LM's vocab-parallel cross
   //! entropy computes the softmax in fp32).
   double logits_bytes = 4;
+  //! The GPUs one stage's ZeRO-sharded states are spread over; 0: the dp x cp GPUs that hold
+  //! the same parameters (ZeRO, Megatron-LM's distributed optimizer). Hydraulis shards the
+  //! fp32 states of every layer over all N GPUs of the cluster, whatever their scheme: each
+  //! GPU then holds 1/N of the model's, i.e. a stage's / (N / (tp pp)); not an integer in
+  //! general.
+  double zero_shards = 0;
   friend constexpr bool operator==(const memory_settings&, const memory_settings&) = default;
 };
 
-//! Throws invalid_argument for zero_stage outside 0..3 or a byte count that is negative or
-//! not finite.
+//! Throws invalid_argument for zero_stage outside 0..3, a byte count that is negative or
+//! not finite, or zero_shards neither 0 nor a finite number >= 1.
 inline void validate(const memory_settings& s) {
   ZEPPELIN_EXPECTS(s.zero_stage >= 0 && s.zero_stage <= 3, "the ZeRO stage must be 0, 1, 2 or 3", {{"zero_stage", double(s.zero_stage)}});
   const auto ok = [](double b) { return std::isfinite(b) && b >= 0; };
@@ -89,6 +97,8 @@ inline void validate(const memory_settings& s) {
                    "bytes per element must be finite and non-negative",
                    {{"parameter_bytes", s.parameter_bytes}, {"gradient_bytes", s.gradient_bytes},
                     {"optimizer_bytes", s.optimizer_bytes}, {"logits_bytes", s.logits_bytes}});
+  ZEPPELIN_EXPECTS(s.zero_shards == 0 || (std::isfinite(s.zero_shards) && s.zero_shards >= 1),
+                   "ZeRO shards must be 0 (the dp x cp group) or a finite number >= 1", {{"zero_shards", s.zero_shards}});
 }
 
 //! Per-GPU memory of a pipeline stage; see the file header for the formulas.
@@ -115,7 +125,7 @@ struct pipeline_memory_model {
   //! sharding over dp x cp (see the file header).
   [[nodiscard]] double model_state_bytes(const stage_slice& slice) const {
     const double p = parameters(slice);
-    const double shard = static_cast<double>(layout.dp) * layout.cp;
+    const double shard = settings.zero_shards > 0 ? settings.zero_shards : static_cast<double>(layout.dp) * layout.cp;
     const int z = settings.zero_stage;
     const auto part = [&](double bytes, int sharded_from) { return p * bytes / (z >= sharded_from ? shard : 1.0); };
     return part(settings.parameter_bytes, 3) + part(settings.gradient_bytes, 2) + part(settings.optimizer_bytes, 1);
