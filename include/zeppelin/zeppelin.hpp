@@ -16,3 +16,4 @@
 #include <zeppelin/route.hpp>
 #include <zeppelin/schedule.hpp>
 #include <zeppelin/sim.hpp>
+#include <zeppelin/strategy.hpp>

@@ -1,0 +1,13 @@
+// zeppelin/strategy.hpp
+// Umbrella header of Hydraulis' heterogeneous strategies: parallel schemes and their cost
+// models (MaxLen, UtilLen, T(l, P)), the strategy-proposal dynamic program, dispatch across
+// pipelines (stage 1), packing within a pipeline (stage 2) and the per-iteration choice.
+// Host-only.
+#pragma once
+
+#include <zeppelin/strategy/dispatch.hpp>
+#include <zeppelin/strategy/iteration_plan.hpp>
+#include <zeppelin/strategy/parallel_scheme.hpp>
+#include <zeppelin/strategy/pipeline_packing.hpp>
+#include <zeppelin/strategy/scheme_profile.hpp>
+#include <zeppelin/strategy/strategy_proposal.hpp>

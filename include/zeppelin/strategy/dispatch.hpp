@@ -1,0 +1,271 @@
+// zeppelin/strategy/dispatch.hpp
+// Hydraulis' stage 1 of data assignment (section 6.2, Appendix E): dispatch an iteration's
+// sequences across the pipelines of a strategy.
+//   in : the pipelines (one scheme_profile each; pipelines_of(strategy) lists them longest
+//        MaxLen first), the sequences' lengths
+//   out: dispatch_result: per pipeline its sequences (indices into the lengths) and the
+//        lower bound of its latency, and the largest bound (the makespan)
+// A sequence of length l may go to pipeline j when MaxLen(P_j) >= l. The latency of a
+// pipeline holding sequences l_i is bounded below by Hydraulis' Eq. 2:
+//   LB_j = sum_i (a l_i^2 + b l_i) + c + (PP_j - 1) T_j(max_i l_i)    (0 when empty)
+// (every sequence's work, at least one micro-batch's constant, and the bubble of the
+// longest micro-batch, which is at least the longest sequence). Both policies minimise the
+// largest LB_j:
+//   greedy_dispatch  Algorithm 1: `trials` orders of the sequences; in each, the sequences
+//                    that only pipeline 1 holds go first (the authors' code), then trial 0
+//                    takes the rest longest first and trial t > 0 a seeded random order;
+//                    each sequence goes to the allowed pipeline that minimises the largest
+//                    bound after placing it (ties: an empty pipeline, then the lowest
+//                    index). The best trial wins (ties: the earliest), so more trials never
+//                    do worse and the same seed gives the same dispatch.
+//   exact_dispatch   Eq. 3 solved to optimality by branch and bound (sequences longest
+//                    first; pipelines of the same scheme in the same state tried once; cut
+//                    at the best known, starting from greedy_dispatch); for small
+//                    instances (the authors solve it with an ILP solver: 40 s per 10
+//                    iterations at 64 GPUs). More than node_limit nodes throw resource_limit.
+// Errors: invalid_argument for no pipelines, a length < 1, trials < 1, node_limit < 1;
+// infeasible for a sequence no pipeline holds (naming its index, length and the largest
+// MaxLen).
+// Host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/strategy/scheme_profile.hpp>
+#include <zeppelin/strategy/strategy_proposal.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! One pipeline per strategy pipeline, longest MaxLen first (ties: scheme order).
+[[nodiscard]] inline std::vector<scheme_profile> pipelines_of(const strategy& s) {
+  std::vector<scheme_profile> out;
+  for (const strategy_part& part : s.parts) out.insert(out.end(), static_cast<std::size_t>(part.pipelines), part.profile);
+  std::stable_sort(out.begin(), out.end(), [](const scheme_profile& x, const scheme_profile& y) { return x.max_len > y.max_len; });
+  return out;
+}
+
+//! LB_j of Eq. 2 for a pipeline of `p` holding `lengths` (see the file comment).
+[[nodiscard]] inline double pipeline_lower_bound(const scheme_profile& p, std::span<const token_count> lengths) noexcept {
+  if (lengths.empty()) return 0;
+  const token_count longest = *std::max_element(lengths.begin(), lengths.end());
+  return p.micro_batch_seconds(lengths) + (p.scheme.pp - 1) * p.latency.at(static_cast<double>(longest));
+}
+
+struct dispatch_result {
+  std::vector<std::vector<std::int64_t>> sequences;  //!< per pipeline: indices into the lengths
+  std::vector<double> lower_bound;                   //!< LB_j per pipeline
+  double makespan = 0;                               //!< max_j LB_j
+
+  [[nodiscard]] bool has_empty_pipeline() const noexcept {
+    return std::any_of(sequences.begin(), sequences.end(), [](const auto& s) { return s.empty(); });
+  }
+};
+
+//! A dispatch policy: sequences onto pipelines.
+template <class D>
+concept dispatch_policy = requires(const D& d, std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) {
+  { d.dispatch(pipelines, lengths) } -> std::same_as<dispatch_result>;
+};
+
+namespace detail {
+
+// Pipelines allowed per sequence (a prefix, pipelines sorted by MaxLen descending) and the
+// input checks shared by the policies.
+inline std::vector<std::size_t> allowed_prefixes(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) {
+  ZEPPELIN_EXPECTS(!pipelines.empty(), "dispatching needs at least one pipeline", {});
+  for (std::size_t j = 1; j < pipelines.size(); ++j)
+    ZEPPELIN_EXPECTS(pipelines[j - 1].max_len >= pipelines[j].max_len, "pipelines must come longest MaxLen first (pipelines_of)",
+                     {{"pipeline", double(j)}, {"max_len", double(pipelines[j].max_len)}, {"previous_max_len", double(pipelines[j - 1].max_len)}});
+  std::vector<std::size_t> out(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    ZEPPELIN_EXPECTS(lengths[i] >= 1, "a sequence needs at least 1 token", {{"index", double(i)}, {"length", double(lengths[i])}});
+    std::size_t j = 0;
+    while (j < pipelines.size() && pipelines[j].max_len >= lengths[i]) ++j;
+    if (j == 0)
+      ZEPPELIN_THROW(infeasible, "no pipeline of the strategy holds a sequence",
+                     {{"index", double(i)}, {"length", double(lengths[i])}, {"largest_max_len", double(pipelines.front().max_len)}});
+    out[i] = j;
+  }
+  return out;
+}
+
+// Incremental LB_j of each pipeline while sequences are placed.
+class dispatch_state {
+ public:
+  explicit dispatch_state(std::span<const scheme_profile> pipelines)
+      : pipelines_(pipelines), work_(pipelines.size(), 0), longest_(pipelines.size(), 0) {}
+  [[nodiscard]] double bound(std::size_t j) const noexcept { return bound_with(j, 0); }
+  //! LB_j if a sequence of `l` tokens (0: none) joined pipeline j.
+  [[nodiscard]] double bound_with(std::size_t j, token_count l) const noexcept {
+    const scheme_profile& p = pipelines_[j];
+    const token_count longest = std::max(longest_[j], l);
+    if (longest == 0) return 0;
+    return work_[j] + p.sequence_seconds(l) + p.latency.c + (p.scheme.pp - 1) * p.latency.at(static_cast<double>(longest));
+  }
+  [[nodiscard]] bool empty(std::size_t j) const noexcept { return longest_[j] == 0; }
+  [[nodiscard]] token_count longest(std::size_t j) const noexcept { return longest_[j]; }
+  [[nodiscard]] double work(std::size_t j) const noexcept { return work_[j]; }
+  void add(std::size_t j, token_count l) noexcept {
+    work_[j] += pipelines_[j].sequence_seconds(l);
+    longest_[j] = std::max(longest_[j], l);
+  }
+  void set(std::size_t j, double work, token_count longest) noexcept { work_[j] = work, longest_[j] = longest; }
+
+ private:
+  std::span<const scheme_profile> pipelines_;
+  std::vector<double> work_;
+  std::vector<token_count> longest_;
+};
+
+inline dispatch_result finish_dispatch(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths,
+                                       std::vector<std::vector<std::int64_t>> sequences) {
+  dispatch_result r;
+  r.sequences = std::move(sequences);
+  std::vector<token_count> l;
+  for (std::size_t j = 0; j < pipelines.size(); ++j) {
+    l.clear();
+    for (const std::int64_t i : r.sequences[j]) l.push_back(lengths[static_cast<std::size_t>(i)]);
+    r.lower_bound.push_back(pipeline_lower_bound(pipelines[j], l));
+    r.makespan = std::max(r.makespan, r.lower_bound.back());
+  }
+  return r;
+}
+
+}  // namespace detail
+
+//! Algorithm 1 with `trials` orders (see the file comment).
+struct greedy_dispatch {
+  int trials = 100;
+  std::uint64_t seed = 0;
+
+  [[nodiscard]] dispatch_result dispatch(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) const {
+    ZEPPELIN_EXPECTS(trials >= 1, "greedy dispatch needs at least 1 trial", {{"trials", double(trials)}});
+    const std::vector<std::size_t> allowed = detail::allowed_prefixes(pipelines, lengths);
+    std::vector<std::int64_t> forced, free;
+    for (std::size_t i = 0; i < lengths.size(); ++i) (allowed[i] == 1 ? forced : free).push_back(static_cast<std::int64_t>(i));
+    std::stable_sort(free.begin(), free.end(), [&](std::int64_t x, std::int64_t y) {
+      return lengths[static_cast<std::size_t>(x)] > lengths[static_cast<std::size_t>(y)];
+    });
+    random_generator rng(seed);
+    std::vector<std::int64_t> order;
+    double best = std::numeric_limits<double>::infinity();
+    std::vector<std::size_t> assignment(lengths.size()), best_assignment;
+    for (int t = 0; t < trials; ++t) {
+      if (t > 0)  // Fisher-Yates over the free sequences, the same draws whatever `trials` is
+        for (std::size_t k = free.size(); k > 1; --k) std::swap(free[k - 1], free[static_cast<std::size_t>(rng.below(k))]);
+      order = forced;
+      order.insert(order.end(), free.begin(), free.end());
+      detail::dispatch_state state(pipelines);
+      double top = 0;  // the largest bound so far
+      for (const std::int64_t i : order) {
+        const token_count l = lengths[static_cast<std::size_t>(i)];
+        // the two largest current bounds, so max over k != j is O(1)
+        double first = 0, second = 0;
+        std::size_t first_at = pipelines.size();
+        for (std::size_t j = 0; j < pipelines.size(); ++j) {
+          const double b = state.bound(j);
+          if (b > first) second = first, first = b, first_at = j;
+          else if (b > second) second = b;
+        }
+        std::size_t pick = 0;
+        double pick_value = std::numeric_limits<double>::infinity();
+        bool pick_empty = false;
+        for (std::size_t j = 0; j < allowed[static_cast<std::size_t>(i)]; ++j) {
+          const double others = j == first_at ? second : first;
+          const double value = std::max(state.bound_with(j, l), others);
+          const bool empty = state.empty(j);
+          if (value < pick_value || (value == pick_value && empty && !pick_empty)) pick = j, pick_value = value, pick_empty = empty;
+        }
+        state.add(pick, l);
+        assignment[static_cast<std::size_t>(i)] = pick;
+        top = std::max(top, pick_value);
+      }
+      if (top < best) best = top, best_assignment = assignment;
+    }
+    std::vector<std::vector<std::int64_t>> sequences(pipelines.size());
+    for (std::size_t i = 0; i < lengths.size(); ++i) sequences[best_assignment[i]].push_back(static_cast<std::int64_t>(i));
+    return detail::finish_dispatch(pipelines, lengths, std::move(sequences));
+  }
+  friend bool operator==(const greedy_dispatch&, const greedy_dispatch&) = default;
+};
+static_assert(dispatch_policy<greedy_dispatch>);
+
+//! Eq. 3 to optimality by branch and bound (see the file comment); for small instances.
+struct exact_dispatch {
+  std::int64_t node_limit = 2'000'000;
+  greedy_dispatch start{};  //!< the first incumbent
+
+  [[nodiscard]] dispatch_result dispatch(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) const {
+    ZEPPELIN_EXPECTS(node_limit >= 1, "the exact dispatch needs a positive node limit", {{"node_limit", double(node_limit)}});
+    const dispatch_result incumbent = start.dispatch(pipelines, lengths);
+    search s{pipelines, lengths, detail::allowed_prefixes(pipelines, lengths), node_limit};
+    s.best = incumbent.makespan;
+    s.best_assignment.assign(lengths.size(), 0);
+    for (std::size_t j = 0; j < pipelines.size(); ++j)
+      for (const std::int64_t i : incumbent.sequences[j]) s.best_assignment[static_cast<std::size_t>(i)] = j;
+    s.run();
+    std::vector<std::vector<std::int64_t>> sequences(pipelines.size());
+    for (std::size_t i = 0; i < lengths.size(); ++i) sequences[s.best_assignment[i]].push_back(static_cast<std::int64_t>(i));
+    return detail::finish_dispatch(pipelines, lengths, std::move(sequences));
+  }
+  friend bool operator==(const exact_dispatch&, const exact_dispatch&) = default;
+
+ private:
+  struct search {
+    std::span<const scheme_profile> pipelines;
+    std::span<const token_count> lengths;
+    std::vector<std::size_t> allowed;
+    std::int64_t node_limit;
+    double best = 0;
+    std::vector<std::size_t> best_assignment{};
+    std::vector<std::size_t> order{}, current{};
+    std::int64_t nodes = 0;
+
+    void run() {
+      order.resize(lengths.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return lengths[x] > lengths[y]; });
+      current.assign(lengths.size(), 0);
+      detail::dispatch_state state(pipelines);
+      place(0, 0, state);
+    }
+    void place(std::size_t k, double top, detail::dispatch_state& state) {
+      if (++nodes > node_limit)
+        ZEPPELIN_THROW(resource_limit, "the exact dispatch search exceeded its node limit",
+                       {{"sequences", double(lengths.size())}, {"pipelines", double(pipelines.size())}, {"node_limit", double(node_limit)}});
+      if (k == order.size()) {
+        if (top < best) best = top, best_assignment = current;
+        return;
+      }
+      const std::size_t i = order[k];
+      const token_count l = lengths[i];
+      for (std::size_t j = 0; j < allowed[i]; ++j) {
+        // a pipeline of the same scheme in the same state as an earlier one: same subtree
+        bool seen = false;
+        for (std::size_t e = 0; e < j && !seen; ++e)
+          seen = pipelines[e].scheme == pipelines[j].scheme && state.work(e) == state.work(j) && state.longest(e) == state.longest(j);
+        if (seen) continue;
+        const double next = std::max(top, state.bound_with(j, l));
+        if (next >= best) continue;
+        const double work = state.work(j);
+        const token_count longest = state.longest(j);
+        state.add(j, l);
+        current[i] = j;
+        place(k + 1, next, state);
+        state.set(j, work, longest);
+      }
+    }
+  };
+};
+static_assert(dispatch_policy<exact_dispatch>);
+
+ZEPPELIN_NAMESPACE_END

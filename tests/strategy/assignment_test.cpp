@@ -1,0 +1,221 @@
+// tests/strategy/assignment_test.cpp
+// Hydraulis' two-stage data assignment (strategy/dispatch.hpp, strategy/pipeline_packing.hpp,
+// strategy/iteration_plan.hpp): every sequence once on a pipeline that holds it, greedy
+// never below the exact optimum and the exact optimum equal to a brute force, more trials
+// never worse, determinism, packings within MaxLen and the V range, and the per-iteration
+// choice the cheapest candidate.
+#include <catch2/catch.hpp>
+#include <zeppelin/strategy.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "../support/expect_error.hpp"
+#include "helpers.hpp"
+
+using namespace zeppelin;
+using namespace strategy_test;
+
+namespace {
+
+std::vector<token_count> lengths_of(std::span<const token_count> all, std::span<const std::int64_t> idx) {
+  std::vector<token_count> out;
+  for (const std::int64_t i : idx) out.push_back(all[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+void check_dispatch(const dispatch_result& r, std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) {
+  std::vector<int> seen(lengths.size(), 0);
+  double makespan = 0;
+  for (std::size_t j = 0; j < pipelines.size(); ++j) {
+    for (const std::int64_t i : r.sequences[j]) {
+      ++seen[static_cast<std::size_t>(i)];
+      REQUIRE(lengths[static_cast<std::size_t>(i)] <= pipelines[j].max_len);
+    }
+    const double lb = pipeline_lower_bound(pipelines[j], lengths_of(lengths, r.sequences[j]));
+    REQUIRE(r.lower_bound[j] == Approx(lb).epsilon(1e-12));
+    makespan = std::max(makespan, lb);
+  }
+  for (const int s : seen) REQUIRE(s == 1);
+  REQUIRE(r.makespan == Approx(makespan).epsilon(1e-12));
+}
+
+double brute_force_dispatch(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<token_count>> on(pipelines.size());
+  std::function<void(std::size_t)> go = [&](std::size_t i) {
+    if (i == lengths.size()) {
+      double top = 0;
+      for (std::size_t j = 0; j < pipelines.size(); ++j) top = std::max(top, pipeline_lower_bound(pipelines[j], on[j]));
+      best = std::min(best, top);
+      return;
+    }
+    for (std::size_t j = 0; j < pipelines.size(); ++j) {
+      if (pipelines[j].max_len < lengths[i]) continue;
+      on[j].push_back(lengths[i]);
+      go(i + 1);
+      on[j].pop_back();
+    }
+  };
+  go(0);
+  return best;
+}
+
+// Least (PP - 1 + V) x slowest micro-batch over the V range, V non-empty micro-batches.
+double brute_force_packing(const scheme_profile& p, std::span<const token_count> lengths) {
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> counts = micro_batch_counts(p, lengths);
+  for (int v = counts.back() + 1; v <= static_cast<int>(lengths.size()); ++v) counts.push_back(v);  // past the range, only if none fits
+  for (const int v : counts) {
+    if (v > micro_batch_counts(p, lengths).back() && best < std::numeric_limits<double>::infinity()) break;
+    std::vector<token_count> tokens(static_cast<std::size_t>(v), 0);
+    std::vector<std::vector<token_count>> mbs(static_cast<std::size_t>(v));
+    std::function<void(std::size_t)> go = [&](std::size_t i) {
+      if (i == lengths.size()) {
+        double top = 0;
+        for (const auto& mb : mbs) {
+          if (mb.empty()) return;
+          top = std::max(top, p.micro_batch_seconds(mb));
+        }
+        best = std::min(best, (p.scheme.pp - 1 + v) * top);
+        return;
+      }
+      for (std::size_t j = 0; j < mbs.size(); ++j) {
+        if (tokens[j] + lengths[i] > p.max_len) continue;
+        tokens[j] += lengths[i];
+        mbs[j].push_back(lengths[i]);
+        go(i + 1);
+        mbs[j].pop_back();
+        tokens[j] -= lengths[i];
+      }
+    };
+    go(0);
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("dispatch: exact equals a brute force, greedy is never below it", "[strategy]") {
+  random_generator rng(21);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<scheme_profile> pipelines;
+    const int D = static_cast<int>(rng.between(1, 3));
+    for (int j = 0; j < D; ++j) pipelines.push_back(random_profile(rng, 300, 1000));
+    std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 7)));
+    for (auto& l : lengths) l = rng.between(1, pipelines.front().max_len);
+    INFO("trial " << trial);
+    const dispatch_result exact = exact_dispatch{}.dispatch(pipelines, lengths);
+    const dispatch_result greedy = greedy_dispatch{.trials = 20, .seed = 5}.dispatch(pipelines, lengths);
+    check_dispatch(exact, pipelines, lengths);
+    check_dispatch(greedy, pipelines, lengths);
+    REQUIRE(exact.makespan == Approx(brute_force_dispatch(pipelines, lengths)).epsilon(1e-12));
+    REQUIRE(greedy.makespan >= exact.makespan * (1 - 1e-12));
+  }
+}
+
+TEST_CASE("greedy dispatch: more trials never worse, deterministic, and errors", "[strategy]") {
+  random_generator rng(8);
+  std::vector<scheme_profile> pipelines = {profile(4, 2, 32768, 2e-8, 3e-4, 0.02), profile(2, 1, 8192, 6e-8, 6e-4, 0.01),
+                                           profile(2, 1, 8192, 6e-8, 6e-4, 0.01), profile(1, 1, 4096, 1e-7, 1e-3, 0.01)};
+  std::vector<token_count> lengths(300);
+  for (auto& l : lengths) l = rng.below(20) == 0 ? rng.between(8193, 32768) : rng.between(16, 4096);
+  double previous = std::numeric_limits<double>::infinity();
+  for (const int trials : {1, 2, 5, 20, 100}) {
+    const dispatch_result r = greedy_dispatch{.trials = trials, .seed = 42}.dispatch(pipelines, lengths);
+    check_dispatch(r, pipelines, lengths);
+    REQUIRE(r.makespan <= previous);
+    previous = r.makespan;
+  }
+  const dispatch_result a = greedy_dispatch{.trials = 30, .seed = 9}.dispatch(pipelines, lengths);
+  const dispatch_result b = greedy_dispatch{.trials = 30, .seed = 9}.dispatch(pipelines, lengths);
+  REQUIRE(a.sequences == b.sequences);
+  // sequences only pipeline 0 holds all land there
+  for (std::size_t i = 0; i < lengths.size(); ++i)
+    if (lengths[i] > 8192) REQUIRE(std::find(a.sequences[0].begin(), a.sequences[0].end(), std::int64_t(i)) != a.sequences[0].end());
+
+  const std::vector<token_count> too_long = {10, 40000};
+  const auto e = zeppelin_test::expect_error<infeasible>([&] { (void)greedy_dispatch{}.dispatch(pipelines, too_long); });
+  REQUIRE(e.value("index") == 1);
+  REQUIRE(e.value("largest_max_len") == 32768);
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)greedy_dispatch{.trials = 0}.dispatch(pipelines, lengths); }).value("trials") == 0);
+  std::reverse(pipelines.begin(), pipelines.end());
+  REQUIRE_THROWS_AS(greedy_dispatch{}.dispatch(pipelines, lengths), invalid_argument);
+}
+
+TEST_CASE("pipeline packing: exact equals a brute force, greedy never below, within MaxLen and the V range", "[strategy]") {
+  random_generator rng(31);
+  for (int trial = 0; trial < 200; ++trial) {
+    const scheme_profile p = profile(1, static_cast<int>(rng.between(1, 4)), rng.between(100, 400), 1e-3 * double(rng.between(0, 5)),
+                                     double(rng.between(1, 5)), double(rng.between(0, 300)), rng.between(1, 200));
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 7)));
+    for (auto& l : lengths) l = rng.between(1, p.max_len);
+    INFO("trial " << trial);
+    const std::vector<int> range = micro_batch_counts(p, lengths);
+    const pipeline_packing exact = exact_pipeline_packing{}.pack(p, lengths);
+    const pipeline_packing greedy = greedy_pipeline_packing{}.pack(p, lengths);
+    for (const pipeline_packing* k : {&exact, &greedy}) {
+      std::vector<int> seen(lengths.size(), 0);
+      double slowest = 0;
+      for (const auto& mb : k->micro_batches) {
+        REQUIRE(!mb.empty());
+        const auto own = lengths_of(lengths, mb);
+        token_count tokens = 0;
+        for (const token_count l : own) tokens += l;
+        REQUIRE(tokens <= p.max_len);
+        slowest = std::max(slowest, p.micro_batch_seconds(own));
+        for (const std::int64_t i : mb) ++seen[static_cast<std::size_t>(i)];
+      }
+      for (const int s : seen) REQUIRE(s == 1);
+      REQUIRE(k->slowest_seconds == Approx(slowest).epsilon(1e-12));
+      REQUIRE(k->seconds == Approx((p.scheme.pp - 1 + k->count()) * slowest).epsilon(1e-12));
+    }
+    if (exact.count() > range.back()) REQUIRE(greedy.count() >= exact.count());  // past the range only when nothing in it fits
+    else REQUIRE(std::find(range.begin(), range.end(), exact.count()) != range.end());
+    REQUIRE(exact.seconds == Approx(brute_force_packing(p, lengths)).epsilon(1e-12));
+    REQUIRE(greedy.seconds >= exact.seconds * (1 - 1e-12));
+  }
+  const scheme_profile p = profile(1, 2, 1000, 0, 1, 10, 100);
+  const std::vector<token_count> lengths(40, 500);  // 20000 tokens: V in [20, 40]
+  const std::vector<int> range = micro_batch_counts(p, lengths);
+  REQUIRE(range.size() == 16);
+  REQUIRE(range.front() == 20);
+  REQUIRE(range.back() == 40);
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)micro_batch_counts(p, std::vector<token_count>{1001}); }).value("max_len") == 1000);
+}
+
+TEST_CASE("plan_iteration picks the cheapest candidate and keeps every sequence", "[strategy]") {
+  const scheme_profile small = profile(1, 1, 4096, 1e-7, 1e-3, 0.01), big = profile(4, 2, 32768, 2e-8, 3e-4, 0.02);
+  const std::vector<strategy> candidates = {{{{small, 8}, {big, 1}}, 0}, {{{big, 4}}, 0}, {{{small, 16}}, 0}};
+  random_generator rng(4);
+  std::vector<token_count> lengths(200);
+  for (auto& l : lengths) l = rng.below(25) == 0 ? rng.between(4097, 30000) : rng.between(16, 4096);
+  const greedy_dispatch dispatcher{.trials = 10, .seed = 1};
+  const iteration_plan plan = plan_iteration(candidates, lengths, dispatcher, greedy_pipeline_packing{});
+  REQUIRE(plan.candidate != 2);  // candidate 2 cannot hold the long sequences
+  double expected = std::numeric_limits<double>::infinity();
+  for (std::size_t c = 0; c < 2; ++c) expected = std::min(expected, plan_with(candidates[c], lengths, dispatcher, greedy_pipeline_packing{}).seconds);
+  REQUIRE(plan.seconds == expected);
+  std::vector<int> seen(lengths.size(), 0);
+  for (const pipeline_plan& p : plan.pipelines) {
+    REQUIRE(!p.sequences.empty());
+    std::vector<std::int64_t> packed;
+    for (const auto& mb : p.packing.micro_batches) packed.insert(packed.end(), mb.begin(), mb.end());
+    std::vector<std::int64_t> own = p.sequences;
+    std::sort(packed.begin(), packed.end());
+    std::sort(own.begin(), own.end());
+    REQUIRE(packed == own);
+    for (const std::int64_t i : own) ++seen[static_cast<std::size_t>(i)];
+  }
+  for (const int s : seen) REQUIRE(s == 1);
+  // fewer sequences than pipelines: a plan with idle pipelines rather than none
+  const std::vector<token_count> two = {100, 200};
+  const iteration_plan sparse = plan_iteration(candidates, two, dispatcher, greedy_pipeline_packing{});
+  REQUIRE(sparse.seconds > 0);
+  const std::vector<token_count> too_long = {50000};
+  REQUIRE(zeppelin_test::expect_error<infeasible>([&] { (void)plan_iteration(candidates, too_long, dispatcher, greedy_pipeline_packing{}); })
+              .value("longest") == 50000);
+}
