@@ -41,7 +41,7 @@ struct pack_options {
   std::int64_t max_tokens = 131072;
   int queues = 2;
   int window = 1;
-  std::int64_t max_wait = wlb{}.max_wait;
+  std::int64_t max_wait = zeppelin::wlb{}.max_wait;
   bool keep_pending = false;
   bool json = false;
 };
