@@ -23,6 +23,9 @@ inline model_config llama_13b() { return {"llama-13b", 40, 5120, 40, 40, 128, 13
 //! 30B: LLaMA-1-33B (H 6656, 60 layers, 52 heads, FFN 17920). Hydraulis calls it 32B
 //! (H/L 6656/60); WLB-LLM's 30B is taken to be the same shape.
 inline model_config llama_30b() { return {"llama-30b", 60, 6656, 52, 52, 128, 17920, 32000, true, 0, 0, 2}; }
+//! 32B: Hydraulis' 32B (H/L 6656/60, section 8), with 64 heads of 104 so that the TP 8 and
+//! 16 of the authors' scheme list divide them (LLaMA-1-33B's 52 heads of 128 do not).
+inline model_config llama_32b() { return {"llama-32b", 60, 6656, 64, 64, 104, 17920, 32000, true, 0, 0, 2}; }
 //! 70B: LLaMA-2-70B (H 8192, 80 layers, 64 heads, 8 KV heads - GQA, FFN 28672). WLB-LLM.
 inline model_config llama_70b() { return {"llama-70b", 80, 8192, 64, 8, 128, 28672, 32000, true, 0, 0, 2}; }
 //! 550M dense (WLB-LLM): H 1536, 16 layers, 12 heads of 128, FFN 4096 -> 0.55e9 parameters
@@ -42,12 +45,12 @@ inline model_config gpt_30b() { return {"gpt-30b", 48, 7168, 56, 56, 128, 28672,
 //! Every preset, in a fixed order (model_by_name() searches it).
 inline std::vector<model_config> model_presets() {
   using namespace models;
-  return {llama_550m(), llama_3b(), llama_7b(), llama_13b(), llama_30b(), llama_70b(), moe_8x550m(), llama3_8b(),
+  return {llama_550m(), llama_3b(), llama_7b(), llama_13b(), llama_30b(), llama_32b(), llama_70b(), moe_8x550m(), llama3_8b(),
           gpt_7b(), gpt_13b(), gpt_30b()};
 }
 
 //! A preset by name: its full name ("llama-7b", "moe-8x550m") or the size alone for the
-//! LLaMA presets ("3b", "7b", "13b", "30b", "70b", "550m", "8x550m"). Throws invalid_argument
+//! LLaMA presets ("3b", "7b", "13b", "30b", "32b", "70b", "550m", "8x550m"). Throws invalid_argument
 //! listing the valid names for an unknown one.
 inline model_config model_by_name(std::string_view name) {
   const std::string full = name == "8x550m" ? std::string("moe-8x550m")
