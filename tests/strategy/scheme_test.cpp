@@ -89,7 +89,7 @@ TEST_CASE("scheme profiles: the latency fit follows the stage model and UtilLen 
       double slowest = 0;
       for (const stage_slice& s : split_model(m, p.scheme.pp)) {
         const stage_times st = t.times(micro_batch{{l}, {}}, s);
-        slowest = std::max(slowest, st.forward + st.backward);
+        slowest = std::max(slowest, st.forward + st.backward + tp_collective_seconds(p.scheme, m, s.layers, l, {200e9, 3e-6}));
       }
       REQUIRE(p.latency.at(double(l)) == Approx(slowest).epsilon(0.1));
     }
@@ -102,5 +102,9 @@ TEST_CASE("scheme profiles: the latency fit follows the stage model and UtilLen 
   REQUIRE(util_len_of({1e-9, 1e-5, 0}, 1 << 20, 0.85) == 1);
   REQUIRE(util_len_of(t, 100, 0.85) == 100);
   REQUIRE(expect_invalid([&] { (void)util_len_of(t, 100, 1.0); }).value("util_efficiency") == 1.0);
+  // TP collectives: 8 per layer of (tp - 1) / tp x l x H x 2 bytes, plus the ring latency
+  REQUIRE(tp_collective_seconds({1, 1, 1}, m, 32, 4096, {100e9, 1e-6}) == 0);
+  REQUIRE(tp_collective_seconds({4, 1, 1}, m, 32, 4096, {100e9, 0}) == Approx(32 * 8 * 0.75 * 4096 * 4096 * 2 / 100e9));
+  REQUIRE(expect_invalid([&] { (void)profile_schemes(schemes, m, gpus::a800_80g(), 16, {.tp_link = {0, 0}}); }).value("bandwidth") == 0);
   REQUIRE(expect_invalid([&] { (void)profile_schemes(schemes, m, gpus::a800_80g(), 16, {.margin_bytes = -1}); }).value("margin_bytes") == -1);
 }

@@ -6,11 +6,15 @@
 //   out: dispatch_result: per pipeline its sequences (indices into the lengths) and the
 //        lower bound of its latency, and the largest bound (the makespan)
 // A sequence of length l may go to pipeline j when MaxLen(P_j) >= l. The latency of a
-// pipeline holding sequences l_i is bounded below by Hydraulis' Eq. 2:
-//   LB_j = sum_i (a l_i^2 + b l_i) + c + (PP_j - 1) T_j(max_i l_i)    (0 when empty)
-// (every sequence's work, at least one micro-batch's constant, and the bubble of the
-// longest micro-batch, which is at least the longest sequence). Both policies minimise the
-// largest LB_j:
+// pipeline holding sequences l_i, (PP - 1 + V) x its slowest micro-batch, is bounded below
+// by Hydraulis' Eq. 2, tightened by the micro-batches MaxLen forces:
+//   LB_j = max(sum_i (a l_i^2 + b l_i) + c + (PP_j - 1) T_j(max_i l_i),
+//              (PP_j - 1 + ceil(sum_i l_i / MaxLen_j)) T_j(max_i l_i))      (0 when empty)
+// (every sequence's work, at least one micro-batch's constant and the bubble of the longest
+// micro-batch, which is at least the longest sequence; and at least ceil(tokens / MaxLen)
+// micro-batches, none faster than the longest sequence's). Eq. 2 alone misses the second
+// term: a pipeline given more tokens than one micro-batch holds looks cheaper than it is.
+// Both policies minimise the largest LB_j:
 //   greedy_dispatch  Algorithm 1: `trials` orders of the sequences; in each, the sequences
 //                    that only pipeline 1 holds go first (the authors' code), then trial 0
 //                    takes the rest longest first and trial t > 0 a seeded random order;
@@ -36,6 +40,7 @@
 #include <zeppelin/strategy/strategy_proposal.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <limits>
@@ -53,11 +58,22 @@ ZEPPELIN_NAMESPACE_BEGIN
   return out;
 }
 
-//! LB_j of Eq. 2 for a pipeline of `p` holding `lengths` (see the file comment).
+namespace detail {
+// LB_j from a pipeline's sum of sequence work, tokens and longest sequence.
+inline double lower_bound_of(const scheme_profile& p, double work, token_count tokens, token_count longest) noexcept {
+  if (longest == 0) return 0;
+  const double slowest = p.latency.at(static_cast<double>(longest));
+  const double forced = std::ceil(static_cast<double>(tokens) / static_cast<double>(std::max<token_count>(p.max_len, 1)));
+  return std::max(work + p.latency.c + (p.scheme.pp - 1) * slowest, (p.scheme.pp - 1 + forced) * slowest);
+}
+}  // namespace detail
+
+//! LB_j for a pipeline of `p` holding `lengths` (see the file comment).
 [[nodiscard]] inline double pipeline_lower_bound(const scheme_profile& p, std::span<const token_count> lengths) noexcept {
-  if (lengths.empty()) return 0;
-  const token_count longest = *std::max_element(lengths.begin(), lengths.end());
-  return p.micro_batch_seconds(lengths) + (p.scheme.pp - 1) * p.latency.at(static_cast<double>(longest));
+  double work = 0;
+  token_count tokens = 0, longest = 0;
+  for (const token_count l : lengths) work += p.sequence_seconds(l), tokens += l, longest = std::max(longest, l);
+  return detail::lower_bound_of(p, work, tokens, longest);
 }
 
 struct dispatch_result {
@@ -102,27 +118,35 @@ inline std::vector<std::size_t> allowed_prefixes(std::span<const scheme_profile>
 class dispatch_state {
  public:
   explicit dispatch_state(std::span<const scheme_profile> pipelines)
-      : pipelines_(pipelines), work_(pipelines.size(), 0), longest_(pipelines.size(), 0) {}
+      : pipelines_(pipelines), work_(pipelines.size(), 0), tokens_(pipelines.size(), 0), longest_(pipelines.size(), 0) {}
   [[nodiscard]] double bound(std::size_t j) const noexcept { return bound_with(j, 0); }
   //! LB_j if a sequence of `l` tokens (0: none) joined pipeline j.
   [[nodiscard]] double bound_with(std::size_t j, token_count l) const noexcept {
     const scheme_profile& p = pipelines_[j];
-    const token_count longest = std::max(longest_[j], l);
-    if (longest == 0) return 0;
-    return work_[j] + p.sequence_seconds(l) + p.latency.c + (p.scheme.pp - 1) * p.latency.at(static_cast<double>(longest));
+    return lower_bound_of(p, work_[j] + p.sequence_seconds(l), tokens_[j] + l, std::max(longest_[j], l));
   }
   [[nodiscard]] bool empty(std::size_t j) const noexcept { return longest_[j] == 0; }
-  [[nodiscard]] token_count longest(std::size_t j) const noexcept { return longest_[j]; }
-  [[nodiscard]] double work(std::size_t j) const noexcept { return work_[j]; }
+  //! Two pipelines of one scheme in the same state lead to the same subtrees.
+  [[nodiscard]] bool same_state(std::size_t x, std::size_t y) const noexcept {
+    return pipelines_[x].scheme == pipelines_[y].scheme && pipelines_[x].max_len == pipelines_[y].max_len && work_[x] == work_[y] &&
+           tokens_[x] == tokens_[y] && longest_[x] == longest_[y];
+  }
+  struct saved {
+    double work;
+    token_count tokens, longest;
+  };
+  [[nodiscard]] saved save(std::size_t j) const noexcept { return {work_[j], tokens_[j], longest_[j]}; }
+  void restore(std::size_t j, const saved& s) noexcept { work_[j] = s.work, tokens_[j] = s.tokens, longest_[j] = s.longest; }
   void add(std::size_t j, token_count l) noexcept {
     work_[j] += pipelines_[j].sequence_seconds(l);
+    tokens_[j] += l;
     longest_[j] = std::max(longest_[j], l);
   }
-  void set(std::size_t j, double work, token_count longest) noexcept { work_[j] = work, longest_[j] = longest; }
 
  private:
   std::span<const scheme_profile> pipelines_;
   std::vector<double> work_;
+  std::vector<token_count> tokens_;
   std::vector<token_count> longest_;
 };
 
@@ -251,17 +275,15 @@ struct exact_dispatch {
       for (std::size_t j = 0; j < allowed[i]; ++j) {
         // a pipeline of the same scheme in the same state as an earlier one: same subtree
         bool seen = false;
-        for (std::size_t e = 0; e < j && !seen; ++e)
-          seen = pipelines[e].scheme == pipelines[j].scheme && state.work(e) == state.work(j) && state.longest(e) == state.longest(j);
+        for (std::size_t e = 0; e < j && !seen; ++e) seen = state.same_state(e, j);
         if (seen) continue;
         const double next = std::max(top, state.bound_with(j, l));
         if (next >= best) continue;
-        const double work = state.work(j);
-        const token_count longest = state.longest(j);
+        const detail::dispatch_state::saved before = state.save(j);
         state.add(j, l);
         current[i] = j;
         place(k + 1, next, state);
-        state.set(j, work, longest);
+        state.restore(j, before);
       }
     }
   };

@@ -14,7 +14,11 @@
 // (its alpha = 3/4; memory_settings::zero_shards = N / (tp pp)). The authors keep 6 / 8 / 10
 // GiB of margin for 7B / 13B / 32B on 80 GB A800s.
 // T(l, P): the analytic stage time (cost/stage_time.hpp) of the slowest stage of P for a
-// micro-batch of one sequence of l tokens, forward + backward, fitted by least squares at
+// micro-batch of one sequence of l tokens, forward + backward, plus its tensor-parallel
+// collectives, which the stage model leaves to the simulator but a profile measures: with
+// sequence parallelism every layer runs 4 all-gathers / reduce-scatters forward and 4
+// backward, each moving (tp - 1) / tp x (l / cp) x H x 2 bytes per GPU over the node's link
+// (ring cost, bandwidth and latency of scheme_profile_options::tp_link). Fitted by least squares at
 // l = 128, 256, ..., up to 2 MaxLen (at least 1K, at most 4M); a packed micro-batch costs sum (a l^2 + b l) over its
 // sequences plus c once. A negative fitted intercept is refitted without one. The authors
 // profile T on their cluster (e.g. 32B <8, 1> on A800: a = 2.125e-6, b = 0.1414,
@@ -24,7 +28,8 @@
 // authors measured (A800, tokens/s reaching 0.85 of the best): 7B / 32B 384, 512, 768, 1024,
 // 1280 tokens for TP 1, 2, 4, 8, 16; 13B 640, 896, 1280, 1536 for TP 1 to 8.
 // Errors: invalid_argument for an invalid model, GPU, or options (capacity <= 0 after the
-// default, negative margin, util_efficiency outside (0, 1), N < the scheme's GPUs).
+// default, negative margin, util_efficiency outside (0, 1), a TP link without bandwidth,
+// N < the scheme's GPUs).
 // Host-only.
 #pragma once
 
@@ -75,7 +80,17 @@ struct scheme_profile_options {
   double util_efficiency = 0.85;             //!< UtilLen's threshold
   //! bytes per state; zero_shards is set per scheme to N / (tp pp)
   memory_settings memory{.zero_stage = 1, .parameter_bytes = 2, .gradient_bytes = 2, .optimizer_bytes = 12};
+  link_spec tp_link{200e9, 3e-6};  //!< the link TP collectives use (A800 NVLink, core/topology_presets.hpp)
 };
+
+//! Seconds of one stage's tensor-parallel collectives for l tokens, forward + backward
+//! (see the file comment); 0 for tp = 1.
+[[nodiscard]] inline double tp_collective_seconds(const parallel_scheme& scheme, const model_config& model, int stage_layers,
+                                                  token_count l, const link_spec& link) {
+  if (scheme.tp == 1) return 0;
+  const double bytes = (scheme.tp - 1.0) / scheme.tp * (static_cast<double>(l) / scheme.cp) * model.hidden * model.bytes_per_element;
+  return stage_layers * 8.0 * (bytes / link.bandwidth + (scheme.tp - 1) * link.latency);
+}
 
 //! The memory model of `scheme` in a cluster of `cluster_gpus` GPUs (see the file comment).
 [[nodiscard]] inline pipeline_memory_model scheme_memory_model(const parallel_scheme& scheme, const model_config& model,
@@ -104,7 +119,9 @@ struct scheme_profile_options {
 
 //! T(l, P) fitted to the analytic stage time of the slowest stage (see the file comment).
 [[nodiscard]] inline quadratic_profile stage_latency_of(const parallel_scheme& scheme, const model_config& model, const gpu_spec& gpu,
-                                                        token_count max_len) {
+                                                        token_count max_len, const link_spec& tp_link) {
+  ZEPPELIN_EXPECTS(tp_link.bandwidth > 0 && tp_link.latency >= 0, "the TP link needs a positive bandwidth and a latency >= 0",
+                   {{"bandwidth", tp_link.bandwidth}, {"latency", tp_link.latency}});
   const analytic_stage_time time = analytic_stage_time::for_gpu(model, gpu, scheme.tp, scheme.cp);
   const std::vector<stage_slice> slices = split_model(model, scheme.pp);
   std::vector<profile_point> points;
@@ -113,7 +130,7 @@ struct scheme_profile_options {
     double slowest = 0;
     for (const stage_slice& s : slices) {
       const stage_times t = time.times(micro_batch{{l}, {}}, s);
-      slowest = std::max(slowest, t.forward + t.backward);
+      slowest = std::max(slowest, t.forward + t.backward + tp_collective_seconds(scheme, model, s.layers, l, tp_link));
     }
     points.push_back({static_cast<double>(l), slowest});
   }
@@ -145,7 +162,7 @@ struct scheme_profile_options {
   for (const parallel_scheme& s : schemes) {
     const token_count max_len = max_len_of(scheme_memory_model(s, model, cluster_gpus, options.memory), capacity - options.margin_bytes);
     if (max_len < 1) continue;
-    scheme_profile p{.scheme = s, .max_len = max_len, .util_len = 1, .latency = stage_latency_of(s, model, gpu, max_len)};
+    scheme_profile p{.scheme = s, .max_len = max_len, .util_len = 1, .latency = stage_latency_of(s, model, gpu, max_len, options.tp_link)};
     p.util_len = util_len_of(p.latency, max_len, options.util_efficiency);
     out.push_back(p);
   }

@@ -11,10 +11,11 @@
 // count (g = 1..cells(), cell g's longest sequence is cell_max(g)). Each pipeline kind
 // serves one interval of cells: d pipelines of scheme k take the sequences of cells
 // (g', g] when MaxLen(P_k) >= cell_max(g), and their latency is the lower bound of
-// Hydraulis' Eq. 2 shared over the d pipelines:
-//   cost = (a S2 + b S1) / d + c + (PP_k - 1) T_k(cell_max(g))
-// (S1, S2: sums of l and l^2 over the interval; one micro-batch's constant; the bubble of
-// the longest sequence, the term the authors' code adds). Then
+// strategy/dispatch.hpp (Hydraulis' Eq. 2 with the micro-batches MaxLen forces) shared over
+// the d pipelines:
+//   cost = max((a S2 + b S1) / d + c + (PP_k - 1) T_k(m), (PP_k - 1 + ceil(S1 / (d MaxLen_k))) T_k(m))
+// (S1, S2: sums of l and l^2 over the interval; m = cell_max(g); one micro-batch's
+// constant; the bubble of the longest sequence, the term the authors' code adds). Then
 //   t[n][0] = 0, t[0][g > 0] = infinity,
 //   t[n][g] = min(t[n - 1][g], min over (k, d: d N(P_k) <= n), g' < g of
 //                 max(t[n - d N(P_k)][g'], cost_k(g', g, d))).
@@ -33,6 +34,7 @@
 #include <zeppelin/strategy/scheme_profile.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -115,8 +117,10 @@ class strategy_dp {
     const scheme_profile& p = schemes_[k];
     const double s1 = sum1_[static_cast<std::size_t>(g)] - sum1_[static_cast<std::size_t>(from)];
     const double s2 = sum2_[static_cast<std::size_t>(g)] - sum2_[static_cast<std::size_t>(from)];
-    const double longest = static_cast<double>(cell_max(g));
-    return (p.latency.a * s2 + p.latency.b * s1) / d + p.latency.c + (p.scheme.pp - 1) * p.latency.at(longest);
+    const double slowest = p.latency.at(static_cast<double>(cell_max(g)));
+    const double forced = std::ceil(s1 / (static_cast<double>(d) * static_cast<double>(std::max<token_count>(p.max_len, 1))));
+    return std::max((p.latency.a * s2 + p.latency.b * s1) / d + p.latency.c + (p.scheme.pp - 1) * slowest,
+                    (p.scheme.pp - 1 + forced) * slowest);
   }
 
   static constexpr double infinity = std::numeric_limits<double>::infinity();
