@@ -128,3 +128,19 @@ zeppelin_add_cli_test(tool.pipeline_cp_sharding EXIT_CODE 0 STDOUT "TP 1, CP 4 .
 zeppelin_add_cli_test(tool.pipeline_rejects_unknown_cp_sharding EXIT_CODE 1
   STDERR "unknown CP sharding 'ring' \\(valid: per_document, padding_free, per_sequence, adaptive\\)"
   COMMAND ${zeppelin_tool_cmd} pipeline --cp-sharding ring)
+
+# `zeppelin strategy`: the JSON schema, the text summary, and bad input.
+zeppelin_add_cli_test(tool.strategy_json EXIT_CODE 0
+  STDOUT "^\\{\"strategy\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"count\":[0-9]+\\}.*\"pipelines\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"max_len\":[0-9]+,\"micro_batches\":..[0-9].*\"iteration_s\":[0-9.e-]+\\}"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 16 --model 7b --json)
+zeppelin_add_cli_test(tool.strategy_summary EXIT_CODE 0
+  STDOUT "llama-13b on 32 GPUs .8 per node.: 64 sequences.*strategy: .*pipeline 0 <TP [0-9]+, PP [0-9]+, CP 1>: MaxLen.*iteration [0-9.]+ s"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 32 --model 13b)
+zeppelin_add_cli_test(tool.strategy_rejects_unholdable_sequence EXIT_CODE 1
+  STDERR "no parallel scheme holds the longest sequence .longest=5000000, largest_max_len=[0-9]+"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_too_long.txt --gpus 8 --model 7b)
+zeppelin_add_cli_test(tool.strategy_rejects_model_that_fits_nowhere EXIT_CODE 1
+  STDERR "the model fits no parallel scheme.*gpus=8"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 8 --model 32b --gpu-memory-gib 16)
+zeppelin_add_cli_test(tool.strategy_rejects_zero_gpus EXIT_CODE 1 STDERR "at least 1 GPU.*gpus=0"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 0)
