@@ -21,7 +21,8 @@
 //                    each sequence goes to the allowed pipeline that minimises the largest
 //                    bound after placing it (ties: an empty pipeline, then the lowest
 //                    index). The best trial wins (ties: the earliest), so more trials never
-//                    do worse and the same seed gives the same dispatch.
+//                    do worse and the same seed gives the same dispatch. A trial stops as
+//                    soon as its largest bound reaches the best trial's (bounds only grow).
 //   exact_dispatch   Eq. 3 solved to optimality by branch and bound (sequences longest
 //                    first; pipelines of the same scheme in the same state tried once; cut
 //                    at the best known, starting from greedy_dispatch); for small
@@ -212,6 +213,7 @@ struct greedy_dispatch {
         state.add(pick, l);
         assignment[static_cast<std::size_t>(i)] = pick;
         top = std::max(top, pick_value);
+        if (top >= best) break;  // bounds only grow: this trial cannot win any more
       }
       if (top < best) best = top, best_assignment = assignment;
     }

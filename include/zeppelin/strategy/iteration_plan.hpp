@@ -7,7 +7,9 @@
 //   out: iteration_plan: the chosen candidate, per pipeline its scheme, sequences (indices
 //        into the lengths) and packing, and the iteration's predicted seconds (the slowest
 //        pipeline's (PP - 1 + V) x slowest micro-batch)
-// A candidate whose largest MaxLen is below the longest sequence is skipped. A candidate
+// A candidate whose largest MaxLen is below the longest sequence is skipped, and so is one
+// whose lower bound (candidate_lower_bound) already reaches the best plan found: candidates
+// are planned in increasing order of that bound, so most are never dispatched. A candidate
 // that leaves a pipeline without sequences is kept only when every candidate does (an
 // iteration with fewer sequences than any strategy has pipelines): the authors' code
 // rejects such strategies, and with no other choice the empty pipelines' GPUs idle.
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -65,6 +68,26 @@ template <dispatch_policy D, pipeline_packing_policy K>
   return plan;
 }
 
+//! A lower bound on the seconds of any plan of `s` for `lengths`: the largest of (a) the
+//! longest sequence alone on the best pipeline that holds it, LB of strategy/dispatch.hpp,
+//! and (b) every sequence's least work over the pipelines that hold it, spread evenly over
+//! all pipelines (the slowest pipeline is at least the mean). Infinity when no pipeline
+//! holds the longest sequence.
+[[nodiscard]] inline double candidate_lower_bound(const strategy& s, std::span<const token_count> lengths) {
+  double longest_alone = std::numeric_limits<double>::infinity();
+  double spread = 0;
+  const token_count longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  for (const strategy_part& part : s.parts)
+    if (part.profile.max_len >= longest) longest_alone = std::min(longest_alone, pipeline_lower_bound(part.profile, std::span(&longest, 1)));
+  for (const token_count l : lengths) {
+    double least = std::numeric_limits<double>::infinity();
+    for (const strategy_part& part : s.parts)
+      if (part.profile.max_len >= l) least = std::min(least, part.profile.sequence_seconds(l));
+    spread += least;
+  }
+  return std::max(longest_alone, spread / std::max(1, s.pipelines()));
+}
+
 //! Hydraulis' per-iteration choice (see the file comment).
 template <dispatch_policy D, pipeline_packing_policy K>
 [[nodiscard]] iteration_plan plan_iteration(std::span<const strategy> candidates, std::span<const token_count> lengths, const D& dispatcher,
@@ -75,16 +98,22 @@ template <dispatch_policy D, pipeline_packing_policy K>
   iteration_plan best, best_with_empty;
   best.seconds = best_with_empty.seconds = std::numeric_limits<double>::infinity();
   token_count largest = 0;
+  std::vector<std::pair<double, std::size_t>> order;  // (lower bound, candidate), holding the longest only
   for (std::size_t c = 0; c < candidates.size(); ++c) {
     token_count holds = 0;
     for (const strategy_part& part : candidates[c].parts) holds = std::max(holds, part.profile.max_len);
     largest = std::max(largest, holds);
-    if (holds < longest) continue;
+    if (holds >= longest) order.emplace_back(candidate_lower_bound(candidates[c], lengths), c);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (const auto& [bound, c] : order) {
+    if (bound > best.seconds) break;  // no later candidate can beat the best plan without idle pipelines
+    if (bound == best.seconds && c > best.candidate) continue;  // could only tie, at a higher index
     iteration_plan plan = plan_with(candidates[c], lengths, dispatcher, packer);
     plan.candidate = c;
     const bool empty = std::any_of(plan.pipelines.begin(), plan.pipelines.end(), [](const pipeline_plan& p) { return p.sequences.empty(); });
     iteration_plan& slot = empty ? best_with_empty : best;
-    if (plan.seconds < slot.seconds) slot = std::move(plan);
+    if (plan.seconds < slot.seconds || (plan.seconds == slot.seconds && plan.candidate < slot.candidate)) slot = std::move(plan);
   }
   if (best.seconds < std::numeric_limits<double>::infinity()) return best;
   if (best_with_empty.seconds < std::numeric_limits<double>::infinity()) return best_with_empty;
