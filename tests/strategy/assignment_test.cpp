@@ -219,3 +219,71 @@ TEST_CASE("plan_iteration picks the cheapest candidate and keeps every sequence"
   REQUIRE(zeppelin_test::expect_error<infeasible>([&] { (void)plan_iteration(candidates, too_long, dispatcher, greedy_pipeline_packing{}); })
               .value("longest") == 50000);
 }
+
+namespace {
+
+// Algorithm 1 as a plain scan over every pipeline: the reference for greedy_dispatch's
+// grouped search (same orders, same ties: least largest bound, then an empty pipeline, then
+// the lowest index).
+std::vector<std::vector<std::int64_t>> reference_greedy(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths,
+                                                        int trials, std::uint64_t seed) {
+  std::vector<std::size_t> allowed(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i)
+    while (allowed[i] < pipelines.size() && pipelines[allowed[i]].max_len >= lengths[i]) ++allowed[i];
+  std::vector<std::int64_t> forced, free;
+  for (std::size_t i = 0; i < lengths.size(); ++i) (allowed[i] == 1 ? forced : free).push_back(std::int64_t(i));
+  std::stable_sort(free.begin(), free.end(), [&](auto x, auto y) { return lengths[std::size_t(x)] > lengths[std::size_t(y)]; });
+  random_generator rng(seed);
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<std::size_t> assignment(lengths.size()), best_assignment;
+  for (int t = 0; t < trials; ++t) {
+    if (t > 0)
+      for (std::size_t k = free.size(); k > 1; --k) std::swap(free[k - 1], free[static_cast<std::size_t>(rng.below(k))]);
+    std::vector<std::int64_t> order = forced;
+    order.insert(order.end(), free.begin(), free.end());
+    std::vector<std::vector<token_count>> on(pipelines.size());
+    double top = 0;
+    for (const std::int64_t i : order) {
+      const token_count l = lengths[std::size_t(i)];
+      std::size_t pick = 0;
+      double value = std::numeric_limits<double>::infinity();
+      bool pick_empty = false;
+      for (std::size_t j = 0; j < allowed[std::size_t(i)]; ++j) {
+        on[j].push_back(l);
+        const double v = std::max(pipeline_lower_bound(pipelines[j], on[j]), top);
+        on[j].pop_back();
+        const bool empty = on[j].empty();
+        if (v < value || (v == value && empty && !pick_empty)) pick = j, value = v, pick_empty = empty;
+      }
+      on[pick].push_back(l);
+      assignment[std::size_t(i)] = pick;
+      top = std::max(top, value);
+      if (top >= best) break;
+    }
+    if (top < best) best = top, best_assignment = assignment;
+  }
+  std::vector<std::vector<std::int64_t>> out(pipelines.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) out[best_assignment[i]].push_back(std::int64_t(i));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("greedy dispatch's grouped search makes Algorithm 1's choices", "[strategy]") {
+  random_generator rng(55);
+  for (int trial = 0; trial < 60; ++trial) {
+    // a few schemes, many identical pipelines of each
+    std::vector<scheme_profile> pipelines;
+    const int kinds = static_cast<int>(rng.between(1, 3));
+    for (int k = 0; k < kinds; ++k) {
+      const scheme_profile p = random_profile(rng, 500, 4000);
+      pipelines.insert(pipelines.end(), static_cast<std::size_t>(rng.between(1, 9)), p);
+    }
+    std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 60)));
+    for (auto& l : lengths) l = rng.below(5) == 0 ? rng.between(1, pipelines.front().max_len) : rng.between(1, 300);
+    const int trials = static_cast<int>(rng.between(1, 6));
+    INFO("trial " << trial);
+    REQUIRE(greedy_dispatch{.trials = trials, .seed = 3}.dispatch(pipelines, lengths).sequences == reference_greedy(pipelines, lengths, trials, 3));
+  }
+}

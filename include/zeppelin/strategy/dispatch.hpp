@@ -47,6 +47,7 @@
 #include <limits>
 #include <numeric>
 #include <span>
+#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -127,6 +128,9 @@ class dispatch_state {
     return lower_bound_of(p, work_[j] + p.sequence_seconds(l), tokens_[j] + l, std::max(longest_[j], l));
   }
   [[nodiscard]] bool empty(std::size_t j) const noexcept { return longest_[j] == 0; }
+  [[nodiscard]] double work(std::size_t j) const noexcept { return work_[j]; }
+  [[nodiscard]] token_count tokens(std::size_t j) const noexcept { return tokens_[j]; }
+  [[nodiscard]] token_count longest(std::size_t j) const noexcept { return longest_[j]; }
   //! Two pipelines of one scheme in the same state lead to the same subtrees.
   [[nodiscard]] bool same_state(std::size_t x, std::size_t y) const noexcept {
     return pipelines_[x].scheme == pipelines_[y].scheme && pipelines_[x].max_len == pipelines_[y].max_len && work_[x] == work_[y] &&
@@ -150,6 +154,107 @@ class dispatch_state {
   std::vector<token_count> tokens_;
   std::vector<token_count> longest_;
 };
+
+// The pipelines of one profile, contiguous in the pipeline order ([begin, end)), for the
+// greedy's choice in O(log) instead of a scan over every pipeline: a segment tree over the
+// members' (work, tokens, longest), component-wise minima over the non-empty members, whose
+// node bound lower_bound_of(minima + l) is below every member's own bound (the bound grows
+// with each component), and the lowest empty member (members only fill during a trial, so
+// it only moves up).
+class dispatch_group {
+ public:
+  dispatch_group(const scheme_profile& profile, std::size_t begin, std::size_t end)
+      : profile_(&profile), begin_(begin), end_(end) {
+    while (capacity_ < end - begin) capacity_ *= 2;
+    reset();
+  }
+  [[nodiscard]] std::size_t begin() const noexcept { return begin_; }
+  [[nodiscard]] const scheme_profile& profile() const noexcept { return *profile_; }
+
+  void reset() {
+    node_.assign(2 * capacity_, empty_node());
+    lowest_empty_ = begin_;
+  }
+  //! The lowest empty member below `limit`, or npos.
+  [[nodiscard]] std::size_t lowest_empty(std::size_t limit, const dispatch_state& state) {
+    while (lowest_empty_ < end_ && !state.empty(lowest_empty_)) ++lowest_empty_;
+    return lowest_empty_ < std::min(end_, limit) ? lowest_empty_ : npos;
+  }
+  //! The lowest non-empty member below `limit` whose bound with `l` is <= threshold, or npos.
+  [[nodiscard]] std::size_t first_within(token_count l, double threshold, std::size_t limit, const dispatch_state& state) const {
+    return first_within(1, 0, capacity_, l, threshold, limit, state);
+  }
+  //! The non-empty member below `limit` of least bound with `l` (lowest index on ties):
+  //! (bound, index), or (infinity, npos).
+  [[nodiscard]] std::pair<double, std::size_t> least(token_count l, std::size_t limit, const dispatch_state& state) const {
+    std::pair<double, std::size_t> best{std::numeric_limits<double>::infinity(), npos};
+    least(1, 0, capacity_, l, limit, state, best);
+    return best;
+  }
+  void update(std::size_t j, const dispatch_state& state) {
+    std::size_t k = capacity_ + (j - begin_);
+    node_[k] = {state.work(j), state.tokens(j), state.longest(j)};
+    for (k /= 2; k >= 1; k /= 2) node_[k] = merge(node_[2 * k], node_[2 * k + 1]);
+  }
+
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+ private:
+  struct minima {
+    double work;
+    token_count tokens, longest;
+  };
+  static minima empty_node() noexcept {
+    return {std::numeric_limits<double>::infinity(), std::numeric_limits<token_count>::max() / 4, std::numeric_limits<token_count>::max() / 4};
+  }
+  static minima merge(const minima& x, const minima& y) noexcept {
+    return {std::min(x.work, y.work), std::min(x.tokens, y.tokens), std::min(x.longest, y.longest)};
+  }
+  [[nodiscard]] double node_bound(std::size_t k, token_count l) const noexcept {
+    const minima& m = node_[k];
+    if (m.work == std::numeric_limits<double>::infinity()) return std::numeric_limits<double>::infinity();
+    return lower_bound_of(*profile_, m.work + profile_->sequence_seconds(l), m.tokens + l, std::max(m.longest, l));
+  }
+  std::size_t first_within(std::size_t k, std::size_t lo, std::size_t hi, token_count l, double threshold, std::size_t limit,
+                           const dispatch_state& state) const {
+    if (begin_ + lo >= std::min(end_, limit) || node_bound(k, l) > threshold) return npos;
+    if (hi - lo == 1) return begin_ + lo;
+    const std::size_t mid = (lo + hi) / 2;
+    const std::size_t left = first_within(2 * k, lo, mid, l, threshold, limit, state);
+    return left != npos ? left : first_within(2 * k + 1, mid, hi, l, threshold, limit, state);
+  }
+  void least(std::size_t k, std::size_t lo, std::size_t hi, token_count l, std::size_t limit, const dispatch_state& state,
+             std::pair<double, std::size_t>& best) const {
+    if (begin_ + lo >= std::min(end_, limit)) return;
+    const double bound = node_bound(k, l);
+    if (!(bound < best.first)) return;  // a later index cannot win a tie
+    if (hi - lo == 1) {
+      best = {bound, begin_ + lo};
+      return;
+    }
+    const std::size_t mid = (lo + hi) / 2;
+    least(2 * k, lo, mid, l, limit, state, best);
+    least(2 * k + 1, mid, hi, l, limit, state, best);
+  }
+
+  const scheme_profile* profile_;
+  std::size_t begin_, end_;
+  std::size_t capacity_ = 1;
+  std::vector<minima> node_;
+  std::size_t lowest_empty_ = 0;
+};
+
+// The groups of equal profiles, in pipeline order.
+inline std::vector<dispatch_group> dispatch_groups(std::span<const scheme_profile> pipelines) {
+  std::vector<dispatch_group> out;
+  for (std::size_t b = 0; b < pipelines.size();) {
+    std::size_t e = b + 1;
+    while (e < pipelines.size() && pipelines[e] == pipelines[b]) ++e;
+    out.emplace_back(pipelines[b], b, e);
+    b = e;
+  }
+  return out;
+}
 
 inline dispatch_result finish_dispatch(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths,
                                        std::vector<std::vector<std::int64_t>> sequences) {
@@ -184,35 +289,52 @@ struct greedy_dispatch {
     std::vector<std::int64_t> order;
     double best = std::numeric_limits<double>::infinity();
     std::vector<std::size_t> assignment(lengths.size()), best_assignment;
+    std::vector<detail::dispatch_group> groups = detail::dispatch_groups(pipelines);
+    constexpr std::size_t npos = detail::dispatch_group::npos;
     for (int t = 0; t < trials; ++t) {
       if (t > 0)  // Fisher-Yates over the free sequences, the same draws whatever `trials` is
         for (std::size_t k = free.size(); k > 1; --k) std::swap(free[k - 1], free[static_cast<std::size_t>(rng.below(k))]);
       order = forced;
       order.insert(order.end(), free.begin(), free.end());
       detail::dispatch_state state(pipelines);
-      double top = 0;  // the largest bound so far
+      for (detail::dispatch_group& g : groups) g.reset();
+      // The largest bound so far. Placing l on pipeline j makes the largest bound
+      // max(B_j(l), top): every pipeline whose B_j(l) <= top ties at top (the least
+      // possible), else the least B_j(l) wins; ties prefer an empty pipeline, then the
+      // lowest index (the order of Algorithm 1's scan).
+      double top = 0;
       for (const std::int64_t i : order) {
         const token_count l = lengths[static_cast<std::size_t>(i)];
-        // the two largest current bounds, so max over k != j is O(1)
-        double first = 0, second = 0;
-        std::size_t first_at = pipelines.size();
-        for (std::size_t j = 0; j < pipelines.size(); ++j) {
-          const double b = state.bound(j);
-          if (b > first) second = first, first = b, first_at = j;
-          else if (b > second) second = b;
-        }
-        std::size_t pick = 0;
-        double pick_value = std::numeric_limits<double>::infinity();
+        const std::size_t limit = allowed[static_cast<std::size_t>(i)];
+        std::size_t pick = npos;
+        double value = std::numeric_limits<double>::infinity();
         bool pick_empty = false;
-        for (std::size_t j = 0; j < allowed[static_cast<std::size_t>(i)]; ++j) {
-          const double others = j == first_at ? second : first;
-          const double value = std::max(state.bound_with(j, l), others);
-          const bool empty = state.empty(j);
-          if (value < pick_value || (value == pick_value && empty && !pick_empty)) pick = j, pick_value = value, pick_empty = empty;
+        const auto consider = [&](double v, std::size_t j, bool empty) {
+          const bool better = v < value || (v == value && (empty != pick_empty ? empty : j < pick));
+          if (better) value = v, pick = j, pick_empty = empty;
+        };
+        for (detail::dispatch_group& g : groups) {
+          if (g.begin() >= limit) break;
+          if (const std::size_t e = g.lowest_empty(limit, state); e != npos)
+            consider(std::max(detail::lower_bound_of(g.profile(), g.profile().sequence_seconds(l), l, l), top), e, true);
         }
+        if (value > top)  // no empty pipeline ties at top: the lowest non-empty one that does
+          for (const detail::dispatch_group& g : groups) {
+            if (g.begin() >= limit) break;
+            if (const std::size_t j = g.first_within(l, top, limit, state); j != npos) {
+              consider(top, j, false);
+              break;
+            }
+          }
+        if (value > top)  // nothing ties at top: the least bound
+          for (const detail::dispatch_group& g : groups) {
+            if (g.begin() >= limit) break;
+            if (const auto [v, j] = g.least(l, limit, state); j != npos) consider(v, j, false);
+          }
         state.add(pick, l);
+        groups[group_of(groups, pick)].update(pick, state);
         assignment[static_cast<std::size_t>(i)] = pick;
-        top = std::max(top, pick_value);
+        top = std::max(top, value);
         if (top >= best) break;  // bounds only grow: this trial cannot win any more
       }
       if (top < best) best = top, best_assignment = assignment;
@@ -222,6 +344,13 @@ struct greedy_dispatch {
     return detail::finish_dispatch(pipelines, lengths, std::move(sequences));
   }
   friend bool operator==(const greedy_dispatch&, const greedy_dispatch&) = default;
+
+ private:
+  static std::size_t group_of(const std::vector<detail::dispatch_group>& groups, std::size_t j) noexcept {
+    std::size_t g = 0;
+    while (g + 1 < groups.size() && groups[g + 1].begin() <= j) ++g;
+    return g;
+  }
 };
 static_assert(dispatch_policy<greedy_dispatch>);
 
