@@ -74,7 +74,7 @@ void bench_propose(benchmark::State& state) {
   std::size_t candidates = 0;
   for (auto _ : state) {
     const auto profiles = profile_schemes(enumerate_schemes(m, s.gpus, 8), m, gpus::a800_80g(), s.gpus);
-    const auto c = propose_strategies(profiles, s.gpus, s.sample, {.length_step = s.step});
+    const auto c = propose_strategies(profiles, s.gpus, s.sample, {.length_step = s.step, .sample_iterations = 10});
     candidates = c.size();
     benchmark::DoNotOptimize(c);
   }
@@ -84,7 +84,7 @@ void bench_propose(benchmark::State& state) {
 
 void bench_dispatch(benchmark::State& state) {
   const setting& s = setting_for(state.range(0));
-  const auto candidates = propose_strategies(s.profiles, s.gpus, s.sample, {.length_step = s.step});
+  const auto candidates = propose_strategies(s.profiles, s.gpus, s.sample, {.length_step = s.step, .sample_iterations = 10});
   for (auto _ : state)
     for (const strategy& c : candidates) {
       const auto pipelines = pipelines_of(c);
@@ -97,7 +97,7 @@ void bench_dispatch(benchmark::State& state) {
 
 void bench_packing(benchmark::State& state) {
   const setting& s = setting_for(state.range(0));
-  const auto candidates = propose_strategies(s.profiles, s.gpus, s.sample, {.length_step = s.step});
+  const auto candidates = propose_strategies(s.profiles, s.gpus, s.sample, {.length_step = s.step, .sample_iterations = 10});
   std::vector<std::pair<std::vector<scheme_profile>, dispatch_result>> dispatched;
   for (const strategy& c : candidates) {
     auto pipelines = pipelines_of(c);
@@ -122,7 +122,7 @@ void bench_packing(benchmark::State& state) {
 // and greedy packing of those that can still win.
 void bench_plan_iteration(benchmark::State& state) {
   const setting& s = setting_for(state.range(0));
-  const auto candidates = propose_strategies(s.profiles, s.gpus, s.sample, {.length_step = s.step});
+  const auto candidates = propose_strategies(s.profiles, s.gpus, s.sample, {.length_step = s.step, .sample_iterations = 10});
   double seconds = 0;
   for (auto _ : state) {
     const iteration_plan plan = plan_iteration(candidates, s.iteration, greedy_dispatch{.trials = 100, .seed = 1}, greedy_pipeline_packing{});

@@ -14,7 +14,8 @@
 // strategy/dispatch.hpp (Hydraulis' Eq. 2 with the micro-batches MaxLen forces) shared over
 // the d pipelines:
 //   cost = max((a S2 + b S1) / d + c + (PP_k - 1) T_k(m), (PP_k - 1 + ceil(S1 / (d MaxLen_k))) T_k(m))
-// (S1, S2: sums of l and l^2 over the interval; m = cell_max(g); one micro-batch's
+// (S1, S2: sums of l and l^2 over the interval per iteration of the sample (options.
+// sample_iterations); m = cell_max(g); one micro-batch's
 // constant; the bubble of the longest sequence, the term the authors' code adds). Then
 //   t[n][0] = 0, t[0][g > 0] = infinity,
 //   t[n][g] = min(t[n - 1][g], min over (k, d: d N(P_k) <= n), g' < g of
@@ -70,6 +71,10 @@ struct strategy {
 
 struct proposal_options {
   token_count length_step = 128;  //!< grid cell (the authors: 128; 1024 at 1024 GPUs)
+  //! Iterations' worth of sequences the sample holds: the DP prices ONE iteration, so the
+  //! sample's sums are divided by this. A larger sample sees more of the long tail; without
+  //! the division its work would swamp the per-iteration terms (c, the bubble).
+  double sample_iterations = 1;
 };
 
 class strategy_dp {
@@ -78,9 +83,11 @@ class strategy_dp {
       : schemes_(schemes.begin(), schemes.end()), gpus_(gpus) {
     ZEPPELIN_EXPECTS(gpus >= 1, "a strategy needs at least 1 GPU", {{"gpus", double(gpus)}});
     ZEPPELIN_EXPECTS(options.length_step >= 1, "the length step must be >= 1 token", {{"length_step", double(options.length_step)}});
+    ZEPPELIN_EXPECTS(options.sample_iterations > 0 && std::isfinite(options.sample_iterations),
+                     "the sample must hold a positive, finite number of iterations", {{"sample_iterations", options.sample_iterations}});
     ZEPPELIN_EXPECTS(!sample.empty(), "the strategy proposal needs a sample of sequence lengths", {});
     ZEPPELIN_EXPECTS(!schemes_.empty(), "the strategy proposal needs at least one scheme", {});
-    build_cells(sample, options.length_step);
+    build_cells(sample, options.length_step, options.sample_iterations);
     run();
   }
 
@@ -141,7 +148,7 @@ class strategy_dp {
     return static_cast<std::size_t>(n) * static_cast<std::size_t>(cells() + 1) + static_cast<std::size_t>(g);
   }
 
-  void build_cells(std::span<const token_count> sample, token_count step) {
+  void build_cells(std::span<const token_count> sample, token_count step, double iterations) {
     std::vector<token_count> sorted(sample.begin(), sample.end());
     std::sort(sorted.begin(), sorted.end());
     ZEPPELIN_EXPECTS(sorted.front() >= 1, "a sequence needs at least 1 token", {{"length", double(sorted.front())}});
@@ -159,8 +166,8 @@ class strategy_dp {
       }
       cell_max_.back() = l;
       const auto x = static_cast<double>(l);
-      sum1_.back() += x;
-      sum2_.back() += x * x;
+      sum1_.back() += x / iterations;
+      sum2_.back() += x * x / iterations;
     }
   }
 
