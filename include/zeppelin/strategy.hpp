@@ -6,6 +6,7 @@
 #pragma once
 
 #include <zeppelin/strategy/dispatch.hpp>
+#include <zeppelin/strategy/homogeneous_baseline.hpp>
 #include <zeppelin/strategy/iteration_plan.hpp>
 #include <zeppelin/strategy/parallel_scheme.hpp>
 #include <zeppelin/strategy/pipeline_packing.hpp>
