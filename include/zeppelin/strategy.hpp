@@ -12,3 +12,4 @@
 #include <zeppelin/strategy/pipeline_packing.hpp>
 #include <zeppelin/strategy/scheme_profile.hpp>
 #include <zeppelin/strategy/strategy_proposal.hpp>
+#include <zeppelin/strategy/switching.hpp>
