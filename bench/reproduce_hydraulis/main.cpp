@@ -182,7 +182,9 @@ void switching(const mode& md) {
   std::printf("\n## Switching (section 5): pull and push of mutual slices, 32B on 64 GPUs (per-GPU bandwidth bound)\n\n");
   std::printf("| %-28s | %8s | %8s | %9s | %9s | %s\n", "strategy", "pull s", "push s", "segments", "copies D", "overlap needs tokens per micro-batch");
   std::printf("|------------------------------|----------|----------|-----------|-----------|------|\n");
-  for (const strategy& s : {candidates.front(), candidates.back()}) {
+  // a heterogeneous candidate (the one for the longest cells that mixes schemes) and the homogeneous one
+  const auto mixed = std::find_if(candidates.rbegin(), candidates.rend(), [](const strategy& s) { return s.parts.size() > 1; });
+  for (const strategy& s : {mixed != candidates.rend() ? *mixed : candidates.front(), candidates.back()}) {
     const switching_plan plan = make_switching_plan(s, c.gpus, c.model);
     std::vector<slice_transfer> push = plan.push_reduce;
     push.insert(push.end(), plan.push_link.begin(), plan.push_link.end());
