@@ -85,3 +85,22 @@ TEST_CASE("the homogeneous baseline deals by tokens in arrival order and packs w
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)homogeneous_plan(p, 4, std::vector<token_count>{20001}, 32768); }).value("limit") == 20000);
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)homogeneous_plan(p, 0, lengths, 16384); }).value("pipelines") == 0);
 }
+
+TEST_CASE("switching on the event engine: one flow takes bytes / bandwidth, a plan at least its per-GPU bound", "[sim][strategy]") {
+  const topology topo = clusters::hydraulis_a800_ib(2);
+  const std::vector<slice_transfer> one = {{0, 9, 0, 1, 0, 1, 4e9}};  // across nodes
+  REQUIRE(simulate_switching(one, topo, {}) >= 4e9 / topo.nic_link().bandwidth);
+  REQUIRE(simulate_switching(one, topo, {}) <= 4e9 / topo.nic_link().bandwidth * 1.01 + 1e-3);
+  REQUIRE(simulate_switching(std::vector<slice_transfer>{}, topo) == 0);
+  const model_config m = models::llama_7b();
+  const strategy mixed{{{profile(1, 2, 8000, 0, 1, 0), 2}, {profile(4, 1, 32000, 0, 1, 0), 1}, {profile(2, 4, 16000, 0, 1, 0), 1}}, 0};
+  const switching_plan plan = make_switching_plan(mixed, 16, m);
+  for (const auto* transfers : {&plan.pull, &plan.push_reduce, &plan.push_link}) {
+    const double bound = switching_seconds(*transfers, topo);
+    const double simulated = simulate_switching(*transfers, topo);
+    REQUIRE(simulated >= bound * (1 - 1e-9));
+    REQUIRE(simulated <= 4 * bound + 1e-3);
+  }
+  const std::vector<slice_transfer> outside = {{0, 99, 0, 1, 0, 1, 1e6}};
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)simulate_switching(outside, topo); }).value("dst") == 99);
+}

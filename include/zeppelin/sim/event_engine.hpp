@@ -73,6 +73,7 @@ enum class task_kind : std::uint8_t {
   activation = 9,          //!< flow: a pipeline stage's output activation to the next stage
   gradient = 10,           //!< flow: a pipeline stage's input gradient to the previous stage
   gradient_sync = 11,      //!< flow: a step of the data-parallel gradient all-reduce ring
+  parameter_sync = 12,     //!< flow: mutual slices pulled from or pushed to the optimizer's shards (Hydraulis)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(task_kind k) noexcept {
@@ -89,6 +90,7 @@ enum class task_kind : std::uint8_t {
     case task_kind::activation: return "activation";
     case task_kind::gradient: return "gradient";
     case task_kind::gradient_sync: return "gradient_sync";
+    case task_kind::parameter_sync: return "parameter_sync";
   }
   return "?";
 }

@@ -16,8 +16,9 @@
 // planner's estimate leaves out: the schedule's real bubbles with unequal micro-batches,
 // pipeline sends, and the memory check against the scheme's model (memory of
 // strategy/scheme_profile.hpp). The optimizer step's pull and push over mutual slices
-// (Hydraulis section 5) is not simulated: it moves the same bytes for any strategy on N
-// GPUs and overlaps with propagation when micro-batches are long enough.
+// (Hydraulis section 5) is not part of the step: simulate_switching prices a plan of them
+// (strategy/switching.hpp) on the event engine, and Hydraulis overlaps them with
+// propagation when micro-batches are long enough.
 // Errors: invalid_argument for a plan without pipelines, a topology with fewer GPUs than a
 // pipeline needs; infeasible when a stage runs out of memory; what the simulator throws.
 // Host-only.
@@ -33,7 +34,9 @@
 #include <zeppelin/schedule/pipeline/schedule_policy.hpp>
 #include <zeppelin/sim/pipeline_simulator.hpp>
 #include <zeppelin/strategy/iteration_plan.hpp>
+#include <zeppelin/sim/event_engine.hpp>
 #include <zeppelin/strategy/scheme_profile.hpp>
+#include <zeppelin/strategy/switching.hpp>
 
 #include <algorithm>
 #include <span>
@@ -88,6 +91,23 @@ template <pipeline_schedule_policy S, checkpoint_policy C>
   }
   out.gap = out.iteration_s > 0 ? 1 - fastest / out.iteration_s : 0;
   return out;
+}
+
+//! Hydraulis' pull or push (strategy/switching.hpp) on the event engine: every transfer a
+//! flow, all released at once, sharing NVLink ports and NICs max-min fairly under the link
+//! model (latency per flow, NCCL's rendezvous). Returns the makespan; 0 for no transfers.
+//! switching_seconds (the per-GPU bandwidth bound) is a lower bound of it.
+[[nodiscard]] inline double simulate_switching(std::span<const slice_transfer> transfers, const topology& topo, const link_model& link = {}) {
+  if (transfers.empty()) return 0;
+  event_engine engine(topo, stream_policy::in_order, link);
+  for (std::size_t i = 0; i < transfers.size(); ++i) {
+    const slice_transfer& t = transfers[i];
+    ZEPPELIN_EXPECTS(t.src >= 0 && t.dst >= 0 && t.src < topo.num_ranks() && t.dst < topo.num_ranks(),
+                     "a switching transfer names a GPU outside the topology", {{"src", double(t.src)}, {"dst", double(t.dst)}});
+    (void)engine.flow(t.src, t.dst, t.bytes, task_tag{task_kind::parameter_sync, flow_leg::direct, -1, static_cast<std::int32_t>(i % 1000000), t.first_layer, 0},
+                      std::span<const task_id>{});
+  }
+  return engine.run().makespan;
 }
 
 ZEPPELIN_NAMESPACE_END

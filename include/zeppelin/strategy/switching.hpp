@@ -20,9 +20,10 @@
 // as in ZeRO (the paper's remark). The push reduces on copy k mod D, not on the owner's
 // copy, so even a homogeneous strategy links reduced segments to their owners: at most the
 // model's bytes more than ZeRO's reduce-scatter, spread over all GPUs.
-// Time: switching_seconds bounds a step by the busiest GPU: the larger of its bytes sent
-// and received over NVLink (same node) and over its share of the node's NICs, each at full
-// bandwidth, transfers in parallel. It is a lower bound (no contention model); Hydraulis
+// Time: switching_seconds bounds a step from below by its busiest port: a GPU's NVLink
+// bytes sent or received, or a NIC's cross-node bytes sent or received (every GPU behind
+// it), each at full bandwidth; sim/heterogeneous_step.hpp's simulate_switching runs the
+// transfers on the event engine. Hydraulis
 // overlaps the pull and push with propagation when every micro-batch of a pipeline holds at
 // least TP x CP x F / B tokens (overlap_tokens: F the GPU's bf16 FLOP/s, B the slowest link).
 // Errors: invalid_argument for N < the strategy's GPUs, an empty strategy, an invalid model,
@@ -172,14 +173,22 @@ struct gpu_traffic {
   return out;
 }
 
-//! The busiest GPU's time for `transfers` on `topo` (see the file comment).
+//! A lower bound on the time of `transfers` on `topo` (see the file comment): the busiest
+//! NVLink port (a GPU's same-node bytes sent or received) and the busiest NIC (the
+//! cross-node bytes its GPUs send or receive), each at full bandwidth.
 [[nodiscard]] inline double switching_seconds(std::span<const slice_transfer> transfers, const topology& topo) {
   const int per_node = topo.gpus_per_node();
-  const double nic_share = topo.nic_link().bandwidth * topo.nics_per_node() / per_node;
+  const std::vector<gpu_traffic> traffic = traffic_of(transfers, topo.num_ranks(), per_node);
+  std::vector<double> nic_sent(static_cast<std::size_t>(topo.num_nics()), 0), nic_received = nic_sent;
   double slowest = 0;
-  for (const gpu_traffic& g : traffic_of(transfers, topo.num_ranks(), per_node))
-    slowest = std::max({slowest, std::max(g.sent_intra, g.received_intra) / topo.intra_node_link().bandwidth,
-                        std::max(g.sent_inter, g.received_inter) / nic_share});
+  for (std::size_t g = 0; g < traffic.size(); ++g) {
+    slowest = std::max(slowest, std::max(traffic[g].sent_intra, traffic[g].received_intra) / topo.intra_node_link().bandwidth);
+    const auto nic = static_cast<std::size_t>(topo.nic_of(static_cast<rank_index>(g)));
+    nic_sent[nic] += traffic[g].sent_inter;
+    nic_received[nic] += traffic[g].received_inter;
+  }
+  for (std::size_t n = 0; n < nic_sent.size(); ++n)
+    slowest = std::max(slowest, std::max(nic_sent[n], nic_received[n]) / topo.nic_link().bandwidth);
   return slowest;
 }
 
