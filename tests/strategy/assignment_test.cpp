@@ -287,3 +287,21 @@ TEST_CASE("greedy dispatch's grouped search makes Algorithm 1's choices", "[stra
     REQUIRE(greedy_dispatch{.trials = trials, .seed = 3}.dispatch(pipelines, lengths).sequences == reference_greedy(pipelines, lengths, trials, 3));
   }
 }
+
+TEST_CASE("candidate_lower_bound never exceeds the candidate's plan", "[strategy]") {
+  random_generator rng(12);
+  for (int trial = 0; trial < 40; ++trial) {
+    strategy s;
+    const int kinds = static_cast<int>(rng.between(1, 3));
+    for (int k = 0; k < kinds; ++k) s.parts.push_back({random_profile(rng, 400, 3000), static_cast<int>(rng.between(1, 4))});
+    token_count top = 0;
+    for (const auto& part : s.parts) top = std::max(top, part.profile.max_len);
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 80)));
+    for (auto& l : lengths) l = rng.below(4) == 0 ? rng.between(1, top) : rng.between(1, 400);
+    INFO("trial " << trial);
+    const iteration_plan plan = plan_with(s, lengths, greedy_dispatch{.trials = 5, .seed = 2}, greedy_pipeline_packing{});
+    REQUIRE(candidate_lower_bound(s, lengths) <= plan.seconds * (1 + 1e-12));
+    const iteration_plan exact = plan_with(s, std::span(lengths).first(std::min<std::size_t>(lengths.size(), 7)), exact_dispatch{}, exact_pipeline_packing{});
+    REQUIRE(candidate_lower_bound(s, std::span(lengths).first(std::min<std::size_t>(lengths.size(), 7))) <= exact.seconds * (1 + 1e-12));
+  }
+}

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <utility>
@@ -68,24 +69,40 @@ template <dispatch_policy D, pipeline_packing_policy K>
   return plan;
 }
 
-//! A lower bound on the seconds of any plan of `s` for `lengths`: the largest of (a) the
-//! longest sequence alone on the best pipeline that holds it, LB of strategy/dispatch.hpp,
-//! and (b) every sequence's least work over the pipelines that hold it, spread evenly over
-//! all pipelines (the slowest pipeline is at least the mean). Infinity when no pipeline
-//! holds the longest sequence.
+//! A lower bound on the seconds of any plan of `s` for `lengths`, the largest of:
+//!   (a) the longest sequence alone on the best pipeline that holds it (the LB of
+//!       strategy/dispatch.hpp);
+//!   (b) for every MaxLen level M of the strategy (next lower level M'), the sequences
+//!       longer than M' can only go to the pipelines with MaxLen >= M: their least work
+//!       there, spread evenly over those pipelines (the slowest is at least the mean). The
+//!       lowest level spreads every sequence over every pipeline.
+//! Infinity when no pipeline holds the longest sequence.
 [[nodiscard]] inline double candidate_lower_bound(const strategy& s, std::span<const token_count> lengths) {
-  double longest_alone = std::numeric_limits<double>::infinity();
-  double spread = 0;
   const token_count longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  double bound = std::numeric_limits<double>::infinity();
   for (const strategy_part& part : s.parts)
-    if (part.profile.max_len >= longest) longest_alone = std::min(longest_alone, pipeline_lower_bound(part.profile, std::span(&longest, 1)));
-  for (const token_count l : lengths) {
-    double least = std::numeric_limits<double>::infinity();
+    if (part.profile.max_len >= longest) bound = std::min(bound, pipeline_lower_bound(part.profile, std::span(&longest, 1)));
+  if (bound == std::numeric_limits<double>::infinity()) return bound;
+  std::vector<token_count> levels;
+  for (const strategy_part& part : s.parts) levels.push_back(part.profile.max_len);
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  for (std::size_t t = 0; t < levels.size(); ++t) {
+    const token_count below = t + 1 < levels.size() ? levels[t + 1] : 0;
+    int pipelines = 0;
     for (const strategy_part& part : s.parts)
-      if (part.profile.max_len >= l) least = std::min(least, part.profile.sequence_seconds(l));
-    spread += least;
+      if (part.profile.max_len >= levels[t]) pipelines += part.pipelines;
+    double work = 0;
+    for (const token_count l : lengths) {
+      if (l <= below) continue;
+      double least = std::numeric_limits<double>::infinity();
+      for (const strategy_part& part : s.parts)
+        if (part.profile.max_len >= l) least = std::min(least, part.profile.sequence_seconds(l));
+      work += least;
+    }
+    bound = std::max(bound, work / std::max(1, pipelines));
   }
-  return std::max(longest_alone, spread / std::max(1, s.pipelines()));
+  return bound;
 }
 
 //! Hydraulis' per-iteration choice (see the file comment).
