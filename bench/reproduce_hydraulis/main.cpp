@@ -1,5 +1,5 @@
 // bench/reproduce_hydraulis: the Hydraulis evaluation (strategy/, sim/heterogeneous_step.hpp).
-//   reproduce_hydraulis [--smoke | --quick | --full] [--iterations N] [--seed S]
+//   reproduce_hydraulis [--smoke | --quick | --full] [--iterations N] [--seed S] [--cp]
 // Prints, beside the numbers the paper reports:
 //   speedup   Hydraulis (proposal + per-iteration greedy dispatch and packing) over the best
 //             homogeneous baseline (one scheme for every pipeline, Megatron-LM-like
@@ -17,7 +17,8 @@
 // Documents: the paper publishes no histograms. "CommonCrawl-like" is the power law of
 // data/power_law.hpp over [1, 32K] (short-heavy, mean ~1.9K); "GitHub-like" is Zeppelin's
 // GitHub distribution (data/datasets.hpp) clamped at 32K, far heavier. Modes: --smoke (one
-// configuration, 2 iterations, for ctest), --quick (8 iterations), --full (32). Planner
+// configuration, 2 iterations, for ctest), --quick (8 iterations), --full (32); --cp adds
+// CP 2 and 4 to every method's schemes (the authors' code leaves CP out). Planner
 // times beside the paper's Table 2 are in bench/strategy_bench.cpp.
 #include <zeppelin/checkpoint.hpp>
 #include <zeppelin/core/model_presets.hpp>
@@ -50,6 +51,7 @@ struct mode {
   int iterations = 8;
   std::uint64_t seed = 1;
   bool smoke = false;
+  scheme_space space{};  // --cp: CP 2 and 4 as well (beyond the paper, whose code leaves CP out)
 };
 
 struct data_kind {
@@ -63,6 +65,11 @@ struct config {
   long long gpus;
   token_count tokens_per_iteration;
 };
+
+// <TP,PP>, or <TP,PP,CP> when CP > 1
+std::string scheme_name(const parallel_scheme& s) {
+  return "<" + std::to_string(s.tp) + "," + std::to_string(s.pp) + (s.cp > 1 ? "," + std::to_string(s.cp) : "") + ">";
+}
 
 topology cluster(long long gpus) { return clusters::hydraulis_a800_ib(static_cast<int>(std::max<long long>(1, (gpus + 7) / 8))); }
 
@@ -94,7 +101,7 @@ void speedups(const mode& md) {
       const auto runs = iterations_of(dk.lengths, c.tokens_per_iteration, md.iterations, rng);
       std::vector<token_count> pooled;
       for (const auto& s : sample) pooled.insert(pooled.end(), s.begin(), s.end());
-      const auto profiles = profile_schemes(enumerate_schemes(c.model, c.gpus, 8), c.model, gpus::a800_80g(), c.gpus);
+      const auto profiles = profile_schemes(enumerate_schemes(c.model, c.gpus, 8, md.space), c.model, gpus::a800_80g(), c.gpus);
       const auto candidates = propose_strategies(profiles, c.gpus, pooled, {.sample_iterations = 10});
       double hyd = 0, hyd_gap = 0;
       std::vector<int> chosen(candidates.size(), 0);
@@ -117,14 +124,13 @@ void speedups(const mode& md) {
         }
         if (total < base) {
           base = total, base_gap = gap;
-          base_name = "<" + std::to_string(p.scheme.tp) + "," + std::to_string(p.scheme.pp) + "> x " + std::to_string(d);
+          base_name = scheme_name(p.scheme) + " x " + std::to_string(d);
         }
       }
       const auto typical = static_cast<std::size_t>(std::max_element(chosen.begin(), chosen.end()) - chosen.begin());
       std::string hyd_name;
       for (const strategy_part& part : candidates[typical].parts)
-        hyd_name += (hyd_name.empty() ? "" : "+") + std::to_string(part.pipelines) + "<" + std::to_string(part.profile.scheme.tp) + "," +
-                    std::to_string(part.profile.scheme.pp) + ">";
+        hyd_name += (hyd_name.empty() ? "" : "+") + std::to_string(part.pipelines) + scheme_name(part.profile.scheme);
       const double n = md.iterations;
       std::printf("| %-16s | %-5s | %4lld | %-26s | %-22s | %9.2f | %9.2f | %6.2fx | %9.3f | %9.3f |\n", dk.name, c.model_name, c.gpus,
                   hyd_name.c_str(), base_name.c_str(), hyd, base, base / hyd, hyd_gap / n, base_gap / n);
@@ -191,8 +197,7 @@ void switching(const mode& md) {
     push.insert(push.end(), plan.push_link.begin(), plan.push_link.end());
     std::string name, need;
     for (const strategy_part& part : s.parts) {
-      name += (name.empty() ? "" : "+") + std::to_string(part.pipelines) + "<" + std::to_string(part.profile.scheme.tp) + "," +
-              std::to_string(part.profile.scheme.pp) + ">";
+      name += (name.empty() ? "" : "+") + std::to_string(part.pipelines) + scheme_name(part.profile.scheme);
       need += (need.empty() ? "" : ", ") + std::to_string(static_cast<long long>(overlap_tokens(part.profile.scheme, topo.gpu(), topo.nic_link().bandwidth)));
     }
     const double push_s = simulate_switching(plan.push_reduce, topo) + simulate_switching(plan.push_link, topo);
@@ -213,8 +218,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--full")) md.iterations = 32;
     else if (!std::strcmp(argv[i], "--iterations") && i + 1 < argc) md.iterations = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) md.seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--cp")) md.space.cp = {1, 2, 4};
     else {
-      std::fprintf(stderr, "usage: reproduce_hydraulis [--smoke | --quick | --full] [--iterations N] [--seed S]\n");
+      std::fprintf(stderr, "usage: reproduce_hydraulis [--smoke | --quick | --full] [--iterations N] [--seed S] [--cp]\n");
       return 2;
     }
   }

@@ -76,7 +76,7 @@ TEST_CASE("MaxLen is the longest micro-batch whose 1F1B peak fits, on every stag
 
 TEST_CASE("scheme profiles: the latency fit follows the stage model and UtilLen sits at its threshold", "[strategy]") {
   const model_config m = models::llama_7b();
-  const auto schemes = enumerate_schemes(m, 16, 8);
+  const auto schemes = enumerate_schemes(m, 16, 8, {.tp = {1, 2, 4}, .cp = {1, 2}});  // tp x cp within a node
   const std::vector<scheme_profile> profiles = profile_schemes(schemes, m, gpus::a800_80g(), 16);
   REQUIRE(!profiles.empty());
   for (const scheme_profile& p : profiles) {
@@ -89,7 +89,8 @@ TEST_CASE("scheme profiles: the latency fit follows the stage model and UtilLen 
       double slowest = 0;
       for (const stage_slice& s : split_model(m, p.scheme.pp)) {
         const stage_times st = t.times(micro_batch{{l}, {}}, s);
-        slowest = std::max(slowest, st.forward + st.backward + tp_collective_seconds(p.scheme, m, s.layers, l, {200e9, 3e-6}));
+        slowest = std::max(slowest, st.forward + st.backward + tp_collective_seconds(p.scheme, m, s.layers, l, {200e9, 3e-6}) +
+                                        cp_collective_seconds(p.scheme, m, s.layers, l, {200e9, 3e-6}));
       }
       REQUIRE(p.latency.at(double(l)) == Approx(slowest).epsilon(0.1));
     }
@@ -104,6 +105,10 @@ TEST_CASE("scheme profiles: the latency fit follows the stage model and UtilLen 
   REQUIRE(expect_invalid([&] { (void)util_len_of(t, 100, 1.0); }).value("util_efficiency") == 1.0);
   // TP collectives: 8 per layer of (tp - 1) / tp x l x H x 2 bytes, plus the ring latency
   REQUIRE(tp_collective_seconds({1, 1, 1}, m, 32, 4096, {100e9, 1e-6}) == 0);
+  // CP collectives: 2 per layer of (cp - 1) / cp x l x 2 kv_width / tp x 2 bytes, plus the ring latency
+  REQUIRE(cp_collective_seconds({2, 1, 1}, m, 32, 4096, {100e9, 1e-6}) == 0);
+  REQUIRE(cp_collective_seconds({2, 1, 4}, m, 32, 4096, {100e9, 0}) ==
+          Approx(32 * 2 * 0.75 * 4096 * 2 * 4096 / 2 * 2 / 100e9));
   REQUIRE(tp_collective_seconds({4, 1, 1}, m, 32, 4096, {100e9, 0}) == Approx(32 * 8 * 0.75 * 4096 * 4096 * 2 / 100e9));
   REQUIRE(expect_invalid([&] { (void)profile_schemes(schemes, m, gpus::a800_80g(), 16, {.tp_link = {0, 0}}); }).value("bandwidth") == 0);
   REQUIRE(expect_invalid([&] { (void)profile_schemes(schemes, m, gpus::a800_80g(), 16, {.margin_bytes = -1}); }).value("margin_bytes") == -1);

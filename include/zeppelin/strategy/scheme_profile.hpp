@@ -18,7 +18,9 @@
 // collectives, which the stage model leaves to the simulator but a profile measures: with
 // sequence parallelism every layer runs 4 all-gathers / reduce-scatters forward and 4
 // backward, each moving (tp - 1) / tp x (l / cp) x H x 2 bytes per GPU over the node's link
-// (ring cost, bandwidth and latency of scheme_profile_options::tp_link). Fitted by least squares at
+// (ring cost, bandwidth and latency of scheme_profile_options::tp_link), and with CP > 1 its
+// K/V all-gathers and dK/dV reduce-scatters (cp_collective_seconds; over NVLink while
+// tp x cp GPUs fit in a node, else over inter_node_link). Fitted by least squares at
 // l = 128, 256, ..., up to 2 MaxLen (at least 1K, at most 4M); a packed micro-batch costs sum (a l^2 + b l) over its
 // sequences plus c once. A negative fitted intercept is refitted without one. The authors
 // profile T on their cluster (e.g. 32B <8, 1> on A800: a = 2.125e-6, b = 0.1414,
@@ -81,7 +83,23 @@ struct scheme_profile_options {
   //! bytes per state; zero_shards is set per scheme to N / (tp pp)
   memory_settings memory{.zero_stage = 1, .parameter_bytes = 2, .gradient_bytes = 2, .optimizer_bytes = 12};
   link_spec tp_link{200e9, 3e-6};  //!< the link TP collectives use (A800 NVLink, core/topology_presets.hpp)
+  //! The link CP collectives use when a scheme's tp x cp GPUs span nodes (one A800 GPU's
+  //! share of Hydraulis' InfiniBand, two GPUs per 400 Gb/s port); within a node, tp_link.
+  link_spec inter_node_link{24e9, 10e-6};
+  int gpus_per_node = 8;
 };
+
+//! Seconds of one stage's context-parallel collectives for l tokens, forward + backward:
+//! Llama-3-style CP all-gathers K and V in forward and reduce-scatters dK and dV in
+//! backward, each (cp - 1) / cp x l x 2 kv_width / tp x 2 bytes per GPU, per layer (ring
+//! cost); 0 for cp = 1.
+[[nodiscard]] inline double cp_collective_seconds(const parallel_scheme& scheme, const model_config& model, int stage_layers,
+                                                  token_count l, const link_spec& link) {
+  if (scheme.cp == 1) return 0;
+  const double bytes = (scheme.cp - 1.0) / scheme.cp * static_cast<double>(l) * 2.0 * static_cast<double>(model.kv_width()) / scheme.tp *
+                       model.bytes_per_element;
+  return stage_layers * 2.0 * (bytes / link.bandwidth + (scheme.cp - 1) * link.latency);
+}
 
 //! Seconds of one stage's tensor-parallel collectives for l tokens, forward + backward
 //! (see the file comment); 0 for tp = 1.
@@ -119,7 +137,9 @@ struct scheme_profile_options {
 
 //! T(l, P) fitted to the analytic stage time of the slowest stage (see the file comment).
 [[nodiscard]] inline quadratic_profile stage_latency_of(const parallel_scheme& scheme, const model_config& model, const gpu_spec& gpu,
-                                                        token_count max_len, const link_spec& tp_link) {
+                                                        token_count max_len, const link_spec& tp_link, const link_spec& cp_link) {
+  ZEPPELIN_EXPECTS(cp_link.bandwidth > 0 && cp_link.latency >= 0, "the CP link needs a positive bandwidth and a latency >= 0",
+                   {{"bandwidth", cp_link.bandwidth}, {"latency", cp_link.latency}});
   ZEPPELIN_EXPECTS(tp_link.bandwidth > 0 && tp_link.latency >= 0, "the TP link needs a positive bandwidth and a latency >= 0",
                    {{"bandwidth", tp_link.bandwidth}, {"latency", tp_link.latency}});
   const analytic_stage_time time = analytic_stage_time::for_gpu(model, gpu, scheme.tp, scheme.cp);
@@ -130,7 +150,8 @@ struct scheme_profile_options {
     double slowest = 0;
     for (const stage_slice& s : slices) {
       const stage_times t = time.times(micro_batch{{l}, {}}, s);
-      slowest = std::max(slowest, t.forward + t.backward + tp_collective_seconds(scheme, model, s.layers, l, tp_link));
+      slowest = std::max(slowest, t.forward + t.backward + tp_collective_seconds(scheme, model, s.layers, l, tp_link) +
+                                      cp_collective_seconds(scheme, model, s.layers, l, cp_link));
     }
     points.push_back({static_cast<double>(l), slowest});
   }
@@ -162,7 +183,8 @@ struct scheme_profile_options {
   for (const parallel_scheme& s : schemes) {
     const token_count max_len = max_len_of(scheme_memory_model(s, model, cluster_gpus, options.memory), capacity - options.margin_bytes);
     if (max_len < 1) continue;
-    scheme_profile p{.scheme = s, .max_len = max_len, .util_len = 1, .latency = stage_latency_of(s, model, gpu, max_len, options.tp_link)};
+    scheme_profile p{.scheme = s, .max_len = max_len, .util_len = 1, .latency = stage_latency_of(s, model, gpu, max_len, options.tp_link,
+                                                   s.tp * s.cp <= options.gpus_per_node ? options.tp_link : options.inter_node_link)};
     p.util_len = util_len_of(p.latency, max_len, options.util_efficiency);
     out.push_back(p);
   }
