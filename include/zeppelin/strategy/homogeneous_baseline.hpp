@@ -19,6 +19,7 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/strategy/iteration_plan.hpp>
+#include <zeppelin/strategy/pipeline_packing.hpp>
 #include <zeppelin/strategy/scheme_profile.hpp>
 
 #include <algorithm>
@@ -48,27 +49,15 @@ ZEPPELIN_NAMESPACE_BEGIN
   }
   for (pipeline_plan& p : plan.pipelines) {
     if (p.sequences.empty()) continue;
-    token_count filled = limit;  // forces a first micro-batch
-    std::vector<token_count> current;
-    double slowest = 0;
-    const auto close = [&] {
-      if (!current.empty()) slowest = std::max(slowest, profile.micro_batch_seconds(current));
-      current.clear();
-    };
+    std::vector<std::vector<std::int64_t>> windows;
+    token_count filled = limit;  // forces a first window
     for (const std::int64_t i : p.sequences) {
       const token_count l = lengths[static_cast<std::size_t>(i)];
-      if (filled + l > limit) {
-        close();
-        p.packing.micro_batches.emplace_back();
-        filled = 0;
-      }
-      p.packing.micro_batches.back().push_back(i);
-      current.push_back(l);
+      if (filled + l > limit) windows.emplace_back(), filled = 0;
+      windows.back().push_back(i);
       filled += l;
     }
-    close();
-    p.packing.slowest_seconds = slowest;
-    p.packing.seconds = (profile.scheme.pp - 1 + p.packing.count()) * slowest;
+    p.packing = packing_of(profile, std::move(windows), lengths);
     plan.seconds = std::max(plan.seconds, p.packing.seconds);
   }
   return plan;

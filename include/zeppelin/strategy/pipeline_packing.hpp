@@ -12,8 +12,7 @@
 // Two policies, each trying every V of the range and keeping the lowest latency (ties: the
 // smaller V):
 //   greedy_pipeline_packing  sequences by decreasing T onto the micro-batch of least T with
-//                            room (else the one with the fewest tokens with room), then
-//                            local improvement: moves and swaps out of the slowest
+//                            room (ties: the lowest), then local improvement: moves and swaps out of the slowest
 //                            micro-batch while they lower it; for any size;
 //   exact_pipeline_packing   branch and bound per V (sequences longest first, micro-batches
 //                            in the same state tried once, cut at the best known, starting
@@ -81,6 +80,23 @@ concept pipeline_packing_policy = requires(const K& k, const scheme_profile& p, 
   return out;
 }
 
+//! The pipeline_packing of given micro-batches (indices into `lengths`): each one's T, the
+//! slowest, and (PP - 1 + V) x the slowest. The one place that prices a packing: the
+//! policies below and the homogeneous baseline (strategy/homogeneous_baseline.hpp) use it.
+[[nodiscard]] inline pipeline_packing packing_of(const scheme_profile& p, std::vector<std::vector<std::int64_t>> micro_batches,
+                                                 std::span<const token_count> lengths) {
+  pipeline_packing out;
+  out.micro_batches = std::move(micro_batches);
+  std::vector<token_count> own;
+  for (const auto& mb : out.micro_batches) {
+    own.clear();
+    for (const std::int64_t i : mb) own.push_back(lengths[static_cast<std::size_t>(i)]);
+    out.slowest_seconds = std::max(out.slowest_seconds, p.micro_batch_seconds(own));
+  }
+  out.seconds = (p.scheme.pp - 1 + out.count()) * out.slowest_seconds;
+  return out;
+}
+
 namespace detail {
 
 struct packing_bins {
@@ -89,13 +105,6 @@ struct packing_bins {
   std::vector<std::vector<std::int64_t>> members;
 };
 
-inline pipeline_packing finish_packing(const scheme_profile& p, packing_bins&& bins) {
-  pipeline_packing out;
-  out.micro_batches = std::move(bins.members);
-  for (const double s : bins.seconds) out.slowest_seconds = std::max(out.slowest_seconds, s);
-  out.seconds = (p.scheme.pp - 1 + out.count()) * out.slowest_seconds;
-  return out;
-}
 
 // Greedy placement plus local improvement for V micro-batches; nullopt if some sequence
 // fits in no micro-batch.
@@ -115,12 +124,9 @@ inline std::optional<packing_bins> greedy_bins(const scheme_profile& p, std::spa
   };
   for (const std::int64_t i : order) {
     const token_count l = lengths[static_cast<std::size_t>(i)];
-    std::size_t by_time = b.seconds.size(), by_tokens = b.seconds.size();
-    for (std::size_t j = 0; j < b.seconds.size(); ++j) {
-      if (b.tokens[j] + l > p.max_len) continue;
-      if (by_time == b.seconds.size() || b.seconds[j] < b.seconds[by_time]) by_time = j;
-      if (by_tokens == b.seconds.size() || b.tokens[j] < b.tokens[by_tokens]) by_tokens = j;
-    }
+    std::size_t by_time = b.seconds.size();
+    for (std::size_t j = 0; j < b.seconds.size(); ++j)
+      if (b.tokens[j] + l <= p.max_len && (by_time == b.seconds.size() || b.seconds[j] < b.seconds[by_time])) by_time = j;
     if (by_time == b.seconds.size()) return std::nullopt;
     add(by_time, i);
   }
@@ -200,7 +206,7 @@ struct greedy_pipeline_packing {
     return detail::best_over_counts(p, lengths, [&](int v) -> std::optional<pipeline_packing> {
       std::optional<detail::packing_bins> bins = detail::greedy_bins(p, lengths, v);
       if (!bins) return std::nullopt;
-      return detail::finish_packing(p, std::move(*bins));
+      return packing_of(p, std::move(bins->members), lengths);
     });
   }
   friend bool operator==(const greedy_pipeline_packing&, const greedy_pipeline_packing&) = default;
@@ -222,7 +228,7 @@ struct exact_pipeline_packing {
       }
       s.run();
       if (s.best_bins.members.empty()) return std::nullopt;  // no packing into exactly v micro-batches
-      return detail::finish_packing(p, std::move(s.best_bins));
+      return packing_of(p, std::move(s.best_bins.members), lengths);
     });
   }
   friend bool operator==(const exact_pipeline_packing&, const exact_pipeline_packing&) = default;
