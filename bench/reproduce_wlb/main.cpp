@@ -128,20 +128,14 @@ packing_row run_packer(const P& p, std::span<const token_count> lengths, const p
 // best within the node limit (an ILP solver with a time limit returns its incumbent too).
 packing_row run_solver(std::span<const token_count> lengths, int n, token_count context, int window, std::int64_t node_limit,
                        const document_workload& workload, int max_windows) {
-  // the arrival batches of pack_stream: at most N x context tokens, in order
-  std::vector<std::vector<std::int64_t>> batches;
-  token_count used = 0;
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    if (batches.empty() || used + lengths[i] > n * context) batches.emplace_back(), used = 0;
-    batches.back().push_back(static_cast<std::int64_t>(i));
-    used += lengths[i];
-  }
+  const auto batches = arrival_batches(lengths, n * context);  // as pack_stream cuts the stream
   packing_row row;
   double imbalance = 0, attention = 0, seconds = 0;
   int iterations = 0, solved = 0, windows = 0, proven = 0;
   for (std::size_t b = 0; b + static_cast<std::size_t>(window) <= batches.size() && windows < max_windows; b += window, ++windows) {
     std::vector<std::int64_t> docs;
-    for (int w = 0; w < window; ++w) docs.insert(docs.end(), batches[b + w].begin(), batches[b + w].end());
+    for (int w = 0; w < window; ++w)
+      for (std::size_t i = batches[b + w].first; i < batches[b + w].second; ++i) docs.push_back(static_cast<std::int64_t>(i));
     std::vector<token_count> lens;
     for (const std::int64_t i : docs) lens.push_back(lengths[static_cast<std::size_t>(i)]);
     const auto t0 = clock_type::now();

@@ -146,3 +146,12 @@ TEST_CASE("any_packer names, kinds and state ownership", "[pack]") {
   (void)make_packer(packer_kind::wlb).pack(s, docs, {.micro_batches = 1, .max_tokens = 10});
   expect_invalid([&] { (void)make_packer(packer_kind::original).pack(s, docs, {.micro_batches = 1, .max_tokens = 10}); });
 }
+
+TEST_CASE("arrival_batches cuts a stream into global batches of at most the budget", "[pack]") {
+  using Batches = std::vector<std::pair<std::size_t, std::size_t>>;
+  const std::vector<token_count> lengths = {3, 3, 5, 10, 1, 2, 4};
+  // 3+3 fill 6; 5 alone (5+10 > 6); 10 is over the budget: a batch of its own; 1+2 then 4 does not fit
+  REQUIRE(arrival_batches(lengths, 6) == Batches{{0, 2}, {2, 3}, {3, 4}, {4, 6}, {6, 7}});
+  REQUIRE(arrival_batches(lengths, 1000) == Batches{{0, 7}});
+  REQUIRE(arrival_batches(std::vector<token_count>{}, 6).empty());
+}

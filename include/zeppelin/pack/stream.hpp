@@ -70,6 +70,20 @@ struct packing_run {
   return tokens > 0 ? weighted / tokens : 0.0;
 }
 
+//! The global batches of a stream: consecutive index ranges [first, last) of `lengths`, each
+//! holding at most `budget` tokens, a document that does not fit the rest of a batch
+//! starting the next (a document longer than the budget is a batch of its own).
+[[nodiscard]] inline std::vector<std::pair<std::size_t, std::size_t>> arrival_batches(std::span<const token_count> lengths, token_count budget) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  token_count used = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (out.empty() || lengths[i] > budget - used) out.emplace_back(i, i), used = 0;
+    out.back().second = i + 1;
+    used += lengths[i];
+  }
+  return out;
+}
+
 //! Feeds `lengths` to `p` batch by batch (see the file comment) and records the result.
 template <packer P>
 [[nodiscard]] packing_run pack_stream(const P& p, std::span<const token_count> lengths, const packing_limits& limits,
@@ -111,17 +125,13 @@ template <packer P>
 
   typename P::state state{};
   std::vector<document_ref> arriving;
-  std::size_t next = 0;
-  while (next < lengths.size()) {
+  for (const auto& [first, last] : arrival_batches(lengths, budget)) {
     const auto now = static_cast<std::int64_t>(run.iterations.size());
     arriving.clear();
-    token_count used = 0;
-    do {
-      arriving.push_back({static_cast<std::int64_t>(next), lengths[next]});
-      run.arrived_in[next] = now;
-      used += lengths[next];
-      ++next;
-    } while (next < lengths.size() && lengths[next] <= budget - used);
+    for (std::size_t i = first; i < last; ++i) {
+      arriving.push_back({static_cast<std::int64_t>(i), lengths[i]});
+      run.arrived_in[i] = now;
+    }
     record(p.pack(state, arriving, limits));
   }
   if (options.at_end == stream_end::flush)
