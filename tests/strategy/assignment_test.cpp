@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "../support/expect_error.hpp"
@@ -114,6 +116,32 @@ TEST_CASE("dispatch: exact equals a brute force, greedy is never below it", "[st
     check_dispatch(greedy, pipelines, lengths);
     REQUIRE(exact.makespan == Approx(brute_force_dispatch(pipelines, lengths)).epsilon(1e-12));
     REQUIRE(greedy.makespan >= exact.makespan * (1 - 1e-12));
+    REQUIRE(dispatch_lower_bound(pipelines, lengths) <= exact.makespan * (1 + 1e-12));
+  }
+}
+
+TEST_CASE("dispatch_within: the full dispatch within the cutoff, nothing above it", "[strategy]") {
+  random_generator rng(23);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<scheme_profile> pipelines;
+    const int D = static_cast<int>(rng.between(1, 5));
+    for (int j = 0; j < D; ++j) pipelines.push_back(random_profile(rng, 300, 1000));
+    std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 40)));
+    for (auto& l : lengths) l = rng.between(1, pipelines.front().max_len);
+    INFO("trial " << trial);
+    const greedy_dispatch greedy{.trials = 8, .seed = 7};
+    const dispatch_result full = greedy.dispatch(pipelines, lengths);
+    const double above = full.makespan * (1 + 1e-9), below = full.makespan * (1 - 1e-9);
+    const std::optional<dispatch_result> within = greedy.dispatch_within(pipelines, lengths, above);
+    REQUIRE(within.has_value());
+    REQUIRE(within->sequences == full.sequences);
+    REQUIRE(!greedy.dispatch_within(pipelines, lengths, below).has_value());
+    // a policy without its own cutoff: dispatched in full, then compared
+    const dispatch_result exact = exact_dispatch{}.dispatch(pipelines, std::span(lengths).first(std::min<std::size_t>(lengths.size(), 6)));
+    REQUIRE(dispatch_within(exact_dispatch{}, pipelines, std::span(lengths).first(std::min<std::size_t>(lengths.size(), 6)), exact.makespan)->sequences ==
+            exact.sequences);
+    REQUIRE(!dispatch_within(exact_dispatch{}, pipelines, std::span(lengths).first(std::min<std::size_t>(lengths.size(), 6)), exact.makespan * (1 - 1e-9)));
   }
 }
 
@@ -218,6 +246,44 @@ TEST_CASE("plan_iteration picks the cheapest candidate and keeps every sequence"
   const std::vector<token_count> too_long = {50000};
   REQUIRE(zeppelin_test::expect_error<infeasible>([&] { (void)plan_iteration(candidates, too_long, dispatcher, greedy_pipeline_packing{}); })
               .value("longest") == 50000);
+}
+
+TEST_CASE("plan_iteration's pruning changes nothing: the best of every candidate planned in full", "[strategy]") {
+  random_generator rng(31);
+  for (int trial = 0; trial < 200; ++trial) {
+    // candidates that mix the same few schemes, so that their bounds and plans are close
+    std::vector<scheme_profile> kinds;
+    for (int k = static_cast<int>(rng.between(1, 3)); k > 0; --k) kinds.push_back(random_profile(rng, 400, 3000));
+    std::vector<strategy> candidates(static_cast<std::size_t>(rng.between(1, 8)));
+    for (strategy& s : candidates) {
+      for (const scheme_profile& k : kinds)
+        if (rng.below(3) != 0) s.parts.push_back({k, static_cast<int>(rng.between(1, 4))});
+      if (s.parts.empty()) s.parts.push_back({kinds.front(), 1});
+    }
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 120)));
+    for (auto& l : lengths) l = rng.below(6) == 0 ? rng.between(1, 3000) : rng.between(1, 400);
+    const greedy_dispatch dispatcher{.trials = 6, .seed = 4};
+    // the reference: every candidate that holds the longest sequence, planned in full;
+    // plans without idle pipelines first, then the fastest, then the lowest index
+    const token_count longest = *std::max_element(lengths.begin(), lengths.end());
+    std::optional<std::tuple<bool, double, std::size_t>> want;
+    for (std::size_t c = 0; c < candidates.size(); ++c) {
+      if (pipelines_of(candidates[c]).front().max_len < longest) continue;
+      const iteration_plan plan = plan_with(candidates[c], lengths, dispatcher, greedy_pipeline_packing{});
+      const bool idle = std::any_of(plan.pipelines.begin(), plan.pipelines.end(), [](const pipeline_plan& p) { return p.sequences.empty(); });
+      REQUIRE(dispatcher.dispatch(pipelines_of(candidates[c]), lengths).makespan <= plan.seconds * (1 + 1e-12));
+      const std::tuple<bool, double, std::size_t> key{idle, plan.seconds, c};
+      if (!want || key < *want) want = key;
+    }
+    INFO("trial " << trial);
+    if (!want) {
+      REQUIRE_THROWS_AS(plan_iteration(candidates, lengths, dispatcher, greedy_pipeline_packing{}), infeasible);
+      continue;
+    }
+    const iteration_plan got = plan_iteration(candidates, lengths, dispatcher, greedy_pipeline_packing{});
+    REQUIRE(got.candidate == std::get<2>(*want));
+    REQUIRE(got.seconds == std::get<1>(*want));
+  }
 }
 
 namespace {

@@ -62,6 +62,11 @@ TEST_CASE("MaxLen is the longest micro-batch whose 1F1B peak fits, on every stag
     };
     REQUIRE(peak_of(max_len) <= usable);
     REQUIRE(peak_of(max_len + 1) > usable);
+    // the peak is linear in the micro-batch's length (App. C.1: no term in l^2)
+    const double step = peak_of(2000) - peak_of(1000);
+    REQUIRE(step > 0);
+    REQUIRE(peak_of(3000) - peak_of(2000) == Approx(step).epsilon(1e-9));
+    if (max_len > 2000) REQUIRE(peak_of(max_len) - peak_of(max_len - 1000) == Approx(step).epsilon(1e-9));
   }
   // more TP or more PP never holds less (PP dividing the 40 layers: an uneven split gives the
   // first stage more layers and more micro-batches in flight)

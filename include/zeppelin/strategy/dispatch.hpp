@@ -22,7 +22,11 @@
 //                    bound after placing it (ties: an empty pipeline, then the lowest
 //                    index). The best trial wins (ties: the earliest), so more trials never
 //                    do worse and the same seed gives the same dispatch. A trial stops as
-//                    soon as its largest bound reaches the best trial's (bounds only grow).
+//                    soon as its largest bound reaches the best trial's (bounds only grow),
+//                    and no trial runs once the best reaches dispatch_lower_bound (none can
+//                    do better): the result is that of every trial run to its end.
+//                    dispatch_within(pipelines, lengths, cutoff) also stops trials above
+//                    a cutoff, and returns nullopt when no trial ends within it.
 //   exact_dispatch   Eq. 3 solved to optimality by branch and bound (sequences longest
 //                    first; pipelines of the same scheme in the same state tried once; cut
 //                    at the best known, starting from greedy_dispatch); for small
@@ -44,8 +48,10 @@
 #include <cmath>
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -78,6 +84,52 @@ inline double lower_bound_of(const scheme_profile& p, double work, token_count t
   return detail::lower_bound_of(p, work, tokens, longest);
 }
 
+//! A lower bound on the makespan of any dispatch of `lengths` onto `pipelines`, and so on
+//! the latency of any plan on them: the largest of
+//!   (a) the longest sequence alone on the best pipeline that holds it (a shorter sequence
+//!       has more pipelines to choose from and a smaller bound on each);
+//!   (b) for every MaxLen level M of the pipelines (next lower level M'), the sequences
+//!       longer than M' only fit on the pipelines with MaxLen >= M: their least work there,
+//!       spread evenly over those pipelines (LB_j >= the work on j, and the largest is at
+//!       least the mean). The lowest level spreads every sequence over every pipeline.
+//! Infinity when no pipeline holds the longest sequence; 0 for no sequences. Any pipeline
+//! order. O(n x K x levels) for K distinct profiles.
+[[nodiscard]] inline double dispatch_lower_bound(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) {
+  if (lengths.empty()) return 0;
+  std::vector<const scheme_profile*> kinds;
+  std::vector<int> count;  // pipelines per kind
+  for (const scheme_profile& p : pipelines) {
+    const auto k = std::find_if(kinds.begin(), kinds.end(), [&](const scheme_profile* q) { return *q == p; });
+    if (k == kinds.end()) kinds.push_back(&p), count.push_back(1);
+    else ++count[static_cast<std::size_t>(k - kinds.begin())];
+  }
+  const token_count longest = *std::max_element(lengths.begin(), lengths.end());
+  double bound = std::numeric_limits<double>::infinity();
+  for (const scheme_profile* p : kinds)
+    if (p->max_len >= longest) bound = std::min(bound, pipeline_lower_bound(*p, std::span(&longest, 1)));
+  if (bound == std::numeric_limits<double>::infinity()) return bound;
+  std::vector<token_count> levels;
+  for (const scheme_profile* p : kinds) levels.push_back(p->max_len);
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  for (std::size_t t = 0; t < levels.size(); ++t) {
+    const token_count below = t + 1 < levels.size() ? levels[t + 1] : 0;
+    int holders = 0;
+    for (std::size_t k = 0; k < kinds.size(); ++k)
+      if (kinds[k]->max_len >= levels[t]) holders += count[k];
+    double work = 0;
+    for (const token_count l : lengths) {
+      if (l <= below) continue;
+      double least = std::numeric_limits<double>::infinity();
+      for (const scheme_profile* p : kinds)
+        if (p->max_len >= l) least = std::min(least, p->sequence_seconds(l));
+      work += least;
+    }
+    bound = std::max(bound, work / holders);
+  }
+  return bound;
+}
+
 struct dispatch_result {
   std::vector<std::vector<std::int64_t>> sequences;  //!< per pipeline: indices into the lengths
   std::vector<double> lower_bound;                   //!< LB_j per pipeline
@@ -94,6 +146,27 @@ concept dispatch_policy = requires(const D& d, std::span<const scheme_profile> p
   { d.dispatch(pipelines, lengths) } -> std::same_as<dispatch_result>;
 };
 
+//! A dispatch policy that can give up on dispatches whose makespan passes a cutoff.
+template <class D>
+concept cutoff_dispatch_policy =
+    dispatch_policy<D> && requires(const D& d, std::span<const scheme_profile> pipelines, std::span<const token_count> lengths, double cutoff) {
+      { d.dispatch_within(pipelines, lengths, cutoff) } -> std::same_as<std::optional<dispatch_result>>;
+    };
+
+//! `d`'s dispatch when its makespan is at most `cutoff`, else nullopt: a policy that can give
+//! up early does (cutoff_dispatch_policy), any other dispatches in full.
+template <dispatch_policy D>
+[[nodiscard]] std::optional<dispatch_result> dispatch_within(const D& d, std::span<const scheme_profile> pipelines,
+                                                             std::span<const token_count> lengths, double cutoff) {
+  if constexpr (cutoff_dispatch_policy<D>) {
+    return d.dispatch_within(pipelines, lengths, cutoff);
+  } else {
+    dispatch_result r = d.dispatch(pipelines, lengths);
+    if (r.makespan > cutoff) return std::nullopt;
+    return r;
+  }
+}
+
 namespace detail {
 
 // Pipelines allowed per sequence (a prefix, pipelines sorted by MaxLen descending) and the
@@ -106,8 +179,9 @@ inline std::vector<std::size_t> allowed_prefixes(std::span<const scheme_profile>
   std::vector<std::size_t> out(lengths.size());
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     ZEPPELIN_EXPECTS(lengths[i] >= 1, "a sequence needs at least 1 token", {{"index", double(i)}, {"length", double(lengths[i])}});
-    std::size_t j = 0;
-    while (j < pipelines.size() && pipelines[j].max_len >= lengths[i]) ++j;
+    const auto j = static_cast<std::size_t>(
+        std::partition_point(pipelines.begin(), pipelines.end(), [&](const scheme_profile& p) { return p.max_len >= lengths[i]; }) -
+        pipelines.begin());
     if (j == 0)
       ZEPPELIN_THROW(infeasible, "no pipeline of the strategy holds a sequence",
                      {{"index", double(i)}, {"length", double(lengths[i])}, {"largest_max_len", double(pipelines.front().max_len)}});
@@ -278,6 +352,14 @@ struct greedy_dispatch {
   std::uint64_t seed = 0;
 
   [[nodiscard]] dispatch_result dispatch(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) const {
+    return *dispatch_within(pipelines, lengths, std::numeric_limits<double>::infinity());
+  }
+
+  //! dispatch()'s result when its makespan is at most `cutoff`, else nullopt. A trial stops
+  //! as soon as its largest bound passes the cutoff, so a caller that only wants dispatches
+  //! beating a plan it has (plan_iteration) pays little for the others.
+  [[nodiscard]] std::optional<dispatch_result> dispatch_within(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths,
+                                                               double cutoff) const {
     ZEPPELIN_EXPECTS(trials >= 1, "greedy dispatch needs at least 1 trial", {{"trials", double(trials)}});
     const std::vector<std::size_t> allowed = detail::allowed_prefixes(pipelines, lengths);
     std::vector<std::int64_t> forced, free;
@@ -289,9 +371,11 @@ struct greedy_dispatch {
     std::vector<std::int64_t> order;
     double best = std::numeric_limits<double>::infinity();
     std::vector<std::size_t> assignment(lengths.size()), best_assignment;
+    bool found = false;
     std::vector<detail::dispatch_group> groups = detail::dispatch_groups(pipelines);
     constexpr std::size_t npos = detail::dispatch_group::npos;
-    for (int t = 0; t < trials; ++t) {
+    const double floor = dispatch_lower_bound(pipelines, lengths);  // no trial can end below it
+    for (int t = 0; t < trials && best > floor; ++t) {
       if (t > 0)  // Fisher-Yates over the free sequences, the same draws whatever `trials` is
         for (std::size_t k = free.size(); k > 1; --k) std::swap(free[k - 1], free[static_cast<std::size_t>(rng.below(k))]);
       order = forced;
@@ -335,10 +419,11 @@ struct greedy_dispatch {
         groups[group_of(groups, pick)].update(pick, state);
         assignment[static_cast<std::size_t>(i)] = pick;
         top = std::max(top, value);
-        if (top >= best) break;  // bounds only grow: this trial cannot win any more
+        if (top >= best || top > cutoff) break;  // bounds only grow: this trial cannot win any more
       }
-      if (top < best) best = top, best_assignment = assignment;
+      if (top < best && top <= cutoff) best = top, best_assignment = assignment, found = true;
     }
+    if (!found) return std::nullopt;
     std::vector<std::vector<std::int64_t>> sequences(pipelines.size());
     for (std::size_t i = 0; i < lengths.size(); ++i) sequences[best_assignment[i]].push_back(static_cast<std::int64_t>(i));
     return detail::finish_dispatch(pipelines, lengths, std::move(sequences));
@@ -352,7 +437,7 @@ struct greedy_dispatch {
     return g;
   }
 };
-static_assert(dispatch_policy<greedy_dispatch>);
+static_assert(cutoff_dispatch_policy<greedy_dispatch>);
 
 //! Eq. 3 to optimality by branch and bound (see the file comment); for small instances.
 struct exact_dispatch {

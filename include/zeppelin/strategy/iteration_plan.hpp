@@ -9,7 +9,9 @@
 //        pipeline's (PP - 1 + V) x slowest micro-batch)
 // A candidate whose largest MaxLen is below the longest sequence is skipped, and so is one
 // whose lower bound (candidate_lower_bound) already reaches the best plan found: candidates
-// are planned in increasing order of that bound, so most are never dispatched. A candidate
+// are planned in increasing order of that bound, so most are never dispatched. A dispatch
+// whose makespan passes the best plan is given up (dispatch_within) and never packed: a
+// plan is never faster than its dispatch's makespan, for latencies with a, b, c >= 0. A candidate
 // that leaves a pipeline without sequences is kept only when every candidate does (an
 // iteration with fewer sequences than any strategy has pipelines): the authors' code
 // rejects such strategies, and with no other choice the empty pipelines' GPUs idle.
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -47,11 +50,12 @@ struct iteration_plan {
   double seconds = 0;  //!< the slowest pipeline's latency
 };
 
-//! The plan of one candidate: dispatch, then pack every non-empty pipeline.
-template <dispatch_policy D, pipeline_packing_policy K>
-[[nodiscard]] iteration_plan plan_with(const strategy& s, std::span<const token_count> lengths, const D& dispatcher, const K& packer) {
-  const std::vector<scheme_profile> pipelines = pipelines_of(s);
-  const dispatch_result d = dispatcher.dispatch(pipelines, lengths);
+namespace detail {
+// Pack every non-empty pipeline of a dispatch; nullopt as soon as one pipeline's packing
+// passes the cutoff.
+template <pipeline_packing_policy K>
+[[nodiscard]] std::optional<iteration_plan> packed(std::span<const scheme_profile> pipelines, const dispatch_result& d,
+                                                   std::span<const token_count> lengths, const K& packer, double cutoff) {
   iteration_plan plan;
   std::vector<token_count> own;
   for (std::size_t j = 0; j < pipelines.size(); ++j) {
@@ -63,46 +67,26 @@ template <dispatch_policy D, pipeline_packing_policy K>
       for (auto& mb : p.packing.micro_batches)
         for (std::int64_t& i : mb) i = p.sequences[static_cast<std::size_t>(i)];  // back to iteration indices
       plan.seconds = std::max(plan.seconds, p.packing.seconds);
+      if (plan.seconds > cutoff) return std::nullopt;
     }
     plan.pipelines.push_back(std::move(p));
   }
   return plan;
 }
+}  // namespace detail
 
-//! A lower bound on the seconds of any plan of `s` for `lengths`, the largest of:
-//!   (a) the longest sequence alone on the best pipeline that holds it (the LB of
-//!       strategy/dispatch.hpp);
-//!   (b) for every MaxLen level M of the strategy (next lower level M'), the sequences
-//!       longer than M' can only go to the pipelines with MaxLen >= M: their least work
-//!       there, spread evenly over those pipelines (the slowest is at least the mean). The
-//!       lowest level spreads every sequence over every pipeline.
-//! Infinity when no pipeline holds the longest sequence.
+//! The plan of one candidate: dispatch, then pack every non-empty pipeline.
+template <dispatch_policy D, pipeline_packing_policy K>
+[[nodiscard]] iteration_plan plan_with(const strategy& s, std::span<const token_count> lengths, const D& dispatcher, const K& packer) {
+  const std::vector<scheme_profile> pipelines = pipelines_of(s);
+  return *detail::packed(pipelines, dispatcher.dispatch(pipelines, lengths), lengths, packer, std::numeric_limits<double>::infinity());
+}
+
+//! A lower bound on the seconds of any plan of `s` for `lengths`: dispatch_lower_bound
+//! (strategy/dispatch.hpp) over its pipelines. Infinity when no pipeline holds the longest
+//! sequence.
 [[nodiscard]] inline double candidate_lower_bound(const strategy& s, std::span<const token_count> lengths) {
-  const token_count longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
-  double bound = std::numeric_limits<double>::infinity();
-  for (const strategy_part& part : s.parts)
-    if (part.profile.max_len >= longest) bound = std::min(bound, pipeline_lower_bound(part.profile, std::span(&longest, 1)));
-  if (bound == std::numeric_limits<double>::infinity()) return bound;
-  std::vector<token_count> levels;
-  for (const strategy_part& part : s.parts) levels.push_back(part.profile.max_len);
-  std::sort(levels.begin(), levels.end(), std::greater<>());
-  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
-  for (std::size_t t = 0; t < levels.size(); ++t) {
-    const token_count below = t + 1 < levels.size() ? levels[t + 1] : 0;
-    int pipelines = 0;
-    for (const strategy_part& part : s.parts)
-      if (part.profile.max_len >= levels[t]) pipelines += part.pipelines;
-    double work = 0;
-    for (const token_count l : lengths) {
-      if (l <= below) continue;
-      double least = std::numeric_limits<double>::infinity();
-      for (const strategy_part& part : s.parts)
-        if (part.profile.max_len >= l) least = std::min(least, part.profile.sequence_seconds(l));
-      work += least;
-    }
-    bound = std::max(bound, work / std::max(1, pipelines));
-  }
-  return bound;
+  return dispatch_lower_bound(pipelines_of(s), lengths);
 }
 
 //! Hydraulis' per-iteration choice (see the file comment).
@@ -116,21 +100,26 @@ template <dispatch_policy D, pipeline_packing_policy K>
   best.seconds = best_with_empty.seconds = std::numeric_limits<double>::infinity();
   token_count largest = 0;
   std::vector<std::pair<double, std::size_t>> order;  // (lower bound, candidate), holding the longest only
+  std::vector<std::vector<scheme_profile>> pipelines(candidates.size());
   for (std::size_t c = 0; c < candidates.size(); ++c) {
-    token_count holds = 0;
-    for (const strategy_part& part : candidates[c].parts) holds = std::max(holds, part.profile.max_len);
-    largest = std::max(largest, holds);
-    if (holds >= longest) order.emplace_back(candidate_lower_bound(candidates[c], lengths), c);
+    pipelines[c] = pipelines_of(candidates[c]);
+    largest = std::max(largest, pipelines[c].front().max_len);
+    if (pipelines[c].front().max_len >= longest) order.emplace_back(dispatch_lower_bound(pipelines[c], lengths), c);
   }
   std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   for (const auto& [bound, c] : order) {
     if (bound > best.seconds) break;  // no later candidate can beat the best plan without idle pipelines
     if (bound == best.seconds && c > best.candidate) continue;  // could only tie, at a higher index
-    iteration_plan plan = plan_with(candidates[c], lengths, dispatcher, packer);
-    plan.candidate = c;
-    const bool empty = std::any_of(plan.pipelines.begin(), plan.pipelines.end(), [](const pipeline_plan& p) { return p.sequences.empty(); });
+    // A plan is never faster than its dispatch's makespan. The dispatch's cutoff leaves room
+    // for the rounding between the two sums, so a candidate that ties the best is planned.
+    const std::optional<dispatch_result> d = dispatch_within(dispatcher, pipelines[c], lengths, best.seconds * (1 + 1e-9));
+    if (!d) continue;
+    const bool empty = d->has_empty_pipeline();
     iteration_plan& slot = empty ? best_with_empty : best;
-    if (plan.seconds < slot.seconds || (plan.seconds == slot.seconds && plan.candidate < slot.candidate)) slot = std::move(plan);
+    std::optional<iteration_plan> plan = detail::packed(pipelines[c], *d, lengths, packer, slot.seconds);
+    if (!plan) continue;
+    plan->candidate = c;
+    if (plan->seconds < slot.seconds || (plan->seconds == slot.seconds && c < slot.candidate)) slot = std::move(*plan);
   }
   if (best.seconds < std::numeric_limits<double>::infinity()) return best;
   if (best_with_empty.seconds < std::numeric_limits<double>::infinity()) return best_with_empty;
