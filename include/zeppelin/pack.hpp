@@ -5,6 +5,7 @@
 #pragma once
 
 #include <zeppelin/pack/any_packer.hpp>
+#include <zeppelin/pack/chunk.hpp>
 #include <zeppelin/pack/fixed_exact.hpp>
 #include <zeppelin/pack/fixed_greedy.hpp>
 #include <zeppelin/pack/original.hpp>
