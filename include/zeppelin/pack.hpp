@@ -6,6 +6,8 @@
 
 #include <zeppelin/pack/any_packer.hpp>
 #include <zeppelin/pack/chunk.hpp>
+#include <zeppelin/pack/chunk_grouping.hpp>
+#include <zeppelin/pack/chunk_order.hpp>
 #include <zeppelin/pack/fixed_exact.hpp>
 #include <zeppelin/pack/fixed_greedy.hpp>
 #include <zeppelin/pack/original.hpp>

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <zeppelin/schedule/pipeline/any_schedule.hpp>
+#include <zeppelin/schedule/pipeline/chunk_one_f_one_b.hpp>
 #include <zeppelin/schedule/pipeline/gpipe.hpp>
 #include <zeppelin/schedule/pipeline/interleaved.hpp>
 #include <zeppelin/schedule/pipeline/one_f_one_b.hpp>

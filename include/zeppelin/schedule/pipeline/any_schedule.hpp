@@ -55,6 +55,8 @@ static_assert(pipeline_schedule_policy<any_pipeline_schedule> && schedule_valid_
     case pipeline_schedule_kind::gpipe: return {gpipe{}};
     case pipeline_schedule_kind::one_f_one_b: return {one_f_one_b{}};
     case pipeline_schedule_kind::interleaved: return {interleaved_one_f_one_b{.virtual_stages = virtual_stages}};
+    case pipeline_schedule_kind::chunk_one_f_one_b:
+      ZEPPELIN_THROW(invalid_argument, "chunk-level 1F1B needs the chunks' slice chains: build chunk_one_f_one_b{.chains} from a chunking", {});
   }
   ZEPPELIN_THROW(invalid_argument, "unknown pipeline schedule kind", {{"kind", double(static_cast<int>(k))}});
 }

@@ -1,6 +1,7 @@
 // zeppelin/schedule/pipeline/pipeline_schedule.hpp
 // A pipeline schedule as plain data: per stage, the ordered operations it runs.
-//   in : built by a schedule policy (gpipe.hpp, one_f_one_b.hpp, interleaved.hpp) from the
+//   in : built by a schedule policy (gpipe.hpp, one_f_one_b.hpp, interleaved.hpp,
+//        chunk_one_f_one_b.hpp) from the
 //        number of stages and the tokens of each micro-batch (micro-batches may differ)
 //   out: pipeline_schedule::ops[stage] = forward / backward of (micro-batch, chunk) and the
 //        sends and receives of activations and gradients, each naming its peer stage and the
@@ -27,13 +28,14 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! Which schedule built the ops (names as the `zeppelin pipeline` tool prints them).
-enum class pipeline_schedule_kind : std::uint8_t { gpipe = 0, one_f_one_b = 1, interleaved = 2 };
+enum class pipeline_schedule_kind : std::uint8_t { gpipe = 0, one_f_one_b = 1, interleaved = 2, chunk_one_f_one_b = 3 };
 
 [[nodiscard]] constexpr std::string_view to_string(pipeline_schedule_kind k) noexcept {
   switch (k) {
     case pipeline_schedule_kind::gpipe: return "gpipe";
     case pipeline_schedule_kind::one_f_one_b: return "1f1b";
     case pipeline_schedule_kind::interleaved: return "interleaved";
+    case pipeline_schedule_kind::chunk_one_f_one_b: return "chunk-1f1b";
   }
   return "?";
 }
