@@ -13,6 +13,7 @@
 #include <zeppelin/pack/original.hpp>
 #include <zeppelin/pack/packer.hpp>
 #include <zeppelin/pack/packing.hpp>
+#include <zeppelin/pack/sequence_processor.hpp>
 #include <zeppelin/pack/stream.hpp>
 #include <zeppelin/pack/wlb.hpp>
 #include <zeppelin/pack/workload.hpp>

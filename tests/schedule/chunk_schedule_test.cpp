@@ -5,7 +5,11 @@
 // in slice order and its backwards in reverse slice order, each chunk's backward after its
 // own forward; with chains of one chunk it is 1F1B; bad chains are refused with the numbers.
 #include <catch2/catch.hpp>
+#include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/cost/chunk_cost.hpp>
+#include <zeppelin/pack/sequence_processor.hpp>
 #include <zeppelin/pack/chunk_grouping.hpp>
 #include <zeppelin/pack/chunk_order.hpp>
 #include <zeppelin/schedule/pipeline.hpp>
@@ -230,4 +234,24 @@ TEST_CASE("group_pipelines equals a brute force over contiguous groupings", "[sc
   REQUIRE_THROWS_AS(group_pipelines(std::vector<int>{}, flat), invalid_argument);
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)group_pipelines(std::vector<int>{2, 0}, flat); }).value("unit") == 1);
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)group_pipelines(std::vector<int>{2}, [](int, int) { return -1.0; }); }).value("seconds") == -1);
+}
+
+TEST_CASE("the sequence processor's chunks run as chunk-level 1F1B, cut sequences first", "[schedule][pipeline]") {
+  random_generator g(9);
+  const chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_7b(), gpus::a800_80g(), links::nvlink_a800(), 8, 4);
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<token_count> lengths(static_cast<std::size_t>(g.between(1, 40)));
+    for (auto& l : lengths) l = g.below(8) == 0 ? g.between(16384, 131072) : g.between(128, 8192);
+    const int longest = static_cast<int>(*std::max_element(lengths.begin(), lengths.end()));
+    const int n = static_cast<int>(g.between(1, std::min(6, longest)));
+    CAPTURE(trial, n);
+    const chunking c = sequence_processor{.cost = cost}.process(lengths, n);
+    const chunk_order order = forward_order_of(c.chunks, lengths);
+    REQUIRE(order.chains.front() == n);  // the longest sequence's n slices run first
+    std::vector<token_count> tokens;
+    for (const std::int64_t k : order.forward) tokens.push_back(c.chunks[static_cast<std::size_t>(k)].tokens());
+    const pipeline_schedule s = chunk_one_f_one_b{.chains = order.chains}.build(4, tokens);
+    REQUIRE(validate(s).max_in_flight == s.in_flight_bound);
+    REQUIRE(s.in_flight_bound.front() == std::min(static_cast<int>(tokens.size()), 4 + n - 1));
+  }
 }
