@@ -1,0 +1,592 @@
+// zeppelin/checkpoint/detail/covering_ip.hpp
+// An exact solver for small integer covering programs
+//     minimise sum_i x_i  subject to  sum_i a_ri x_i >= need_r (every row r),
+//                                     x_i integer in [0, upper],  a_ri > 0,
+// the shape of stage-aware checkpointing (checkpoint/stage_aware.hpp, where rows are
+// memory windows and x the diagonal recompute counts).
+//   in : covering_ip (rows in CSR form, positive coefficients), a node limit
+//   out: covering_result: a feasible x, its value, a proven lower bound (== value when the
+//        search finished: x is optimal; else each component past the node limit
+//        contributes its root bound), the branch-and-bound nodes used
+// Errors: the caller guarantees x = upper everywhere is feasible (checked,
+// invalid_argument if not).
+//
+// Method: branch and bound over boxes [lo, hi], one connected component of the row/variable
+// graph at a time (components share no variable, so their optima add up).
+//   feasibility  coefficients are positive, so a box holds a feasible point iff x = hi
+//                satisfies every row: an exact test, no LP needed to prune infeasible boxes;
+//   bound        a bounded dual simplex on a dense condensed tableau (rows scaled to a
+//                largest coefficient of 1). x = lo with the slack basis is dual feasible
+//                (every cost is 1 > 0), so the root starts there and a child starts from its
+//                parent's basis after one bound change. The bound is NOT the simplex's
+//                objective but the Lagrangian value of the duals it found:
+//                  L(y) = sum_r y_r need_r + sum_i min_{x_i in [lo_i, hi_i]} (1 - sum_r y_r a_ri) x_i,
+//                which bounds the box's optimum from below for ANY y >= 0 (weak duality), so
+//                rounding errors or a pivot cap can weaken the bound but never make it wrong;
+//                at an LP optimum it equals the LP value (strong duality). The objective is
+//                an integer, so a box is pruned when ceil(L(y)) >= the incumbent. The root
+//                adds rounds of mixed-integer rounding cuts of single rows (valid for every
+//                integer point, coefficients rounded the safe way); the same inequality
+//                value >= L(y) + sum |g_i| (distance from the bound) tightens boxes;
+//   incumbent    monotone rounding: ceil of the LP point (or hi) stays feasible; then each
+//                variable, the most rounded-up first, drops as far as its rows' slack allows,
+//                then 1-for-2 exchanges; a fractional dive at the root;
+//   branching    on the variable whose LP value is most fractional (nearest child first,
+//                depth first); a box whose LP point is integral but not yet pruned splits
+//                its first free variable, so every branch shrinks a box and the search ends.
+// When the tree is exhausted every pruned box had a bound >= the incumbent: the incumbent
+// is optimal. Deterministic: fixed orders and tie-breaks throughout.
+// Host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+namespace detail {
+
+//! min sum x s.t. for every row r: sum_{e in [row_start[r], row_start[r+1])} coefficient[e]
+//! x[column[e]] >= need[r]; x integer in [0, upper].
+struct covering_ip {
+  int variables = 0;
+  int upper = 0;
+  std::vector<std::int64_t> row_start{0};
+  std::vector<int> column;
+  std::vector<double> coefficient;
+  std::vector<double> need;
+};
+
+struct covering_result {
+  std::vector<int> x;
+  std::int64_t value = 0;
+  std::int64_t lower_bound = 0;
+  std::int64_t nodes = 0;
+};
+
+namespace covering {
+
+inline constexpr double primal_tolerance = 1e-9;
+inline constexpr double pivot_tolerance = 1e-9;
+inline constexpr double integral_tolerance = 1e-6;
+// L(y) is a sum of a few hundred terms of magnitude <= rows x upper: its rounding error is
+// far below this margin, which keeps ceil(L) from rounding a bound of 4 - 1e-13 up to 5.
+inline constexpr double bound_margin = 1e-7;
+
+// One connected component, dense and scaled: row r reads a[r * n + i] (0 where absent).
+struct component {
+  int n = 0;
+  int m = 0;
+  int upper = 0;
+  std::vector<int> variable;  // component index -> original variable
+  std::vector<double> a;      // m x n
+  std::vector<double> need;   // m
+  std::vector<std::vector<std::pair<int, double>>> rows_of;  // per variable: (row, a)
+  std::vector<std::vector<std::pair<int, double>>> terms;    // per row: (variable, a)
+};
+
+// The dual simplex state: basic variable of row r = c0[r] + sum_c t[r n + c] value(nonbasic c).
+// Variable ids: 0..n-1 structural, n + r the slack of row r (bounds [0, inf)).
+struct lp_state {
+  std::vector<double> t, c0, d;
+  std::vector<int> basic, nonbasic;
+  std::vector<char> at_upper;
+  std::vector<int> lo, hi;
+};
+
+inline lp_state initial_state(const component& k) {
+  lp_state s;
+  s.t = k.a;
+  s.c0.resize(static_cast<std::size_t>(k.m));
+  for (int r = 0; r < k.m; ++r) s.c0[static_cast<std::size_t>(r)] = -k.need[static_cast<std::size_t>(r)];
+  s.d.assign(static_cast<std::size_t>(k.n), 1.0);
+  s.basic.resize(static_cast<std::size_t>(k.m));
+  std::iota(s.basic.begin(), s.basic.end(), k.n);
+  s.nonbasic.resize(static_cast<std::size_t>(k.n));
+  std::iota(s.nonbasic.begin(), s.nonbasic.end(), 0);
+  s.at_upper.assign(static_cast<std::size_t>(k.n), 0);
+  s.lo.assign(static_cast<std::size_t>(k.n), 0);
+  s.hi.assign(static_cast<std::size_t>(k.n), k.upper);
+  return s;
+}
+
+inline double nonbasic_value(const component& k, const lp_state& s, std::size_t c) {
+  const int v = s.nonbasic[c];
+  if (v >= k.n) return 0.0;
+  return s.at_upper[c] ? s.hi[static_cast<std::size_t>(v)] : s.lo[static_cast<std::size_t>(v)];
+}
+
+inline void pivot(const component& k, lp_state& s, std::size_t r, std::size_t c, bool leave_at_upper) {
+  const std::size_t n = static_cast<std::size_t>(k.n), m = static_cast<std::size_t>(k.m);
+  double* row = s.t.data() + r * n;
+  const double p = row[c];
+  for (std::size_t j = 0; j < n; ++j) row[j] = -row[j] / p;
+  row[c] = 1.0 / p;
+  s.c0[r] = -s.c0[r] / p;
+  for (std::size_t i = 0; i < m; ++i) {
+    if (i == r) continue;
+    double* other = s.t.data() + i * n;
+    const double f = other[c];
+    if (f == 0.0) continue;
+    for (std::size_t j = 0; j < n; ++j) other[j] += f * row[j];
+    other[c] = f * row[c];
+    s.c0[i] += f * s.c0[r];
+  }
+  const double dc = s.d[c];
+  for (std::size_t j = 0; j < n; ++j) s.d[j] += dc * row[j];
+  s.d[c] = dc * row[c];
+  std::swap(s.basic[r], s.nonbasic[c]);
+  s.at_upper[c] = leave_at_upper ? 1 : 0;
+}
+
+// Dual simplex until primal feasible, no entering column (a numerical dead end: the box is
+// known feasible) or the pivot cap; any of these leaves valid duals for the bound.
+inline void dual_simplex(const component& k, lp_state& s, std::vector<double>& value) {
+  const std::size_t n = static_cast<std::size_t>(k.n), m = static_cast<std::size_t>(k.m);
+  const std::int64_t cap = 50 * static_cast<std::int64_t>(m + n) + 100;
+  std::vector<double> nb(n);
+  value.assign(m, 0.0);
+  for (std::int64_t iteration = 0; iteration < cap; ++iteration) {
+    for (std::size_t c = 0; c < n; ++c) nb[c] = nonbasic_value(k, s, c);
+    std::size_t leave = m;
+    double worst = primal_tolerance, direction = 0;
+    for (std::size_t r = 0; r < m; ++r) {
+      const double* row = s.t.data() + r * n;
+      double v = s.c0[r];
+      for (std::size_t c = 0; c < n; ++c) v += row[c] * nb[c];
+      value[r] = v;
+      const int b = s.basic[r];
+      const double lo = b < k.n ? s.lo[static_cast<std::size_t>(b)] : 0.0;
+      const double hi = b < k.n ? s.hi[static_cast<std::size_t>(b)] : std::numeric_limits<double>::infinity();
+      if (lo - v > worst) worst = lo - v, leave = r, direction = 1;
+      if (v - hi > worst) worst = v - hi, leave = r, direction = -1;
+    }
+    if (leave == m) return;
+    const double* row = s.t.data() + leave * n;
+    std::size_t enter = n;
+    double best_ratio = std::numeric_limits<double>::infinity(), best_alpha = 0;
+    for (std::size_t c = 0; c < n; ++c) {
+      const int v = s.nonbasic[c];
+      if (v < k.n && s.lo[static_cast<std::size_t>(v)] == s.hi[static_cast<std::size_t>(v)]) continue;
+      const double alpha = row[c] * direction;
+      const bool eligible = s.at_upper[c] ? alpha < -pivot_tolerance : alpha > pivot_tolerance;
+      if (!eligible) continue;
+      const double ratio = std::abs(s.d[c]) / std::abs(alpha);
+      if (ratio < best_ratio || (ratio == best_ratio && std::abs(alpha) > best_alpha))
+        best_ratio = ratio, best_alpha = std::abs(alpha), enter = c;
+    }
+    if (enter == n) return;
+    pivot(k, s, leave, enter, direction < 0);
+  }
+}
+
+// L(y) with y_r = the reduced cost of row r's slack when it is nonbasic (clipped at 0);
+// g receives the Lagrangian costs 1 - sum_r y_r a_ri.
+inline double lagrangian_bound(const component& k, const lp_state& s, std::vector<double>& g) {
+  g.assign(static_cast<std::size_t>(k.n), 1.0);
+  double bound = 0;
+  for (std::size_t c = 0; c < s.nonbasic.size(); ++c) {
+    const int v = s.nonbasic[c];
+    if (v < k.n || s.d[c] <= 0) continue;
+    const int r = v - k.n;
+    bound += s.d[c] * k.need[static_cast<std::size_t>(r)];
+    for (const auto& [i, a] : k.terms[static_cast<std::size_t>(r)]) g[static_cast<std::size_t>(i)] -= s.d[c] * a;
+  }
+  for (std::size_t i = 0; i < g.size(); ++i) bound += g[i] * (g[i] >= 0 ? s.lo[i] : s.hi[i]);
+  return bound;
+}
+
+inline double lagrangian_bound(const component& k, const lp_state& s) {
+  std::vector<double> g;
+  return lagrangian_bound(k, s, g);
+}
+
+// Reduced-cost tightening: every x in the box has value >= L(y) + sum_i |g_i| (distance of
+// x_i from the bound that minimises g_i x_i), so a point that beats `target` (value <=
+// target - 1) keeps each x_i within (target - 1 - L) / |g_i| of that bound.
+inline void tighten(lp_state& s, const std::vector<double>& g, double bound, std::int64_t target) {
+  const double room = static_cast<double>(target - 1) - bound + bound_margin;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (s.lo[i] == s.hi[i] || std::abs(g[i]) < 1e-9) continue;
+    const double steps = std::floor(room / std::abs(g[i]) + 1e-9);
+    if (steps >= s.hi[i] - s.lo[i]) continue;
+    const int reach = static_cast<int>(std::max(0.0, steps));
+    if (g[i] > 0) s.hi[i] = s.lo[i] + reach;
+    else s.lo[i] = s.hi[i] - reach;
+  }
+}
+
+inline std::vector<double> row_sums(const component& k, const std::vector<int>& x) {
+  std::vector<double> lhs(static_cast<std::size_t>(k.m), 0.0);
+  for (std::size_t r = 0; r < lhs.size(); ++r)
+    for (const auto& [i, a] : k.terms[r]) lhs[r] += a * x[static_cast<std::size_t>(i)];
+  return lhs;
+}
+
+inline bool feasible(const component& k, const std::vector<int>& x) {
+  const std::vector<double> lhs = row_sums(k, x);
+  for (std::size_t r = 0; r < lhs.size(); ++r)
+    if (lhs[r] < k.need[r]) return false;
+  return true;
+}
+
+// Lowers each variable of `order`, in turn, as far as its rows' slack and its box allow;
+// returns the total lowered.
+inline std::int64_t descend(const component& k, const lp_state& s, const std::vector<int>& order, std::vector<int>& x, std::vector<double>& lhs) {
+  std::int64_t lowered = 0;
+  for (const int i : order) {
+    const auto ii = static_cast<std::size_t>(i);
+    int drop = x[ii] - s.lo[ii];
+    for (const auto& [r, a] : k.rows_of[ii]) {
+      const double slack = lhs[static_cast<std::size_t>(r)] - k.need[static_cast<std::size_t>(r)];
+      drop = std::min(drop, static_cast<int>(std::floor(slack / a)));
+    }
+    for (; drop > 0; --drop) {
+      bool ok = true;
+      for (const auto& [r, a] : k.rows_of[ii]) ok = ok && lhs[static_cast<std::size_t>(r)] - a * drop >= k.need[static_cast<std::size_t>(r)];
+      if (ok) break;
+    }
+    if (drop <= 0) continue;
+    x[ii] -= drop;
+    lowered += drop;
+    for (const auto& [r, a] : k.rows_of[ii]) lhs[static_cast<std::size_t>(r)] -= a * drop;
+  }
+  return lowered;
+}
+
+// Monotone rounding of `point` inside the box, greedy descent (the most rounded-up first),
+// then 1-for-2 exchanges: raise one variable by 1 and keep the move when its row neighbours
+// can drop 2 or more. Returns a feasible x.
+inline std::vector<int> round_down_greedily(const component& k, const lp_state& s, const std::vector<double>& point) {
+  const std::size_t n = static_cast<std::size_t>(k.n);
+  std::vector<int> x(n);
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] = std::clamp(static_cast<int>(std::ceil(point[i] - integral_tolerance)), s.lo[i], s.hi[i]);
+  if (!feasible(k, x)) x = s.hi;
+  std::vector<double> lhs = row_sums(k, x);
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int p, int q) {
+    return x[static_cast<std::size_t>(p)] - point[static_cast<std::size_t>(p)] > x[static_cast<std::size_t>(q)] - point[static_cast<std::size_t>(q)];
+  });
+  descend(k, s, order, x, lhs);
+  std::vector<int> neighbours, trial_x;
+  std::vector<double> trial_lhs;
+  for (bool improved = true; improved;) {
+    improved = false;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (x[j] >= s.hi[j]) continue;
+      neighbours.clear();
+      for (const auto& [r, a] : k.rows_of[j])
+        for (const auto& [i, b] : k.terms[static_cast<std::size_t>(r)])
+          if (static_cast<std::size_t>(i) != j) neighbours.push_back(i);
+      std::sort(neighbours.begin(), neighbours.end());
+      neighbours.erase(std::unique(neighbours.begin(), neighbours.end()), neighbours.end());
+      trial_x = x, trial_lhs = lhs;
+      ++trial_x[j];
+      for (const auto& [r, a] : k.rows_of[j]) trial_lhs[static_cast<std::size_t>(r)] += a;
+      if (descend(k, s, neighbours, trial_x, trial_lhs) >= 2) x.swap(trial_x), lhs.swap(trial_lhs), improved = true;
+    }
+  }
+  return x;
+}
+
+// Appends row `terms` >= need to the component and to the tableau, its slack basic.
+inline void add_row(component& k, lp_state& s, std::vector<std::pair<int, double>> terms, double need) {
+  const std::size_t n = static_cast<std::size_t>(k.n);
+  const int r = k.m++;
+  std::vector<double> dense(n, 0.0), row(n, 0.0);
+  double constant = -need;
+  for (const auto& [i, a] : terms) {
+    dense[static_cast<std::size_t>(i)] = a;
+    k.rows_of[static_cast<std::size_t>(i)].emplace_back(r, a);
+  }
+  for (std::size_t c = 0; c < n; ++c)
+    if (s.nonbasic[c] < k.n) row[c] += dense[static_cast<std::size_t>(s.nonbasic[c])];
+  for (std::size_t b = 0; b < s.basic.size(); ++b) {
+    if (s.basic[b] >= k.n) continue;
+    const double a = dense[static_cast<std::size_t>(s.basic[b])];
+    if (a == 0.0) continue;
+    const double* tableau = s.t.data() + b * n;
+    for (std::size_t c = 0; c < n; ++c) row[c] += a * tableau[c];
+    constant += a * s.c0[b];
+  }
+  k.a.insert(k.a.end(), dense.begin(), dense.end());
+  k.terms.push_back(std::move(terms));
+  k.need.push_back(need);
+  s.t.insert(s.t.end(), row.begin(), row.end());
+  s.c0.push_back(constant);
+  s.basic.push_back(k.n + r);
+}
+
+// The mixed-integer rounding of lambda x (row): for x >= 0 integer, sum a_i x_i >= b gives
+// sum (floor(lambda a_i) + min(1, frac(lambda a_i) / f)) x_i >= ceil(lambda b), f =
+// frac(lambda b). Coefficients are raised by 1e-9 so float rounding can only weaken it.
+// Returns the cut's efficacy (violation / norm) at `point`, 0 when there is none.
+inline double mixed_integer_rounding(const std::vector<std::pair<int, double>>& terms, double need, double lambda,
+                                     const std::vector<double>& point, std::vector<std::pair<int, double>>& cut, double& cut_need) {
+  const double b = lambda * need;
+  const double f = b - std::floor(b);
+  if (f < 1e-6 || f > 1 - 1e-6) return 0;
+  cut.clear();
+  double lhs = 0, norm = 0;
+  for (const auto& [i, a] : terms) {
+    const double scaled = lambda * a;
+    const double c = std::floor(scaled) + std::min(1.0, (scaled - std::floor(scaled)) / f) + 1e-9;
+    cut.emplace_back(i, c);
+    lhs += c * point[static_cast<std::size_t>(i)];
+    norm += c * c;
+  }
+  cut_need = std::floor(b) + 1;
+  return cut_need - lhs > 1e-6 ? (cut_need - lhs) / std::sqrt(norm) : 0;
+}
+
+// One round of cuts at `point`: per original row the most effective rounding over the
+// multipliers 1 / a_i (each distinct coefficient of the row) and 2, 3, 4.
+inline int separate_cuts(component& k, lp_state& s, int original_rows, const std::vector<double>& point) {
+  std::vector<std::pair<int, double>> cut, best;
+  std::vector<double> multipliers;
+  int added = 0;
+  for (int r = 0; r < original_rows; ++r) {
+    const auto& terms = k.terms[static_cast<std::size_t>(r)];
+    const double need = k.need[static_cast<std::size_t>(r)];
+    multipliers = {2, 3, 4};
+    for (const auto& [i, a] : terms) multipliers.push_back(1 / a);
+    std::sort(multipliers.begin(), multipliers.end());
+    multipliers.erase(std::unique(multipliers.begin(), multipliers.end()), multipliers.end());
+    double best_efficacy = 1e-4, best_need = 0;
+    for (const double lambda : multipliers) {
+      double cut_need = 0;
+      const double efficacy = mixed_integer_rounding(terms, need, lambda, point, cut, cut_need);
+      if (efficacy > best_efficacy) best_efficacy = efficacy, best = cut, best_need = cut_need;
+    }
+    if (best_need == 0) continue;
+    add_row(k, s, best, best_need);
+    ++added;
+  }
+  return added;
+}
+
+struct node {
+  lp_state state;
+  int variable = -1;  // the bound this node changes (-1: the root)
+  int lo = 0, hi = 0;
+};
+
+// The LP point: nonbasic variables at their bound, basic ones at their value (clamped).
+inline void point_of(const component& k, const lp_state& s, const std::vector<double>& value, std::vector<double>& point) {
+  for (std::size_t c = 0; c < s.nonbasic.size(); ++c)
+    if (s.nonbasic[c] < k.n) point[static_cast<std::size_t>(s.nonbasic[c])] = nonbasic_value(k, s, c);
+  for (std::size_t r = 0; r < value.size(); ++r)
+    if (s.basic[r] < k.n) {
+      const auto i = static_cast<std::size_t>(s.basic[r]);
+      point[i] = std::clamp(value[r], double(s.lo[i]), double(s.hi[i]));
+    }
+}
+
+// The root LP with rounds of cuts until none is violated or the bound stalls.
+inline lp_state root_state(component& k, std::vector<double>& value, std::vector<double>& point) {
+  lp_state s = initial_state(k);
+  dual_simplex(k, s, value);
+  const int original_rows = k.m;
+  double bound = lagrangian_bound(k, s);
+  for (int round = 0, stalled = 0; round < 50 && stalled < 3 && k.m < 4 * original_rows; ++round) {
+    point_of(k, s, value, point);
+    if (separate_cuts(k, s, original_rows, point) == 0) break;
+    dual_simplex(k, s, value);
+    const double next = lagrangian_bound(k, s);
+    stalled = next > bound + 1e-3 ? 0 : stalled + 1;
+    bound = std::max(bound, next);
+  }
+  return s;
+}
+
+// Fractional diving from `s`: fix the LP's least fractional variable at its nearest integer
+// (up when down leaves the box infeasible), re-solve, repeat; each LP point is rounded into
+// an incumbent candidate. Stops at an integral point, a bound no better than the incumbent
+// or n fixings.
+inline void dive(const component& k, lp_state s, std::vector<double>& value, std::vector<double>& point, std::vector<int>& best,
+                 std::int64_t& best_value) {
+  const std::size_t n = static_cast<std::size_t>(k.n);
+  for (std::size_t step = 0; step <= n; ++step) {
+    dual_simplex(k, s, value);
+    if (std::ceil(lagrangian_bound(k, s) - bound_margin) >= static_cast<double>(best_value)) return;
+    point_of(k, s, value, point);
+    std::vector<int> x = round_down_greedily(k, s, point);
+    const std::int64_t x_value = std::accumulate(x.begin(), x.end(), std::int64_t{0});
+    if (x_value < best_value) best_value = x_value, best = std::move(x);
+    std::size_t pick = n;
+    double closest = 0.5;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double distance = std::abs(point[i] - std::round(point[i]));
+      if (distance > integral_tolerance && distance < closest) closest = distance, pick = i;
+    }
+    if (pick == n) return;
+    const int down = static_cast<int>(std::floor(point[pick])), rounded = static_cast<int>(std::round(point[pick]));
+    s.lo[pick] = s.hi[pick] = rounded;
+    if (rounded == down && !feasible(k, s.hi)) s.lo[pick] = s.hi[pick] = down + 1;
+  }
+}
+
+// Branch and bound on one component (see the file comment); `nodes` counts over components.
+// Past the node limit the search stops after the root (whose bound is always computed) and
+// returns its incumbent with the root's bound.
+struct component_result {
+  std::vector<int> x;
+  std::int64_t lower_bound = 0;
+};
+inline component_result solve_component(component& k, std::int64_t& nodes, std::int64_t max_nodes) {
+  const std::size_t n = static_cast<std::size_t>(k.n);
+  std::vector<int> best(n, k.upper);
+  std::int64_t best_value = static_cast<std::int64_t>(k.upper) * k.n;
+  double root_bound = 0;
+  std::vector<double> value, point(n), costs;
+  std::vector<node> stack;
+  stack.push_back({root_state(k, value, point), -1, 0, 0});
+  dive(k, stack.back().state, value, point, best, best_value);
+  while (!stack.empty()) {
+    node current = std::move(stack.back());
+    stack.pop_back();
+    if (++nodes > max_nodes && current.variable >= 0) return {std::move(best), static_cast<std::int64_t>(root_bound)};
+    lp_state& s = current.state;
+    if (current.variable >= 0) {
+      s.lo[static_cast<std::size_t>(current.variable)] = current.lo;
+      s.hi[static_cast<std::size_t>(current.variable)] = current.hi;
+      if (!feasible(k, s.hi)) continue;
+      if (std::ceil(lagrangian_bound(k, s) - bound_margin) >= static_cast<double>(best_value)) continue;
+    }
+    dual_simplex(k, s, value);
+    const double lagrangian = lagrangian_bound(k, s, costs);
+    const double bound = std::ceil(lagrangian - bound_margin);
+    if (current.variable < 0) root_bound = std::min(std::max(bound, 0.0), static_cast<double>(best_value));
+    if (bound >= static_cast<double>(best_value)) continue;
+    point_of(k, s, value, point);
+    std::vector<int> x = round_down_greedily(k, s, point);
+    const std::int64_t x_value = std::accumulate(x.begin(), x.end(), std::int64_t{0});
+    if (x_value < best_value) best_value = x_value, best = std::move(x);
+    if (bound >= static_cast<double>(best_value)) continue;
+    tighten(s, costs, lagrangian, best_value);
+    int branch = -1;
+    double branch_score = integral_tolerance;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double frac = point[i] - std::floor(point[i]);
+      const double score = std::min(frac, 1 - frac);
+      if (score > branch_score) branch_score = score, branch = static_cast<int>(i);
+    }
+    int split;  // children: [lo, split] and [split + 1, hi]
+    bool down_first;
+    if (branch >= 0) {
+      const auto b = static_cast<std::size_t>(branch);
+      split = std::clamp(static_cast<int>(std::floor(point[b])), s.lo[b], s.hi[b] - 1);
+      down_first = point[b] - std::floor(point[b]) < 0.5;
+    } else {
+      for (std::size_t i = 0; i < n && branch < 0; ++i)
+        if (s.lo[i] < s.hi[i]) branch = static_cast<int>(i);
+      if (branch < 0) continue;
+      const auto b = static_cast<std::size_t>(branch);
+      split = (s.lo[b] + s.hi[b]) / 2;
+      down_first = true;
+    }
+    const auto b = static_cast<std::size_t>(branch);
+    const int lo = s.lo[b], hi = s.hi[b];
+    node down{s, branch, lo, split};
+    node up{std::move(s), branch, split + 1, hi};
+    if (down_first) {
+      stack.push_back(std::move(up));
+      stack.push_back(std::move(down));
+    } else {
+      stack.push_back(std::move(down));
+      stack.push_back(std::move(up));
+    }
+  }
+  return {best, best_value};
+}
+
+// Splits the program into connected components (union-find over the rows), each dense and
+// scaled so its largest coefficient per row is 1.
+inline std::vector<component> components_of(const covering_ip& p) {
+  std::vector<int> parent(static_cast<std::size_t>(p.variables));
+  std::iota(parent.begin(), parent.end(), 0);
+  const auto find = [&](int v) {
+    while (parent[static_cast<std::size_t>(v)] != v) v = parent[static_cast<std::size_t>(v)] = parent[static_cast<std::size_t>(parent[static_cast<std::size_t>(v)])];
+    return v;
+  };
+  const std::size_t rows = p.need.size();
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::int64_t e = p.row_start[r] + 1; e < p.row_start[r + 1]; ++e) {
+      const int x = find(p.column[static_cast<std::size_t>(p.row_start[r])]), y = find(p.column[static_cast<std::size_t>(e)]);
+      if (x != y) parent[static_cast<std::size_t>(std::max(x, y))] = std::min(x, y);
+    }
+  std::vector<int> component_of_root(static_cast<std::size_t>(p.variables), -1), local(static_cast<std::size_t>(p.variables), -1);
+  std::vector<component> out;
+  const auto component_of = [&](int v) -> component& {
+    int& id = component_of_root[static_cast<std::size_t>(find(v))];
+    if (id < 0) id = static_cast<int>(out.size()), out.emplace_back().upper = p.upper;
+    return out[static_cast<std::size_t>(id)];
+  };
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (p.row_start[r] == p.row_start[r + 1]) continue;
+    component& k = component_of(p.column[static_cast<std::size_t>(p.row_start[r])]);
+    double largest = 0;
+    for (std::int64_t e = p.row_start[r]; e < p.row_start[r + 1]; ++e) largest = std::max(largest, p.coefficient[static_cast<std::size_t>(e)]);
+    std::vector<std::pair<int, double>> terms;
+    for (std::int64_t e = p.row_start[r]; e < p.row_start[r + 1]; ++e) {
+      const int v = p.column[static_cast<std::size_t>(e)];
+      int& at = local[static_cast<std::size_t>(v)];
+      if (at < 0) at = k.n++, k.variable.push_back(v);
+      const double a = p.coefficient[static_cast<std::size_t>(e)] / largest;
+      const auto same = std::find_if(terms.begin(), terms.end(), [&](const auto& t) { return t.first == at; });
+      if (same == terms.end()) terms.emplace_back(at, a);
+      else same->second += a;
+    }
+    k.terms.push_back(std::move(terms));
+    k.need.push_back(p.need[r] / largest);
+    ++k.m;
+  }
+  for (component& k : out) {
+    k.a.assign(static_cast<std::size_t>(k.m) * static_cast<std::size_t>(k.n), 0.0);
+    k.rows_of.resize(static_cast<std::size_t>(k.n));
+    for (std::size_t r = 0; r < k.terms.size(); ++r)
+      for (const auto& [i, a] : k.terms[r]) {
+        k.a[r * static_cast<std::size_t>(k.n) + static_cast<std::size_t>(i)] = a;
+        k.rows_of[static_cast<std::size_t>(i)].emplace_back(static_cast<int>(r), a);
+      }
+  }
+  return out;
+}
+
+}  // namespace covering
+
+//! The optimum of `p`, or past the node limit the best point found and a lower bound (see
+//! the file comment). Rows with need <= 0 may be left out by the caller or kept; variables
+//! in no row end at 0.
+[[nodiscard]] inline covering_result solve_covering(const covering_ip& p, std::int64_t max_nodes) {
+  covering_result out;
+  out.x.assign(static_cast<std::size_t>(p.variables), 0);
+  for (std::size_t r = 0; r < p.need.size(); ++r) {
+    double most = 0;
+    for (std::int64_t e = p.row_start[r]; e < p.row_start[r + 1]; ++e) most += p.coefficient[static_cast<std::size_t>(e)] * p.upper;
+    ZEPPELIN_EXPECTS(most >= p.need[r], "a covering row cannot be met even at the upper bounds",
+                     {{"row", double(r)}, {"need", p.need[r]}, {"most", most}});
+  }
+  std::vector<covering::component> parts = covering::components_of(p);
+  for (covering::component& k : parts) {
+    const covering::component_result r = covering::solve_component(k, out.nodes, max_nodes);
+    for (std::size_t i = 0; i < r.x.size(); ++i) {
+      out.x[static_cast<std::size_t>(k.variable[i])] = r.x[i];
+      out.value += r.x[i];
+    }
+    out.lower_bound += r.lower_bound;
+  }
+  return out;
+}
+
+}  // namespace detail
+ZEPPELIN_NAMESPACE_END
