@@ -3,6 +3,7 @@
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/chunk.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/fingerprint.hpp>

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <zeppelin/pack/any_packer.hpp>
-#include <zeppelin/pack/chunk.hpp>
 #include <zeppelin/pack/chunk_grouping.hpp>
 #include <zeppelin/pack/chunk_order.hpp>
 #include <zeppelin/pack/fixed_exact.hpp>

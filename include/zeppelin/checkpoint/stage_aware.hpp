@@ -6,7 +6,7 @@
 //        chunk), per chunk in forward order its backward position f2b[k], the bytes I[k] it
 //        keeps on a stage GPU without recomputation and the bytes F[k] each recomputed layer
 //        frees there, the budget G - M_ms(p) per stage, and N_P (chunks of the longest
-//        sequence). stage_aware_chunks derives I and F from chunks (pack/chunk.hpp).
+//        sequence). stage_aware_chunks derives I and F from chunks (core/chunk.hpp).
 //   out: stage_aware_plan: the diagonal counts C (n + d_p - 1 integers in [0, L / d_p]),
 //        ckpt(p, k) = C[f2b[k] + d_p - 1 - p] for 0-based stage p, sum C, the proven lower
 //        bound and the search nodes; stage_aware_recompute answers checkpoint_policy
@@ -37,7 +37,7 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
-#include <zeppelin/pack/chunk.hpp>
+#include <zeppelin/core/chunk.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // for Efficient Variable-Length Long-Context LLM Training", section 3.1) on N = d_s x d_p
 // GPUs: Ulysses sequence parallelism of degree d_s (with ZeRO-3) inside a stage, d_p
 // pipeline stages.
-//   in : a chunk {C, S} (pack/chunk.hpp; a slice [begin, end) carries its own context begin),
+//   in : a chunk {C, S} (core/chunk.hpp; a slice [begin, end) carries its own context begin),
 //        and for memory the lengths of the step's sequences (to tell a split chunk)
 //   out: seconds of one stage's forward or backward of the chunk, bytes of its activations
 //   T_comp (Eq. 1) = (1/N) sum over slices (a1 (end^2 - begin^2) + a2 (end - begin)) + b1/d_p
@@ -37,7 +37,7 @@
 #include <zeppelin/cost/linear_time_model.hpp>
 #include <zeppelin/cost/pipeline_memory.hpp>
 #include <zeppelin/cost/quadratic_fit.hpp>
-#include <zeppelin/pack/chunk.hpp>
+#include <zeppelin/core/chunk.hpp>
 
 #include <cmath>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // The order in which a chunk-level 1F1B pipeline forwards its chunks (InfiniPipe, Wang et
 // al., "InfiniPipe: Elastic Pipeline Parallelism for Efficient Variable-Length Long-Context
 // LLM Training", section 3.3: inside one pipeline the longest sequences run first).
-//   in : a valid chunking (pack/chunk.hpp: validate_chunks) and the sequences' lengths
+//   in : a valid chunking (core/chunk.hpp: validate_chunks) and the sequences' lengths
 //   out: chunk_order: the chunk indices in forward order and the chains (the chunks per
 //        unit, in that order) that schedule/pipeline/chunk_one_f_one_b.hpp takes
 // A unit is a cut sequence's chunks (its split chunks and the hybrid chunk holding its
@@ -14,7 +14,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
-#include <zeppelin/pack/chunk.hpp>
+#include <zeppelin/core/chunk.hpp>
 
 #include <algorithm>
 #include <cstdint>

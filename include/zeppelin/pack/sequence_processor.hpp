@@ -2,7 +2,7 @@
 // InfiniPipe's sequence processor (Wang et al., "InfiniPipe: Elastic Pipeline Parallelism
 // for Efficient Variable-Length Long-Context LLM Training", section 3.2, Algorithm 1,
 // workload-balanced chunking): a global batch of sequences becomes the chunks of an
-// elastic pipeline (pack/chunk.hpp), priced by the chunk cost model (cost/chunk_cost.hpp).
+// elastic pipeline (core/chunk.hpp), priced by the chunk cost model (cost/chunk_cost.hpp).
 //   in : the sequences' lengths, the number of slices n of the longest sequence (or a
 //        search over n = 1 .. max_slices under an evaluator of whole plans)
 //   out: chunking {mesh, chunks}
@@ -43,7 +43,7 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/chunk_cost.hpp>
-#include <zeppelin/pack/chunk.hpp>
+#include <zeppelin/core/chunk.hpp>
 #include <zeppelin/pack/detail/chunk_buckets.hpp>
 #include <zeppelin/pack/detail/slice_mesh.hpp>
 

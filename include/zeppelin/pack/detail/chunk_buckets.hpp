@@ -26,7 +26,7 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
-#include <zeppelin/pack/chunk.hpp>
+#include <zeppelin/core/chunk.hpp>
 
 #include <cstddef>
 #include <span>

@@ -1,7 +1,7 @@
 // zeppelin/schedule/pipeline/chunk_one_f_one_b.hpp
 // Chunk-level 1F1B, InfiniPipe's pipeline schedule (Wang et al., "InfiniPipe: Elastic
 // Pipeline Parallelism for Efficient Variable-Length Long-Context LLM Training", section
-// 3.3): the micro-batches are chunks (pack/chunk.hpp), and consecutive chunks may be the
+// 3.3): the micro-batches are chunks (core/chunk.hpp), and consecutive chunks may be the
 // slices of one long sequence, a chain. A slice's forward reads the K/V of the slices
 // before it, and its K/V gradients come from the slices after it, so on every stage:
 //   - a chain's forwards run in slice order (the forward order given);

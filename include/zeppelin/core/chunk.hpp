@@ -1,4 +1,4 @@
-// zeppelin/pack/chunk.hpp
+// zeppelin/core/chunk.hpp
 // The vocabulary of InfiniPipe's elastic pipeline (Wang et al., "InfiniPipe: Elastic
 // Pipeline Parallelism for Efficient Variable-Length Long-Context LLM Training"): the unit a
 // pipeline stage runs is a chunk, not a packed micro-batch.
@@ -15,7 +15,7 @@
 //                dK/dV flow back into it)
 // A chunk holds at most one cut slice (a slice that is not a whole sequence), and never two
 // tail slices. validate_chunks checks a chunking against the sequences' lengths.
-// Host-only (std::vector).
+// nvcc-safe (host-only data).
 #pragma once
 
 #include <zeppelin/core/config.hpp>
