@@ -74,21 +74,12 @@ stage_aware_problem make_problem(token_count context, double gpu_bytes) {
     f2b.push_back(static_cast<std::int64_t>(chunks.size()));
     chunks.push_back(std::move(c));
   }
-  const pipeline_memory_model per_layer{model, {}, {}};
-  const infinipipe_memory memory{.token_bytes = model.layers * per_layer.activation_bytes_per_token_layer(),
-                                 .element_bytes = double(model.bytes_per_element),
-                                 .hidden = model.hidden,
-                                 .layers = model.layers,
-                                 .sp_degree = sp_degree,
-                                 .pp_degree = pp_degree};
   stage_aware_problem p;
   p.stages = pp_degree;
   p.max_layers = model.layers / pp_degree;
   p.prefill_chunks = prefill;
-  p.chunks = stage_aware_chunks(chunks, lengths, f2b, memory);
-  const pipeline_memory_model states{model, {.tp = 1, .cp = 1, .pp = pp_degree, .dp = sp_degree}, {.zero_stage = 3}};
-  for (int s = 0; s < pp_degree; ++s)
-    p.budget_bytes.push_back(0.9 * gpu_bytes - states.model_state_bytes({p.max_layers, s == 0, s == pp_degree - 1}));
+  p.chunks = stage_aware_chunks(chunks, lengths, f2b, infinipipe_memory_of(model, sp_degree, pp_degree));
+  p.budget_bytes = stage_budgets(model, 0.9 * gpu_bytes, sp_degree, pp_degree);
   return p;
 }
 

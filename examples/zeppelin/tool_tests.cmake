@@ -144,3 +144,16 @@ zeppelin_add_cli_test(tool.strategy_rejects_model_that_fits_nowhere EXIT_CODE 1
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 8 --model 32b --gpu-memory-gib 16)
 zeppelin_add_cli_test(tool.strategy_rejects_zero_gpus EXIT_CODE 1 STDERR "at least 1 GPU.*gpus=0"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 0)
+
+# `zeppelin chunk`: the JSON schema, the text summary, and bad input.
+zeppelin_add_cli_test(tool.chunk_json EXIT_CODE 0
+  STDOUT "^\\{\"mesh\":.[0-9]+.*\"chunks\":.\\{\"context\":[0-9]+,\"slices\":.\\{\"seq\":[0-9]+,\"begin\":[0-9]+,\"end\":[0-9]+\\}.*\"order\":.[0-9]+.*\"checkpoint\":..[0-9]+.*\"pipelines\":.[0-9]+.*\"iteration_s\":[0-9.e-]+\\}"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 8 --pp 4 --model 13b --json)
+zeppelin_add_cli_test(tool.chunk_summary EXIT_CODE 0
+  STDOUT "gpt-30b on 32 GPUs .SP 8 x PP 4.: 96 sequences, longest 117851 tokens.*mesh: [0-9]+ slices.*pipeline 0: [0-9]+ chunks.*iteration [0-9.]+ s"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --model 30b --gpu-memory-gib 40 --max-slices 4)
+zeppelin_add_cli_test(tool.chunk_rejects_batch_that_fits_nowhere EXIT_CODE 1
+  STDERR "fits in memory, even with full recomputation .longest=117851"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpu-memory-gib 12)
+zeppelin_add_cli_test(tool.chunk_rejects_zero_sp EXIT_CODE 1 STDERR "SP and PP degrees must be at least 1 .sp=0"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 0)

@@ -7,6 +7,7 @@
 #include <zeppelin/pack/any_packer.hpp>
 #include <zeppelin/pack/chunk_grouping.hpp>
 #include <zeppelin/pack/chunk_order.hpp>
+#include <zeppelin/pack/elastic_pipeline.hpp>
 #include <zeppelin/pack/fixed_exact.hpp>
 #include <zeppelin/pack/fixed_greedy.hpp>
 #include <zeppelin/pack/original.hpp>

@@ -38,6 +38,9 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/core/chunk.hpp>
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/cost/layer_split.hpp>
+#include <zeppelin/cost/pipeline_memory.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -167,6 +170,28 @@ struct infinipipe_memory {
   int pp_degree = 1;         //!< d_p: pipeline stages
   friend bool operator==(const infinipipe_memory&, const infinipipe_memory&) = default;
 };
+
+//! The memory numbers of `model` on d_s x d_p GPUs: M_token = L x the activation bytes one
+//! token keeps per layer without parallelism or recomputation (cost/pipeline_memory.hpp).
+[[nodiscard]] inline infinipipe_memory infinipipe_memory_of(const model_config& model, int sp_degree, int pp_degree) {
+  const pipeline_memory_model per_layer{model, {}, {}};
+  return {.token_bytes = model.layers * per_layer.activation_bytes_per_token_layer(),
+          .element_bytes = double(model.bytes_per_element),
+          .hidden = model.hidden,
+          .layers = model.layers,
+          .sp_degree = sp_degree,
+          .pp_degree = pp_degree};
+}
+
+//! G - M_ms(p) per stage: `usable_bytes` of one GPU minus the model states of the stage's
+//! GPUs, parameters, gradients and optimizer states sharded by ZeRO-3 over the d_s GPUs of
+//! the stage (split_model's layers per stage; cost/pipeline_memory.hpp's byte counts).
+[[nodiscard]] inline std::vector<double> stage_budgets(const model_config& model, double usable_bytes, int sp_degree, int pp_degree) {
+  const pipeline_memory_model states{model, {.tp = 1, .cp = 1, .pp = pp_degree, .dp = sp_degree}, {.zero_stage = 3}};
+  std::vector<double> out;
+  for (const stage_slice& slice : split_model(model, pp_degree)) out.push_back(usable_bytes - states.model_state_bytes(slice));
+  return out;
+}
 
 //! Per chunk (forward order) of one pipeline: I[k] = (M_token/N) S + (1 - I_k)(2 e L D/N) S
 //! and F[k] = (M_token/(L d_s) - e D w[k]/d_s) S, with S the chunk's tokens, N = d_s d_p,

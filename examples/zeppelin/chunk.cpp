@@ -1,0 +1,118 @@
+// examples/zeppelin/chunk.cpp
+// `zeppelin chunk`: InfiniPipe's elastic pipeline for one global batch (pack/elastic_pipeline.hpp).
+// In:  --lengths FILE (one sequence length per line, data/length_file.hpp), --sp Ds (Ulysses
+//      degree inside a node), --pp Dp (pipeline stages), --model 7b | 13b | 30b (the paper's
+//      GPT shapes; any preset's full name also works), --gpu-memory-gib G (default 80, an
+//      A800's), --margin-gib M (kept free; default 8), --max-slices N (default 16), --json.
+// Runs: the sequence processor for every slice count up to N, the longest-first chunk order,
+//      the grouping into back-to-back chunk-level 1F1B pipelines and each pipeline's
+//      stage-aware checkpointing, keeping the plan of least predicted seconds.
+// Out: the mesh (slice lengths of the longest sequence), the chunks, the forward order (the
+//      pipelines' orders one after the other), per stage the layers each chunk recomputes
+//      (in that order) and the predicted iteration seconds; with --json
+//      {"mesh":[...],"chunks":[{"context":C,"slices":[{"seq":i,"begin":b,"end":e}]}],
+//       "order":[chunk ids],"checkpoint":[[layers per chunk in order] per stage],
+//       "pipelines":[chunks per pipeline],"iteration_s":x}
+// Bad input is an error on stderr with exit status 1: degrees < 1, a batch that fits no
+// plan even with full recomputation (naming the longest sequence), an unknown model.
+#include "commands.hpp"
+
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/data/length_file.hpp>
+#include <zeppelin/pack/elastic_pipeline.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zeppelin_tool {
+namespace {
+
+struct chunk_options {
+  std::string lengths_file;
+  int sp = 8;
+  int pp = 4;
+  std::string model = "13b";
+  double gpu_memory_gib = 80;
+  double margin_gib = 8;
+  int max_slices = 16;
+  bool json = false;
+};
+
+void run_chunk(const chunk_options& o) {
+  using namespace zeppelin;
+  ZEPPELIN_EXPECTS(o.sp >= 1 && o.pp >= 1, "the SP and PP degrees must be at least 1", {{"sp", double(o.sp)}, {"pp", double(o.pp)}});
+  const model_config model = model_by_name(o.model.find('-') == std::string::npos ? "gpt-" + o.model : o.model);
+  const std::vector<token_count> lengths = read_lengths_file(o.lengths_file);
+  elastic_pipeline_options options = elastic_pipeline_options::for_model(model, gpus::a800_80g(), links::nvlink_a800(), o.sp, o.pp,
+                                                                         (o.gpu_memory_gib - o.margin_gib) * double(1ull << 30));
+  options.processor.max_slices = o.max_slices;
+  const elastic_plan plan = plan_elastic_pipeline(lengths, options);
+
+  std::vector<std::int64_t> order;
+  std::vector<std::vector<int>> checkpoint(static_cast<std::size_t>(o.pp));
+  for (const elastic_pipeline& p : plan.pipelines) {
+    order.insert(order.end(), p.forward.begin(), p.forward.end());
+    for (int s = 0; s < o.pp; ++s)
+      for (std::size_t k = 0; k < p.forward.size(); ++k)
+        checkpoint[static_cast<std::size_t>(s)].push_back(p.checkpoint.recomputed_layers(s, static_cast<std::int64_t>(k)));
+  }
+  if (o.json) {
+    nlohmann::ordered_json j;
+    j["mesh"] = plan.chunks.mesh;
+    j["chunks"] = nlohmann::ordered_json::array();
+    for (const chunk& c : plan.chunks.chunks) {
+      nlohmann::ordered_json slices = nlohmann::ordered_json::array();
+      for (const chunk_slice& s : c.slices) slices.push_back({{"seq", s.sequence}, {"begin", s.begin}, {"end", s.end}});
+      j["chunks"].push_back({{"context", c.context}, {"slices", slices}});
+    }
+    j["order"] = order;
+    j["checkpoint"] = checkpoint;
+    j["pipelines"] = nlohmann::ordered_json::array();
+    for (const elastic_pipeline& p : plan.pipelines) j["pipelines"].push_back(p.forward.size());
+    j["iteration_s"] = plan.seconds;
+    std::cout << j.dump() << '\n';
+    return;
+  }
+  std::printf("%s on %d GPUs (SP %d x PP %d): %zu sequences, longest %lld tokens\n", model.name.c_str(), o.sp * o.pp, o.sp, o.pp,
+              lengths.size(), static_cast<long long>(*std::max_element(lengths.begin(), lengths.end())));
+  std::printf("mesh: %zu slices:", plan.chunks.mesh.size());
+  for (const token_count m : plan.chunks.mesh) std::printf(" %lld", static_cast<long long>(m));
+  std::printf("\n%zu chunks in %zu pipeline(s)\n", plan.chunks.chunks.size(), plan.pipelines.size());
+  for (std::size_t k = 0; k < plan.pipelines.size(); ++k) {
+    const elastic_pipeline& p = plan.pipelines[k];
+    std::printf("pipeline %zu: %zu chunks, longest chain %d, %lld layers recomputed%s, %.4f s\n", k, p.forward.size(),
+                *std::max_element(p.chains.begin(), p.chains.end()), static_cast<long long>(p.checkpoint.total_layers),
+                p.checkpoint.proven_optimal() ? " (optimal)" : "", p.seconds);
+  }
+  std::printf("iteration %.4f s (predicted)\n", plan.seconds);
+}
+
+void add_chunk_command(CLI::App& app) {
+  auto options = std::make_shared<chunk_options>();
+  CLI::App* cmd = app.add_subcommand("chunk", "chunk a batch into elastic pipelines with stage-aware checkpointing (InfiniPipe)");
+  cmd->add_option("--lengths", options->lengths_file, "file with one sequence length per line")->required();
+  add_integer_option(cmd, "--sp", options->sp, "Ulysses sequence-parallel degree Ds (inside a node)")->capture_default_str();
+  add_integer_option(cmd, "--pp", options->pp, "pipeline stages Dp")->capture_default_str();
+  cmd->add_option("--model", options->model, "model: 7b, 13b, 30b (GPT shapes) or a preset's full name")->capture_default_str();
+  cmd->add_option("--gpu-memory-gib", options->gpu_memory_gib, "GPU memory, GiB")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--margin-gib", options->margin_gib, "memory kept free per GPU, GiB")->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_integer_option(cmd, "--max-slices", options->max_slices, "most slices of the longest sequence tried")->capture_default_str();
+  cmd->add_flag("--json", options->json,
+                "print {\"mesh\":[...],\"chunks\":[...],\"order\":[...],\"checkpoint\":[[...]],\"pipelines\":[...],\"iteration_s\":x}");
+  cmd->callback([options] { run_chunk(*options); });
+}
+
+}  // namespace
+
+ZEPPELIN_TOOL_COMMAND(55, add_chunk_command);
+
+}  // namespace zeppelin_tool

@@ -1,0 +1,191 @@
+// zeppelin/pack/elastic_pipeline.hpp
+// InfiniPipe's planner end to end (Wang et al., "InfiniPipe: Elastic Pipeline Parallelism
+// for Efficient Variable-Length Long-Context LLM Training", sections 3.2 - 3.3): a global
+// batch becomes chunks, the chunks become back-to-back chunk-level 1F1B pipelines, and each
+// pipeline gets the checkpointing that fits its memory with the least recomputation.
+//   in : the sequences' lengths and elastic_pipeline_options (the sequence processor with its
+//        cost model, the memory numbers and per-stage budgets, the checkpoint search budget)
+//   out: elastic_plan: the chunking, and per pipeline its chunks in forward order, its chains
+//        (schedule/pipeline/chunk_one_f_one_b.hpp), its stage-aware checkpoint plan and its
+//        predicted seconds; the iteration's predicted seconds (their sum)
+// For every slice count n = 1 .. min(max_slices, longest) whose mesh fits max_chunk_tokens:
+//   1. chunk (pack/sequence_processor.hpp, Algorithm 1);
+//   2. order the chunks longest sequence first (pack/chunk_order.hpp);
+//   3. group the units into pipelines by chunk count (pack/chunk_grouping.hpp, Eq. 14). A
+//      pipeline costs
+//        sum_k T(k) + (d_p - 1) mean_k T(k) + F^ sum C,
+//      T(k) the forward + backward T_tot of chunk k on a stage (cost/chunk_cost.hpp), the
+//      middle term the paper's warm-up / cool-down delta, F^ the mean forward time of one
+//      layer and sum C the layers the stage-aware checkpointing of its chunks recomputes
+//      (checkpoint/stage_aware.hpp, best_stage_aware_checkpointing within the node budget;
+//      +infinity when even full recomputation does not fit).
+// The plan of least predicted seconds wins (ties: the smaller n). Deterministic.
+// Errors: invalid_argument for inconsistent options (degrees, one budget per stage) or what
+// the parts refuse (no sequences, bad lengths); infeasible when no slice count gives a plan
+// that fits (naming the longest sequence and the slices tried).
+// Host-only.
+#pragma once
+
+#include <zeppelin/checkpoint/stage_aware.hpp>
+#include <zeppelin/core/chunk.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/cost/chunk_cost.hpp>
+#include <zeppelin/pack/chunk_grouping.hpp>
+#include <zeppelin/pack/chunk_order.hpp>
+#include <zeppelin/pack/sequence_processor.hpp>
+#include <zeppelin/schedule/pipeline/chunk_one_f_one_b.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+struct elastic_pipeline_options {
+  sequence_processor processor;            //!< chunking and its cost model (d_s, d_p)
+  infinipipe_memory memory;                //!< M_token, e, D, L, d_s, d_p
+  std::vector<double> budget_bytes;        //!< per stage: G - M_ms(p)
+  stage_aware_options checkpoint{.max_nodes = 200};  //!< per pipeline: an anytime answer
+
+  //! The options for `model` on d_s x d_p GPUs of `gpu`, with `usable_bytes` of each GPU
+  //! (its memory minus what the framework keeps) and all-to-alls over `intra_node`.
+  [[nodiscard]] static elastic_pipeline_options for_model(const model_config& model, const gpu_spec& gpu, const link_spec& intra_node,
+                                                          int sp_degree, int pp_degree, double usable_bytes) {
+    return {.processor = {.cost = chunk_cost_model::for_model(model, gpu, intra_node, sp_degree, pp_degree)},
+            .memory = infinipipe_memory_of(model, sp_degree, pp_degree),
+            .budget_bytes = stage_budgets(model, usable_bytes, sp_degree, pp_degree)};
+  }
+};
+
+//! One chunk-level 1F1B pipeline of the iteration.
+struct elastic_pipeline {
+  std::vector<std::int64_t> forward;  //!< chunk indices (into elastic_plan::chunks) in forward order
+  std::vector<int> chains;            //!< chunks per unit in forward order: chunk_one_f_one_b{.chains}
+  stage_aware_plan checkpoint;        //!< ckpt(stage, k) for the k-th chunk of `forward`
+  double seconds = 0;                 //!< predicted (see the file comment)
+  friend bool operator==(const elastic_pipeline&, const elastic_pipeline&) = default;
+};
+
+struct elastic_plan {
+  chunking chunks;
+  std::vector<elastic_pipeline> pipelines;  //!< by increasing chunk count of their units
+  double seconds = 0;                       //!< the sum of the pipelines'
+  friend bool operator==(const elastic_plan&, const elastic_plan&) = default;
+};
+
+namespace detail {
+
+// The pipeline of the units [first, last) of `order` whose chain length lies in [lo, hi]:
+// its chunks, chains, checkpointing and seconds; nullopt when no checkpointing fits.
+inline std::optional<elastic_pipeline> elastic_pipeline_of(const chunking& c, std::span<const token_count> lengths, const chunk_order& order,
+                                                          int lo, int hi, const elastic_pipeline_options& o) {
+  const chunk_cost_model& cost = o.processor.cost;
+  elastic_pipeline p;
+  std::size_t at = 0;
+  for (const int chain : order.chains) {
+    if (chain >= lo && chain <= hi) {
+      p.chains.push_back(chain);
+      p.forward.insert(p.forward.end(), order.forward.begin() + static_cast<std::ptrdiff_t>(at),
+                       order.forward.begin() + static_cast<std::ptrdiff_t>(at) + chain);
+    }
+    at += static_cast<std::size_t>(chain);
+  }
+  std::vector<chunk> own;
+  double sum = 0, forward_sum = 0;
+  for (const std::int64_t k : p.forward) {
+    const chunk& ch = c.chunks[static_cast<std::size_t>(k)];
+    own.push_back(ch);
+    const double f = cost.seconds(cost.forward, ch);
+    forward_sum += f;
+    sum += f + cost.seconds(cost.backward, ch);
+  }
+  const auto n = static_cast<double>(p.forward.size());
+  const std::vector<int> backward = chunk_one_f_one_b{.chains = p.chains}.backward_order(static_cast<int>(p.forward.size()));
+  std::vector<std::int64_t> f2b(p.forward.size());
+  for (std::size_t b = 0; b < backward.size(); ++b) f2b[static_cast<std::size_t>(backward[b])] = static_cast<std::int64_t>(b);
+  stage_aware_problem problem{.stages = cost.d_p,
+                              .max_layers = o.memory.layers / cost.d_p,
+                              .prefill_chunks = *std::max_element(p.chains.begin(), p.chains.end()),
+                              .budget_bytes = o.budget_bytes,
+                              .chunks = stage_aware_chunks(own, lengths, f2b, o.memory)};
+  try {
+    p.checkpoint = best_stage_aware_checkpointing(problem, o.checkpoint);
+  } catch (const infeasible&) {
+    return std::nullopt;
+  }
+  const double layer_forward = forward_sum / n / (static_cast<double>(o.memory.layers) / cost.d_p);
+  p.seconds = sum + (cost.d_p - 1) * (sum / n) + layer_forward * static_cast<double>(p.checkpoint.total_layers);
+  return p;
+}
+
+// The pipelines of one chunking (steps 2-3), or nullopt when no grouping fits.
+inline std::optional<elastic_plan> schedule_chunking(chunking c, std::span<const token_count> lengths, const elastic_pipeline_options& o) {
+  const chunk_order order = forward_order_of(c.chunks, lengths);
+  std::vector<int> levels = order.chains;  // the distinct chain lengths
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  const std::size_t m = levels.size();
+  struct memo_entry {
+    bool solved = false;
+    std::optional<elastic_pipeline> pipeline;  // nullopt: no checkpointing fits
+  };
+  std::vector<memo_entry> memo(m * m);  // by (lo, hi)
+  const auto index = [&](int count) { return static_cast<std::size_t>(std::lower_bound(levels.begin(), levels.end(), count) - levels.begin()); };
+  const auto pipeline = [&](int lo, int hi) -> const std::optional<elastic_pipeline>& {
+    memo_entry& e = memo[index(lo) * m + index(hi)];
+    if (!e.solved) e.pipeline = elastic_pipeline_of(c, lengths, order, lo, hi, o), e.solved = true;
+    return e.pipeline;
+  };
+  chunk_grouping grouping;
+  try {
+    grouping = group_pipelines(order.chains, [&](int lo, int hi) {
+      const std::optional<elastic_pipeline>& p = pipeline(lo, hi);
+      return p ? p->seconds : std::numeric_limits<double>::infinity();
+    });
+  } catch (const infeasible&) {
+    return std::nullopt;
+  }
+  elastic_plan plan{{}, {}, grouping.seconds};
+  for (const chunk_grouping::pipeline& g : grouping.pipelines) plan.pipelines.push_back(*pipeline(g.first_count, g.last_count));
+  plan.chunks = std::move(c);
+  return plan;
+}
+
+}  // namespace detail
+
+//! InfiniPipe's plan of one iteration (see the file comment).
+[[nodiscard]] inline elastic_plan plan_elastic_pipeline(std::span<const token_count> lengths, const elastic_pipeline_options& o) {
+  validate(o.processor.cost);
+  ZEPPELIN_EXPECTS(o.memory.sp_degree == o.processor.cost.d_s && o.memory.pp_degree == o.processor.cost.d_p,
+                   "the memory numbers and the cost model must share the SP and PP degrees",
+                   {{"memory_sp", double(o.memory.sp_degree)}, {"cost_sp", double(o.processor.cost.d_s)},
+                    {"memory_pp", double(o.memory.pp_degree)}, {"cost_pp", double(o.processor.cost.d_p)}});
+  ZEPPELIN_EXPECTS(o.budget_bytes.size() == static_cast<std::size_t>(o.processor.cost.d_p), "one memory budget per pipeline stage",
+                   {{"budgets", double(o.budget_bytes.size())}, {"stages", double(o.processor.cost.d_p)}});
+  ZEPPELIN_EXPECTS(!lengths.empty(), "an elastic pipeline plan needs at least one sequence", {});
+  const token_count longest = *std::max_element(lengths.begin(), lengths.end());
+  const int most = static_cast<int>(std::min<token_count>(o.processor.max_slices, std::max<token_count>(longest, 1)));
+  std::optional<elastic_plan> best;
+  for (int n = 1; n <= most; ++n) {
+    chunking c;
+    try {
+      c = o.processor.process(lengths, n);
+    } catch (const infeasible&) {
+      continue;  // the mesh's first slice is over max_chunk_tokens
+    }
+    std::optional<elastic_plan> plan = detail::schedule_chunking(std::move(c), lengths, o);
+    if (plan && (!best || plan->seconds < best->seconds)) best = std::move(plan);
+  }
+  if (!best)
+    ZEPPELIN_THROW(infeasible, "no slice count gives an elastic pipeline plan that fits in memory, even with full recomputation",
+                   {{"longest", double(longest)}, {"max_slices", double(most)}});
+  return *std::move(best);
+}
+
+ZEPPELIN_NAMESPACE_END
