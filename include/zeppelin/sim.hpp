@@ -6,6 +6,7 @@
 
 #include <zeppelin/sim/cost_model.hpp>
 #include <zeppelin/sim/dedicated_link_engine.hpp>
+#include <zeppelin/sim/elastic_step.hpp>
 #include <zeppelin/sim/heterogeneous_step.hpp>
 #include <zeppelin/sim/event_engine.hpp>
 #include <zeppelin/sim/link_sharing.hpp>

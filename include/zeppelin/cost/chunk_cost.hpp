@@ -160,17 +160,20 @@ struct chunk_cost_model {
     return (token_activation_bytes + dkv) * tokens / gpus();
   }
 
+  //! T_a2a's latency part for one stage: 2 beta x 2L / d_p.
+  [[nodiscard]] double all_to_all_fixed_seconds() const noexcept { return 2 * all_to_all.latency * 2 * layers / d_p; }
+  //! T_a2a's bandwidth part for `tokens` tokens on one stage: e (D + D_kv) tokens / (d_s B) x 2L / d_p.
+  [[nodiscard]] double all_to_all_token_seconds(token_count tokens) const noexcept {
+    const double bytes = element_bytes * static_cast<double>(hidden + kv_hidden) * static_cast<double>(tokens);
+    return bytes / (d_s * all_to_all.bandwidth) * 2 * layers / d_p;
+  }
+
   friend bool operator==(const chunk_cost_model&, const chunk_cost_model&) = default;
 
  private:
   [[nodiscard]] double slice_compute_seconds(const chunk_compute_coefficients& pass, const chunk_slice& s) const {
     const double b = static_cast<double>(s.begin), e = static_cast<double>(s.end);
     return (pass.a1 * (e - b) * (e + b) + pass.a2 * (e - b)) / gpus();
-  }
-  [[nodiscard]] double all_to_all_fixed_seconds() const noexcept { return 2 * all_to_all.latency * 2 * layers / d_p; }
-  [[nodiscard]] double all_to_all_token_seconds(token_count tokens) const noexcept {
-    const double bytes = element_bytes * static_cast<double>(hidden + kv_hidden) * static_cast<double>(tokens);
-    return bytes / (d_s * all_to_all.bandwidth) * 2 * layers / d_p;
   }
 };
 

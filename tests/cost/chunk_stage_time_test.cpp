@@ -1,0 +1,44 @@
+// tests/cost/chunk_stage_time_test.cpp
+// chunk_stage_time (cost/chunk_stage_time.hpp) prices a chunk's micro_batch as Eq. 4 prices
+// the chunk, context included, on seeded random chunks; micro_batch_of_chunk shares tokens
+// and pairs evenly over the Ulysses ranks; a whole sequence without shares costs the same.
+#include <catch2/catch.hpp>
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/cost/chunk_stage_time.hpp>
+
+#include "../support/expect_error.hpp"
+
+using namespace zeppelin;
+
+TEST_CASE("chunk_stage_time prices a chunk as Eq. 4 does", "[cost][infinipipe]") {
+  random_generator g(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int ds = static_cast<int>(g.between(1, 8)), dp = 4;
+    chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_13b(), gpus::a800_80g(), links::nvlink_a800(), ds, dp);
+    cost.forward.b1 = g.below(2) == 0 ? 0.0 : 0.01;
+    chunk c;
+    const token_count context = g.below(2) == 0 ? 0 : g.between(1, 50000);
+    c.context = context;
+    c.slices.push_back({0, context, context + g.between(1, 20000)});
+    for (int i = 1, n = static_cast<int>(g.between(0, 3)); i <= n; ++i) c.slices.push_back({i, 0, g.between(1, 4000)});
+    CAPTURE(trial, ds, context);
+    const micro_batch mb = micro_batch_of_chunk(c, ds);
+    REQUIRE(mb.tokens() == c.tokens());
+    REQUIRE(mb.cp_shares.size() == static_cast<std::size_t>(ds));
+    for (const cp_share& s : mb.cp_shares) REQUIRE(std::abs(s.tokens - c.tokens() / ds) <= 1);
+    const stage_slice stage{cost.layers / dp, false, false};
+    const stage_times t = chunk_stage_time{cost}.times(mb, stage);
+    REQUIRE(t.forward == Approx(cost.seconds(cost.forward, c)).epsilon(1e-9));
+    REQUIRE(t.backward == Approx(cost.seconds(cost.backward, c)).epsilon(1e-9));
+    REQUIRE(t.layer_forward * stage.layers == Approx(cost.compute_seconds(cost.forward, c) - cost.forward.b1 / dp).epsilon(1e-9));
+    REQUIRE(t.cp_wait == 0);
+  }
+  // a whole sequence without shares: the same as its chunk
+  const chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_7b(), gpus::a800_80g(), links::nvlink_a800(), 8, 2);
+  const chunk whole{0, {{0, 0, 9000}}};
+  const stage_slice stage{cost.layers / 2, false, false};
+  REQUIRE(chunk_stage_time{cost}.times(micro_batch{{9000}, {}}, stage) == chunk_stage_time{cost}.times(micro_batch_of_chunk(whole, 8), stage));
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)micro_batch_of_chunk(whole, 0); }).value("sp_degree") == 0);
+}
