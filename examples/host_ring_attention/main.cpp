@@ -289,7 +289,7 @@ int main(int argc, char** argv) {
   app.add_option("--method", o.method, "te_cp | llama_cp | hybrid_dp | te_cp+routing | te_cp+routing+engine | zeppelin")
       ->check(CLI::IsMember(method_names));
   app.add_option("--lengths", o.lengths, "file of sequence lengths, one per line")->required()->check(CLI::ExistingFile);
-  app.add_option("--cluster", o.cluster, "cluster preset: a, b, c, wlb, hydraulis")->check(CLI::IsMember({"a", "b", "c", "wlb", "hydraulis"}));
+  app.add_option("--cluster", o.cluster, "cluster preset: a, b, c, wlb, hydraulis, infinipipe")->check(CLI::IsMember({"a", "b", "c", "wlb", "hydraulis", "infinipipe"}));
   using example_cli::add_integer_option;
   add_integer_option(&app, "--nodes", o.nodes, "nodes N")->check(CLI::Range(1, 64));
   add_integer_option(&app, "--gpus-per-node", o.gpus_per_node, "ranks per node P (default: the preset's)")->check(CLI::Range(1, 64));

@@ -153,7 +153,7 @@ void add_pipeline_command(CLI::App& app) {
                   "tokens of each micro-batch, comma-separated; '+' packs several documents into one (4096+4096,8192)")
       ->capture_default_str();
   cmd->add_option("--model", options->model, "model preset (7b, 13b, 30b, 70b, gpt-7b, ...)")->capture_default_str();
-  cmd->add_option("--cluster", options->cluster, "cluster preset (a, b, c, wlb, hydraulis)")->capture_default_str();
+  cmd->add_option("--cluster", options->cluster, "cluster preset (a, b, c, wlb, hydraulis, infinipipe)")->capture_default_str();
   add_integer_option(cmd, "--tp", options->tp, "tensor-parallel degree inside each stage")->capture_default_str();
   add_integer_option(cmd, "--cp", options->cp, "context-parallel degree inside each stage")->capture_default_str();
   cmd->add_option("--cp-sharding", options->cp_sharding, "per_document, padding_free, per_sequence or adaptive (WLB-LLM's per-micro-batch choice)")

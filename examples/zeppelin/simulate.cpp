@@ -240,7 +240,7 @@ void add_simulate_command(CLI::App& app) {
       ->excludes(dataset);
   add_integer_option(cmd, "--tokens", options->tokens, "total tokens of the sampled batch")->capture_default_str();
   add_integer_option(cmd, "--seed", options->seed, "sampler seed")->capture_default_str();
-  cmd->add_option("--cluster", options->cluster, "cluster preset: a, b, c, wlb, hydraulis")->capture_default_str();
+  cmd->add_option("--cluster", options->cluster, "cluster preset: a, b, c, wlb, hydraulis, infinipipe")->capture_default_str();
   add_integer_option(cmd, "--nodes", options->nodes, "number of nodes")->capture_default_str()->check(CLI::PositiveNumber);
   add_integer_option(cmd, "--gpus-per-node", options->gpus_per_node, "GPUs per node (default: the preset's 8)")
       ->check(CLI::PositiveNumber);

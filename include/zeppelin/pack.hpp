@@ -8,6 +8,7 @@
 #include <zeppelin/pack/chunk_grouping.hpp>
 #include <zeppelin/pack/chunk_order.hpp>
 #include <zeppelin/pack/elastic_pipeline.hpp>
+#include <zeppelin/pack/fixed_chunks.hpp>
 #include <zeppelin/pack/fixed_exact.hpp>
 #include <zeppelin/pack/fixed_greedy.hpp>
 #include <zeppelin/pack/original.hpp>

@@ -42,3 +42,19 @@ TEST_CASE("chunk_stage_time prices a chunk as Eq. 4 does", "[cost][infinipipe]")
   REQUIRE(chunk_stage_time{cost}.times(micro_batch{{9000}, {}}, stage) == chunk_stage_time{cost}.times(micro_batch_of_chunk(whole, 8), stage));
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)micro_batch_of_chunk(whole, 0); }).value("sp_degree") == 0);
 }
+
+TEST_CASE("ulysses_all_to_all_link: NVLink inside a node, the NIC share across nodes", "[cost][infinipipe]") {
+  const topology topo = clusters::hydraulis_a800_ib(4);  // 8 GPUs per node, 2 per 400 Gb/s NIC
+  const link_spec nv = topo.intra_node_link(), nic = topo.nic_link();
+  REQUIRE(ulysses_all_to_all_link(topo, 1).bandwidth == std::numeric_limits<double>::infinity());
+  // inside a node: (d - 1)/d of the data over NVLink
+  REQUIRE(ulysses_all_to_all_link(topo, 8).bandwidth == Approx(nv.bandwidth * 8 / 7));
+  REQUIRE(ulysses_all_to_all_link(topo, 4).bandwidth == Approx(nv.bandwidth * 4 / 3));
+  REQUIRE(ulysses_all_to_all_link(topo, 8).latency == nv.latency);
+  // across nodes: (d - 8)/d through half a NIC, slower than 7/d over NVLink
+  const double inter16 = 8.0 / 16 / (nic.bandwidth / 2), intra16 = 7.0 / 16 / nv.bandwidth;
+  REQUIRE(ulysses_all_to_all_link(topo, 16).bandwidth == Approx(1 / std::max(inter16, intra16)));
+  REQUIRE(ulysses_all_to_all_link(topo, 32).bandwidth == Approx(1 / (24.0 / 32 / (nic.bandwidth / 2))));
+  REQUIRE(ulysses_all_to_all_link(topo, 32).latency == nic.latency);
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)ulysses_all_to_all_link(topo, 12); }).value("sp_degree") == 12);
+}

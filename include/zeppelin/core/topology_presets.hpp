@@ -65,12 +65,17 @@ inline topology hydraulis_a800_ib(int nodes) {
   return topology({"hydraulis-a800-ib", nodes, 8, 4, {0, 0, 1, 1, 2, 2, 3, 3}, links::nvlink_a800(),
                    links::nic_400g(), gpus::a800_80g()});
 }
+//! InfiniPipe: 8x A800 per node, NVLink 400 GB/s, InfiniBand 400 Gb/s per node, read as one
+//! 400 Gb/s port shared by the node's eight GPUs (the paper gives one figure per node).
+inline topology infinipipe_a800_ib(int nodes) {
+  return topology({"infinipipe-a800-ib", nodes, 8, 1, {}, links::nvlink_a800(), links::nic_400g(), gpus::a800_80g()});
+}
 }  // namespace clusters
 
 //! The preset names cluster_by_name() accepts.
-inline constexpr std::array<std::string_view, 5> cluster_names{"a", "b", "c", "wlb", "hydraulis"};
+inline constexpr std::array<std::string_view, 6> cluster_names{"a", "b", "c", "wlb", "hydraulis", "infinipipe"};
 
-//! A preset by short name ("a", "b", "c", "wlb", "hydraulis"; case-sensitive) with `nodes`
+//! A preset by short name ("a", "b", "c", "wlb", "hydraulis", "infinipipe"; case-sensitive) with `nodes`
 //! nodes. Throws invalid_argument naming the valid names for an unknown one.
 inline topology cluster_by_name(std::string_view name, int nodes) {
   if (name == "a") return clusters::cluster_a(nodes);
@@ -78,7 +83,8 @@ inline topology cluster_by_name(std::string_view name, int nodes) {
   if (name == "c") return clusters::cluster_c(nodes);
   if (name == "wlb") return clusters::wlb_h100_roce(nodes);
   if (name == "hydraulis") return clusters::hydraulis_a800_ib(nodes);
-  ZEPPELIN_THROW(invalid_argument, "unknown cluster '" + std::string(name) + "' (valid: a, b, c, wlb, hydraulis)", {});
+  if (name == "infinipipe") return clusters::infinipipe_a800_ib(nodes);
+  ZEPPELIN_THROW(invalid_argument, "unknown cluster '" + std::string(name) + "' (valid: a, b, c, wlb, hydraulis, infinipipe)", {});
 }
 
 //! cluster_by_name(name, nodes) with `gpus_per_node` GPUs per node instead of the preset's:

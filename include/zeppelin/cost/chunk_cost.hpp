@@ -67,6 +67,30 @@ struct chunk_compute_coefficients {
 //! The all-to-all link of Eq. 3: no all-to-all at all (d_s = 1, or folded into a profile).
 [[nodiscard]] inline link_spec no_all_to_all() noexcept { return {std::numeric_limits<double>::infinity(), 0.0}; }
 
+//! The all-to-all link of Eq. 3 for a Ulysses group of d_s consecutive GPUs of `topo` (one
+//! node, or whole nodes): each GPU keeps 1/d_s of its data and sends the rest, (g - 1)/d_s
+//! of it over NVLink to its node's other GPUs and (d_s - g)/d_s through its NIC (shared by
+//! the GPUs mapped to it) to the other nodes, both at once, g = min(d_s, GPUs per node).
+//! Returned as the per-GPU bandwidth B of Eq. 3 (seconds = e D sum s / (d_s B)) and the
+//! slower path's latency; no all-to-all for d_s = 1. Throws invalid_argument for d_s < 1 or
+//! a group that is neither inside one node nor whole nodes.
+[[nodiscard]] inline link_spec ulysses_all_to_all_link(const topology& topo, int sp_degree) {
+  const int g = topo.gpus_per_node();
+  ZEPPELIN_EXPECTS(sp_degree >= 1 && (sp_degree <= g ? g % sp_degree == 0 : sp_degree % g == 0),
+                   "a Ulysses group is a divisor of a node's GPUs or whole nodes", {{"sp_degree", double(sp_degree)}, {"gpus_per_node", double(g)}});
+  if (sp_degree == 1) return {std::numeric_limits<double>::infinity(), 0.0};
+  const double d = sp_degree, inside = std::min(sp_degree, g);
+  const double intra = (inside - 1) / d / topo.intra_node_link().bandwidth;
+  double inter = 0;
+  if (sp_degree > g) {
+    int sharing = 1;
+    for (int nic = 0; nic < topo.nics_per_node(); ++nic) sharing = std::max(sharing, topo.gpus_sharing_nic(nic));
+    inter = (d - g) / d / (topo.nic_link().bandwidth / sharing);
+  }
+  const double per_byte = std::max(intra, inter);  // seconds per byte of a GPU's data
+  return {1 / per_byte, inter > intra ? topo.nic_link().latency : topo.intra_node_link().latency};
+}
+
 struct chunk_cost_model;
 inline void validate(const chunk_cost_model& m);
 
