@@ -4,11 +4,10 @@
 // (the paper solves it with SCIP at a 2 % gap in under 5 s).
 // Instance: 32 GPUs (d_s = 8, d_p = 4), llama-30b (60 layers: 15 per stage), 512 sequences
 // drawn from the power law of data/power_law.hpp over [1, context] (context 64K or 128K,
-// seed 1). Chunks, a stand-in for the sequence processor: a sequence longer than 16K tokens
-// is cut into 16K split slices and its tail (a hybrid chunk of its own); shorter ones are
-// packed first-fit decreasing into batched chunks of <= 16K tokens. Forward order longest
-// first (each long sequence's chunks in slice order, then the batched chunks); backward
-// order the same with each sequence's chunks reversed; N_P = chunks of the longest sequence.
+// seed 1). Chunks: fixed 16K-token chunks (pack/fixed_chunks.hpp, the Seq1F1B-like
+// baseline's), in the longest-first forward order of pack/chunk_order.hpp; backward order
+// that of chunk-level 1F1B (each sequence's chunks reversed); N_P = chunks of the longest
+// sequence.
 // Memory: I, F from stage_aware_chunks with M_token = L x the per-token-layer activations of
 // cost/pipeline_memory.hpp; budget = 0.9 x the GPU's memory (80 GB at 128K, 40 GB at 64K)
 // minus each stage's model states (ZeRO-3 over the d_s = 8 GPUs of a stage, bf16
@@ -19,6 +18,9 @@
 //     bench_checkpoint_bench --benchmark_filter=stage_aware
 #include <zeppelin/checkpoint/stage_aware.hpp>
 #include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/pack/chunk_order.hpp>
+#include <zeppelin/pack/fixed_chunks.hpp>
+#include <zeppelin/schedule/pipeline/chunk_one_f_one_b.hpp>
 #include <zeppelin/cost/pipeline_memory.hpp>
 #include <zeppelin/data/power_law.hpp>
 
@@ -43,37 +45,14 @@ stage_aware_problem make_problem(token_count context, double gpu_bytes) {
   const length_histogram lengths_of = power_law_lengths(context);
   std::vector<token_count> lengths(sequences);
   for (token_count& l : lengths) l = lengths_of.sample(rng);
-  std::vector<std::int64_t> by_length(sequences);
-  for (std::size_t i = 0; i < by_length.size(); ++i) by_length[i] = static_cast<std::int64_t>(i);
-  std::stable_sort(by_length.begin(), by_length.end(), [&](std::int64_t a, std::int64_t b) {
-    return lengths[static_cast<std::size_t>(a)] > lengths[static_cast<std::size_t>(b)];
-  });
-  std::vector<chunk> chunks;
-  std::vector<std::int64_t> f2b;
-  std::int64_t prefill = 1;
-  std::vector<chunk> batched;
-  std::vector<token_count> room;
-  for (const std::int64_t s : by_length) {
-    const token_count length = lengths[static_cast<std::size_t>(s)];
-    if (length > slice_tokens) {
-      const auto first = static_cast<std::int64_t>(chunks.size());
-      for (token_count at = 0; at < length; at += slice_tokens)
-        chunks.push_back({at, {{s, at, std::min(length, at + slice_tokens)}}});
-      const auto count = static_cast<std::int64_t>(chunks.size()) - first;
-      prefill = std::max(prefill, count);
-      for (std::int64_t i = 0; i < count; ++i) f2b.push_back(first + count - 1 - i);
-      continue;
-    }
-    std::size_t b = 0;
-    while (b < room.size() && room[b] < length) ++b;
-    if (b == room.size()) batched.emplace_back(), room.push_back(slice_tokens);
-    batched[b].slices.push_back({s, 0, length});
-    room[b] -= length;
-  }
-  for (chunk& c : batched) {
-    f2b.push_back(static_cast<std::int64_t>(chunks.size()));
-    chunks.push_back(std::move(c));
-  }
+  const std::vector<chunk> fixed = fixed_size_chunks(lengths, slice_tokens);
+  const chunk_order order = forward_order_of(fixed, lengths);
+  std::vector<chunk> chunks;  // in forward order
+  for (const std::int64_t k : order.forward) chunks.push_back(fixed[static_cast<std::size_t>(k)]);
+  const std::vector<int> backward = chunk_one_f_one_b{.chains = order.chains}.backward_order(static_cast<int>(chunks.size()));
+  std::vector<std::int64_t> f2b(chunks.size());
+  for (std::size_t k = 0; k < backward.size(); ++k) f2b[static_cast<std::size_t>(backward[k])] = static_cast<std::int64_t>(k);
+  const std::int64_t prefill = *std::max_element(order.chains.begin(), order.chains.end());
   stage_aware_problem p;
   p.stages = pp_degree;
   p.max_layers = model.layers / pp_degree;
