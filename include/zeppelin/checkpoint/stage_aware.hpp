@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <vector>
 
@@ -260,14 +261,15 @@ struct stage_aware_plan {
   friend bool operator==(const stage_aware_plan&, const stage_aware_plan&) = default;
 };
 
-//! The best plan found within options.max_nodes, with a proven lower bound on sum C
-//! (proven_optimal(): no plan recomputes fewer layers). An anytime answer, as a MIP solver
-//! with a node or time limit gives: a planner that must answer in bounded time uses it.
-[[nodiscard]] inline stage_aware_plan best_stage_aware_checkpointing(const stage_aware_problem& p, const stage_aware_options& options = {}) {
-  ZEPPELIN_EXPECTS(options.max_nodes >= 1, "the node limit must be positive", {{"max_nodes", double(options.max_nodes)}});
+namespace detail {
+// Eq. 20 as a covering program over the diagonals: one row per window over budget, need =
+// its bytes over (less the float margin), a coefficient F[k] per chunk on its diagonal.
+// Throws infeasible (naming the stage, window and bytes over) when even full recomputation
+// leaves a window over budget.
+[[nodiscard]] inline covering_ip covering_program_of(const stage_aware_problem& p) {
   const std::vector<checkpoint_window> windows = stage_aware_windows(p);
   const std::size_t diagonals = p.chunks.size() + static_cast<std::size_t>(p.stages) - 1;
-  detail::covering_ip ip;
+  covering_ip ip;
   ip.variables = static_cast<int>(diagonals);
   ip.upper = p.max_layers;
   const checkpoint_window* worst = nullptr;
@@ -278,7 +280,7 @@ struct stage_aware_plan {
       kept += p.chunks[static_cast<std::size_t>(k)].kept_bytes;
       freeable += p.chunks[static_cast<std::size_t>(k)].freed_bytes_per_layer * p.max_layers;
     }
-    const double need = kept - p.budget_bytes[static_cast<std::size_t>(window.stage)] - detail::window_margin(p, window);
+    const double need = kept - p.budget_bytes[static_cast<std::size_t>(window.stage)] - window_margin(p, window);
     if (need <= 0) continue;
     if (need > freeable) {
       const double over = kept - p.budget_bytes[static_cast<std::size_t>(window.stage)] - freeable;
@@ -298,11 +300,66 @@ struct stage_aware_plan {
                     {"window", double(worst->step)},
                     {"bytes_over", worst_over},
                     {"budget_bytes", p.budget_bytes[static_cast<std::size_t>(worst->stage)]}});
-  detail::covering_result r = detail::solve_covering(ip, options.max_nodes);
-  stage_aware_plan plan{p.stages, {}, std::move(r.x), r.value, r.lower_bound, r.nodes};
+  return ip;
+}
+
+// The plan of diagonal counts `x` (value `value`, proven bound `bound`, `nodes` searched).
+[[nodiscard]] inline stage_aware_plan plan_of(const stage_aware_problem& p, std::vector<int> x, std::int64_t value, std::int64_t bound,
+                                              std::int64_t nodes) {
+  stage_aware_plan plan{p.stages, {}, std::move(x), value, bound, nodes};
   plan.backward_position.reserve(p.chunks.size());
   for (const stage_aware_chunk& c : p.chunks) plan.backward_position.push_back(c.backward_position);
   return plan;
+}
+}  // namespace detail
+
+//! The best plan found within options.max_nodes, with a proven lower bound on sum C
+//! (proven_optimal(): no plan recomputes fewer layers). An anytime answer, as a MIP solver
+//! with a node or time limit gives: a planner that must answer in bounded time uses it.
+[[nodiscard]] inline stage_aware_plan best_stage_aware_checkpointing(const stage_aware_problem& p, const stage_aware_options& options = {}) {
+  ZEPPELIN_EXPECTS(options.max_nodes >= 1, "the node limit must be positive", {{"max_nodes", double(options.max_nodes)}});
+  detail::covering_result r = detail::solve_covering(detail::covering_program_of(p), options.max_nodes);
+  return detail::plan_of(p, std::move(r.x), r.value, r.lower_bound, r.nodes);
+}
+
+//! A fast feasible plan without search: every diagonal starts at L / d_p layers, then each,
+//! those whose layers free the fewest bytes first (ties: the lower diagonal), drops as far as
+//! its windows' slack allows. The result is maximal (no single diagonal can drop further),
+//! not minimal; its lower_bound is 0. A planner's estimate where the exact search is too
+//! slow (many candidate pipelines; pack/elastic_pipeline.hpp). O(nonzeros + diagonals log).
+//! Errors: those of best_stage_aware_checkpointing.
+[[nodiscard]] inline stage_aware_plan greedy_stage_aware_checkpointing(const stage_aware_problem& p) {
+  validate(p);
+  const detail::covering_ip ip = detail::covering_program_of(p);
+  const auto n = static_cast<std::size_t>(ip.variables);
+  std::vector<std::vector<std::pair<std::size_t, double>>> rows_of(n);  // per diagonal: (row, coefficient)
+  std::vector<double> slack(ip.need.size()), weight(n, 0);
+  for (std::size_t r = 0; r < ip.need.size(); ++r) {
+    double most = 0;
+    for (std::int64_t e = ip.row_start[r]; e < ip.row_start[r + 1]; ++e) {
+      const auto i = static_cast<std::size_t>(ip.column[static_cast<std::size_t>(e)]);
+      const double a = ip.coefficient[static_cast<std::size_t>(e)];
+      most += a * ip.upper;
+      if (!rows_of[i].empty() && rows_of[i].back().first == r) rows_of[i].back().second += a;
+      else rows_of[i].emplace_back(r, a);
+      weight[i] += a;
+    }
+    slack[r] = most - ip.need[r];
+  }
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return weight[x] < weight[y]; });
+  std::vector<int> x(n, ip.upper);
+  for (const std::size_t i : order) {
+    double drop = ip.upper;
+    for (const auto& [r, a] : rows_of[i]) drop = std::min(drop, std::floor(slack[r] / a));
+    const int d = static_cast<int>(std::clamp(drop, 0.0, static_cast<double>(x[i])));
+    if (d == 0) continue;
+    x[i] -= d;
+    for (const auto& [r, a] : rows_of[i]) slack[r] -= a * d;
+  }
+  const std::int64_t value = std::accumulate(x.begin(), x.end(), std::int64_t{0});
+  return detail::plan_of(p, std::move(x), value, 0, 0);
 }
 
 //! The fewest recomputed layers sum C that fit every window (Eq. 20), proven optimal; see

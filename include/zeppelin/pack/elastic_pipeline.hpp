@@ -17,9 +17,13 @@
 //      T(k) the forward + backward T_tot of chunk k on a stage (cost/chunk_cost.hpp), the
 //      middle term the paper's warm-up / cool-down delta, F^ the mean forward time of one
 //      layer and sum C the layers the stage-aware checkpointing of its chunks recomputes
-//      (checkpoint/stage_aware.hpp, best_stage_aware_checkpointing within the node budget;
-//      +infinity when even full recomputation does not fit).
-// The plan of least predicted seconds wins (ties: the smaller n). Deterministic.
+//      (checkpoint/stage_aware.hpp), estimated by greedy_stage_aware_checkpointing (a
+//      maximal plan in O(windows); +infinity when even full recomputation does not fit).
+// The plan of least predicted seconds wins (ties: the smaller n). Its pipelines' checkpoint
+// plans are then searched (best_stage_aware_checkpointing within options.checkpoint's node
+// budget), keeping whichever of the two recomputes fewer layers, and priced again: the
+// exact search over every candidate pipeline of every n is what would be too slow
+// (hundreds of programs with hundreds of diagonals each). Deterministic.
 // Errors: invalid_argument for inconsistent options (degrees, one budget per stage) or what
 // the parts refuse (no sequences, bad lengths); infeasible when no slice count gives a plan
 // that fits (naming the longest sequence and the slices tried).
@@ -83,8 +87,9 @@ namespace detail {
 
 // The pipeline of the units [first, last) of `order` whose chain length lies in [lo, hi]:
 // its chunks, chains, checkpointing and seconds; nullopt when no checkpointing fits.
+// `refine`: search the checkpointing (best_stage_aware_checkpointing) rather than estimate it.
 inline std::optional<elastic_pipeline> elastic_pipeline_of(const chunking& c, std::span<const token_count> lengths, const chunk_order& order,
-                                                          int lo, int hi, const elastic_pipeline_options& o) {
+                                                          int lo, int hi, const elastic_pipeline_options& o, bool refine) {
   const chunk_cost_model& cost = o.processor.cost;
   elastic_pipeline p;
   std::size_t at = 0;
@@ -115,9 +120,13 @@ inline std::optional<elastic_pipeline> elastic_pipeline_of(const chunking& c, st
                               .budget_bytes = o.budget_bytes,
                               .chunks = stage_aware_chunks(own, lengths, f2b, o.memory)};
   try {
-    p.checkpoint = best_stage_aware_checkpointing(problem, o.checkpoint);
+    p.checkpoint = refine ? best_stage_aware_checkpointing(problem, o.checkpoint) : greedy_stage_aware_checkpointing(problem);
   } catch (const infeasible&) {
     return std::nullopt;
+  }
+  if (refine) {
+    const stage_aware_plan greedy = greedy_stage_aware_checkpointing(problem);
+    if (greedy.total_layers < p.checkpoint.total_layers) p.checkpoint = greedy;
   }
   const double layer_forward = forward_sum / n / (static_cast<double>(o.memory.layers) / cost.d_p);
   p.seconds = sum + (cost.d_p - 1) * (sum / n) + layer_forward * static_cast<double>(p.checkpoint.total_layers);
@@ -139,7 +148,7 @@ inline std::optional<elastic_plan> schedule_chunking(chunking c, std::span<const
   const auto index = [&](int count) { return static_cast<std::size_t>(std::lower_bound(levels.begin(), levels.end(), count) - levels.begin()); };
   const auto pipeline = [&](int lo, int hi) -> const std::optional<elastic_pipeline>& {
     memo_entry& e = memo[index(lo) * m + index(hi)];
-    if (!e.solved) e.pipeline = elastic_pipeline_of(c, lengths, order, lo, hi, o), e.solved = true;
+    if (!e.solved) e.pipeline = elastic_pipeline_of(c, lengths, order, lo, hi, o, false), e.solved = true;
     return e.pipeline;
   };
   chunk_grouping grouping;
@@ -185,6 +194,14 @@ inline std::optional<elastic_plan> schedule_chunking(chunking c, std::span<const
   if (!best)
     ZEPPELIN_THROW(infeasible, "no slice count gives an elastic pipeline plan that fits in memory, even with full recomputation",
                    {{"longest", double(longest)}, {"max_slices", double(most)}});
+  // the chosen pipelines' checkpointing searched, not estimated
+  const chunk_order order = forward_order_of(best->chunks.chunks, lengths);
+  best->seconds = 0;
+  for (elastic_pipeline& p : best->pipelines) {
+    const auto [lo, hi] = std::minmax_element(p.chains.begin(), p.chains.end());
+    p = *detail::elastic_pipeline_of(best->chunks, lengths, order, *lo, *hi, o, true);
+    best->seconds += p.seconds;
+  }
   return *std::move(best);
 }
 
