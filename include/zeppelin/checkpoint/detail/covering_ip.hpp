@@ -7,35 +7,45 @@
 //   in : covering_ip (rows in CSR form, positive coefficients), a node limit
 //   out: covering_result: a feasible x, its value, a proven lower bound (== value when the
 //        search finished: x is optimal; else each component past the node limit
-//        contributes its root bound), the branch-and-bound nodes used
+//        contributes the least bound of its open nodes), the branch-and-bound nodes used
 // Errors: the caller guarantees x = upper everywhere is feasible (checked,
 // invalid_argument if not).
 //
 // Method: branch and bound over boxes [lo, hi], one connected component of the row/variable
 // graph at a time (components share no variable, so their optima add up).
 //   feasibility  coefficients are positive, so a box holds a feasible point iff x = hi
-//                satisfies every row: an exact test, no LP needed to prune infeasible boxes;
+//                satisfies every row of the program: an exact test, no LP needed to prune
+//                infeasible boxes;
 //   bound        a bounded dual simplex on a dense condensed tableau (rows scaled to a
-//                largest coefficient of 1). x = lo with the slack basis is dual feasible
-//                (every cost is 1 > 0), so the root starts there and a child starts from its
-//                parent's basis after one bound change. The bound is NOT the simplex's
-//                objective but the Lagrangian value of the duals it found:
+//                largest coefficient of 1; Harris's ratio test keeps pivots large). x = lo
+//                with the slack basis is dual feasible (every cost is 1 > 0), so the root
+//                starts there and a child starts from its parent's basis after one bound
+//                change. The bound is NOT the simplex's objective but the Lagrangian value of
+//                the duals it found over the program's rows and the cuts:
 //                  L(y) = sum_r y_r need_r + sum_i min_{x_i in [lo_i, hi_i]} (1 - sum_r y_r a_ri) x_i,
-//                which bounds the box's optimum from below for ANY y >= 0 (weak duality), so
-//                rounding errors or a pivot cap can weaken the bound but never make it wrong;
-//                at an LP optimum it equals the LP value (strong duality). The objective is
-//                an integer, so a box is pruned when ceil(L(y)) >= the incumbent. The root
-//                adds rounds of mixed-integer rounding cuts of single rows (valid for every
-//                integer point, coefficients rounded the safe way); the same inequality
-//                value >= L(y) + sum |g_i| (distance from the bound) tightens boxes;
+//                which bounds the box's optimum from below for ANY y >= 0 (weak duality) as
+//                long as every row is valid for the integer points, so rounding errors or a
+//                pivot cap can weaken the bound but never make it wrong; at an LP optimum it
+//                equals the LP value (strong duality). The objective is an integer, so a box
+//                is pruned when ceil(L(y)) >= the incumbent; the same inequality value >=
+//                L(y) + sum |g_i| (distance from the bound) tightens boxes;
+//   cuts         at the root, rounds of (1) mixed-integer roundings of single rows, (2) Gomory
+//                mixed-integer cuts of fractional tableau rows, each re-derived from an
+//                aggregation of the rows and lowered by a bound on its float error (see
+//                gomory_cut), and (3) the objective row sum_i x_i >= ceil(L(y)); each is
+//                valid for every integer point of the program, hence at every node;
 //   incumbent    monotone rounding: ceil of the LP point (or hi) stays feasible; then each
 //                variable, the most rounded-up first, drops as far as its rows' slack allows,
-//                then 1-for-2 exchanges; a fractional dive at the root;
-//   branching    on the variable whose LP value is most fractional (nearest child first,
-//                depth first); a box whose LP point is integral but not yet pruned splits
-//                its first free variable, so every branch shrinks a box and the search ends.
+//                then 1-for-2 exchanges; fractional dives at the root, from the cut LP and
+//                from the LP with only single-row roundings;
+//   branching    depth first on the fractional basic variable with the largest product of
+//                Driebeck-Tomlin penalties (the bound's rise after one dual pivot down and
+//                up), the cheaper child first; a box whose LP point is integral but not yet
+//                pruned splits its first free variable, so every branch shrinks a box and
+//                the search ends.
 // When the tree is exhausted every pruned box had a bound >= the incumbent: the incumbent
-// is optimal. Deterministic: fixed orders and tie-breaks throughout.
+// is optimal. Past the node limit the lower bound is the least of the open nodes' parent
+// bounds (each at least the root's). Deterministic: fixed orders and tie-breaks throughout.
 // Host-only.
 #pragma once
 
@@ -74,7 +84,8 @@ struct covering_result {
 namespace covering {
 
 inline constexpr double primal_tolerance = 1e-9;
-inline constexpr double pivot_tolerance = 1e-9;
+inline constexpr double pivot_tolerance = 1e-7;
+inline constexpr double dual_tolerance = 1e-9;
 inline constexpr double integral_tolerance = 1e-6;
 // L(y) is a sum of a few hundred terms of magnitude <= rows x upper: its rounding error is
 // far below this margin, which keeps ceil(L) from rounding a bound of 4 - 1e-13 up to 5.
@@ -88,7 +99,8 @@ struct component {
   std::vector<int> variable;  // component index -> original variable
   std::vector<double> a;      // m x n
   std::vector<double> need;   // m
-  std::vector<std::vector<std::pair<int, double>>> rows_of;  // per variable: (row, a)
+  int original_rows = 0;      // rows 0..original_rows-1 are the program's; later ones are cuts
+  std::vector<std::vector<std::pair<int, double>>> rows_of;  // per variable: (original row, a)
   std::vector<std::vector<std::pair<int, double>>> terms;    // per row: (variable, a)
 };
 
@@ -146,6 +158,29 @@ inline void pivot(const component& k, lp_state& s, std::size_t r, std::size_t c,
   s.at_upper[c] = leave_at_upper ? 1 : 0;
 }
 
+// |alpha| of column c in the ratio test of a row leaving in `direction`, 0 when c cannot enter
+// (a fixed variable, or a step that would break its reduced cost's sign).
+inline double eligible_alpha(const component& k, const lp_state& s, const double* row, std::size_t c, double direction) {
+  const int v = s.nonbasic[c];
+  if (v < k.n && s.lo[static_cast<std::size_t>(v)] == s.hi[static_cast<std::size_t>(v)]) return 0;
+  const double alpha = row[c] * direction;
+  return (s.at_upper[c] ? alpha < -pivot_tolerance : alpha > pivot_tolerance) ? std::abs(alpha) : 0;
+}
+
+// The dual ratio test's smallest step min_c (|d_c| + tolerance) / |alpha_c| over the columns
+// that can enter when basic row `row` moves in `direction` (infinite when none can). With
+// tolerance 0 it is the Driebeck-Tomlin penalty: the rise of the LP bound per unit the row
+// moves after one dual pivot, which guides branching (bounds always come from
+// lagrangian_bound).
+inline double ratio_bound(const component& k, const lp_state& s, const double* row, double direction, double tolerance) {
+  double ratio = std::numeric_limits<double>::infinity();
+  for (std::size_t c = 0; c < s.nonbasic.size(); ++c) {
+    const double alpha = eligible_alpha(k, s, row, c, direction);
+    if (alpha != 0) ratio = std::min(ratio, (std::abs(s.d[c]) + tolerance) / alpha);
+  }
+  return ratio;
+}
+
 // Dual simplex until primal feasible, no entering column (a numerical dead end: the box is
 // known feasible) or the pivot cap; any of these leaves valid duals for the bound.
 inline void dual_simplex(const component& k, lp_state& s, std::vector<double>& value) {
@@ -170,17 +205,14 @@ inline void dual_simplex(const component& k, lp_state& s, std::vector<double>& v
     }
     if (leave == m) return;
     const double* row = s.t.data() + leave * n;
+    // Harris's two-pass ratio test: the largest pivot among the columns whose ratio is
+    // within dual_tolerance of the smallest, so tiny pivots do not wreck the tableau.
+    const double bound_ratio = ratio_bound(k, s, row, direction, dual_tolerance);
     std::size_t enter = n;
-    double best_ratio = std::numeric_limits<double>::infinity(), best_alpha = 0;
+    double best_alpha = 0;
     for (std::size_t c = 0; c < n; ++c) {
-      const int v = s.nonbasic[c];
-      if (v < k.n && s.lo[static_cast<std::size_t>(v)] == s.hi[static_cast<std::size_t>(v)]) continue;
-      const double alpha = row[c] * direction;
-      const bool eligible = s.at_upper[c] ? alpha < -pivot_tolerance : alpha > pivot_tolerance;
-      if (!eligible) continue;
-      const double ratio = std::abs(s.d[c]) / std::abs(alpha);
-      if (ratio < best_ratio || (ratio == best_ratio && std::abs(alpha) > best_alpha))
-        best_ratio = ratio, best_alpha = std::abs(alpha), enter = c;
+      const double alpha = eligible_alpha(k, s, row, c, direction);
+      if (alpha != 0 && std::abs(s.d[c]) / alpha <= bound_ratio && alpha > best_alpha) best_alpha = alpha, enter = c;
     }
     if (enter == n) return;
     pivot(k, s, leave, enter, direction < 0);
@@ -224,7 +256,7 @@ inline void tighten(lp_state& s, const std::vector<double>& g, double bound, std
 }
 
 inline std::vector<double> row_sums(const component& k, const std::vector<int>& x) {
-  std::vector<double> lhs(static_cast<std::size_t>(k.m), 0.0);
+  std::vector<double> lhs(static_cast<std::size_t>(k.original_rows), 0.0);
   for (std::size_t r = 0; r < lhs.size(); ++r)
     for (const auto& [i, a] : k.terms[r]) lhs[r] += a * x[static_cast<std::size_t>(i)];
   return lhs;
@@ -304,10 +336,7 @@ inline void add_row(component& k, lp_state& s, std::vector<std::pair<int, double
   const int r = k.m++;
   std::vector<double> dense(n, 0.0), row(n, 0.0);
   double constant = -need;
-  for (const auto& [i, a] : terms) {
-    dense[static_cast<std::size_t>(i)] = a;
-    k.rows_of[static_cast<std::size_t>(i)].emplace_back(r, a);
-  }
+  for (const auto& [i, a] : terms) dense[static_cast<std::size_t>(i)] = a;
   for (std::size_t c = 0; c < n; ++c)
     if (s.nonbasic[c] < k.n) row[c] += dense[static_cast<std::size_t>(s.nonbasic[c])];
   for (std::size_t b = 0; b < s.basic.size(); ++b) {
@@ -350,11 +379,11 @@ inline double mixed_integer_rounding(const std::vector<std::pair<int, double>>& 
 
 // One round of cuts at `point`: per original row the most effective rounding over the
 // multipliers 1 / a_i (each distinct coefficient of the row) and 2, 3, 4.
-inline int separate_cuts(component& k, lp_state& s, int original_rows, const std::vector<double>& point) {
+inline int separate_cuts(component& k, lp_state& s, const std::vector<double>& point) {
   std::vector<std::pair<int, double>> cut, best;
   std::vector<double> multipliers;
   int added = 0;
-  for (int r = 0; r < original_rows; ++r) {
+  for (int r = 0; r < k.original_rows; ++r) {
     const auto& terms = k.terms[static_cast<std::size_t>(r)];
     const double need = k.need[static_cast<std::size_t>(r)];
     multipliers = {2, 3, 4};
@@ -374,10 +403,153 @@ inline int separate_cuts(component& k, lp_state& s, int original_rows, const std
   return added;
 }
 
+// Drops the cut rows (not the program's) whose slack is basic and above `slack` in `value`:
+// the basis stays primal and dual feasible without them. Slack ids above a dropped row shift
+// down.
+inline void drop_slack_cuts(component& k, lp_state& s, std::vector<double>& value, double slack) {
+  const std::size_t n = static_cast<std::size_t>(k.n);
+  std::vector<int> new_id(static_cast<std::size_t>(k.m), -1);
+  std::vector<char> keep_row(static_cast<std::size_t>(k.m), 1);
+  for (std::size_t r = 0; r < s.basic.size(); ++r)
+    if (s.basic[r] >= k.n + k.original_rows && value[r] > slack) keep_row[static_cast<std::size_t>(s.basic[r] - k.n)] = 0;
+  int rows = 0;
+  for (std::size_t q = 0; q < keep_row.size(); ++q)
+    if (keep_row[q]) new_id[q] = rows++;
+  if (rows == k.m) return;
+  std::size_t at = 0;
+  for (std::size_t r = 0; r < s.basic.size(); ++r) {
+    if (s.basic[r] >= k.n && !keep_row[static_cast<std::size_t>(s.basic[r] - k.n)]) continue;
+    if (at != r) std::copy_n(s.t.begin() + static_cast<std::ptrdiff_t>(r * n), n, s.t.begin() + static_cast<std::ptrdiff_t>(at * n));
+    s.c0[at] = s.c0[r], value[at] = value[r];
+    s.basic[at] = s.basic[r] < k.n ? s.basic[r] : k.n + new_id[static_cast<std::size_t>(s.basic[r] - k.n)];
+    ++at;
+  }
+  s.t.resize(at * n), s.c0.resize(at), value.resize(at), s.basic.resize(at);
+  for (int& v : s.nonbasic)
+    if (v >= k.n) v = k.n + new_id[static_cast<std::size_t>(v - k.n)];
+  std::size_t kept = 0;
+  for (std::size_t q = 0; q < keep_row.size(); ++q) {
+    if (!keep_row[q]) continue;
+    if (kept != q) {
+      std::copy_n(k.a.begin() + static_cast<std::ptrdiff_t>(q * n), n, k.a.begin() + static_cast<std::ptrdiff_t>(kept * n));
+      k.need[kept] = k.need[q];
+      k.terms[kept] = std::move(k.terms[q]);
+    }
+    ++kept;
+  }
+  k.a.resize(kept * n), k.need.resize(kept), k.terms.resize(kept);
+  k.m = rows;
+}
+
+// The Gomory mixed-integer cut of tableau row `r` (basic structural x_B at a fractional
+// value), derived from the rows rather than read off the tableau. The tableau row is the
+// aggregation sum_q u_q (a_q x - s_q) = sum_q u_q need_q of the rows (u_q: its entry in the
+// column of the nonbasic slack s_q, 0 for basic slacks), an equation that holds for ANY
+// multipliers; it is recomputed from the rows in long double. Substituting y_i = x_i - lo_i
+// (y_i = hi_i - x_i for variables nonbasic at their upper bound) gives sum_i alpha_i y_i -
+// sum_q u_q s_q = b with y_i integer >= 0 and s_q >= 0; for f0 = frac(b) in (0, 1) every such
+// point satisfies the GMI inequality
+//     sum_i phi(alpha_i) y_i + sum_q psi(-u_q) s_q >= 1,
+//     phi(a) = min(frac(a) / f0, (1 - frac(a)) / (1 - f0)),  psi(g) = max(g / f0, -g / (1 - f0)),
+// and s_q = a_q x - need_q turns it into a row in x. Float error: phi and psi are
+// K = max(1 / f0, 1 / (1 - f0))-Lipschitz and the computed equation is off by at most
+// eps x M (M: the sum of the magnitudes of its terms over the box); the right-hand side is
+// lowered by 1e-11 K M, which bounds that error with a wide margin even in double
+// precision, and by 1e-12 (1 + sum_i |c_i| upper) for rounding the coefficients to double;
+// coefficients under 1e-9 of the largest are dropped (a positive one lowering the right-hand
+// side by c_i upper); a cut whose margin eats a tenth of its violation is rejected. Valid for the box the tableau
+// carries (the root's, [0, upper], where it is used). Returns false when there is no cut.
+inline bool gomory_cut(const component& k, const lp_state& s, std::size_t r, std::vector<std::pair<int, double>>& cut, double& cut_need) {
+  using real = long double;
+  const std::size_t n = static_cast<std::size_t>(k.n);
+  std::vector<real> alpha(n, 0), coefficient(n, 0);
+  std::vector<std::pair<int, real>> multipliers;  // (row q, u_q)
+  real b = 0, magnitude = 0;
+  for (std::size_t c = 0; c < n; ++c) {
+    const int v = s.nonbasic[c];
+    const double u = s.t[r * n + c];
+    if (v < k.n || u == 0.0) continue;
+    const auto q = static_cast<std::size_t>(v - k.n);
+    multipliers.emplace_back(v - k.n, u);
+    b += real(u) * k.need[q];
+    magnitude += std::abs(real(u)) * std::abs(k.need[q]);
+    for (const auto& [i, a] : k.terms[q]) {
+      alpha[static_cast<std::size_t>(i)] += real(u) * a;
+      magnitude += std::abs(real(u) * a) * k.upper;
+    }
+  }
+  std::vector<char> flipped(n, 0);
+  for (std::size_t c = 0; c < n; ++c)
+    if (s.nonbasic[c] < k.n && s.at_upper[c]) flipped[static_cast<std::size_t>(s.nonbasic[c])] = 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    b -= alpha[i] * (flipped[i] ? s.hi[i] : s.lo[i]);
+    magnitude += std::abs(alpha[i]) * k.upper;
+  }
+  const real f0 = b - std::floor(b);
+  if (f0 < 0.01L || f0 > 0.99L) return false;
+  const real lipschitz = std::max(1 / f0, 1 / (1 - f0));
+  real need = 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (s.lo[i] == s.hi[i]) continue;
+    const real a = flipped[i] ? -alpha[i] : alpha[i];
+    const real frac = a - std::floor(a);
+    const real phi = std::min(frac / f0, (1 - frac) / (1 - f0));
+    coefficient[i] += flipped[i] ? -phi : phi;
+    need += flipped[i] ? -phi * s.hi[i] : phi * s.lo[i];
+  }
+  for (const auto& [q, u] : multipliers) {
+    const real psi = u < 0 ? -u / f0 : u / (1 - f0);
+    for (const auto& [i, a] : k.terms[static_cast<std::size_t>(q)]) coefficient[static_cast<std::size_t>(i)] += psi * a;
+    need += psi * k.need[static_cast<std::size_t>(q)];
+  }
+  real largest = 0;
+  for (std::size_t i = 0; i < n; ++i) largest = std::max(largest, std::abs(coefficient[i]));
+  if (largest == 0) return false;
+  real margin = 1e-11L * lipschitz * magnitude;
+  cut.clear();
+  real reach = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const real c = coefficient[i] / largest;
+    if (std::abs(c) < 1e-9L) {
+      if (c > 0) margin += c * k.upper * largest;
+      continue;
+    }
+    cut.emplace_back(static_cast<int>(i), static_cast<double>(c));
+    reach += std::abs(c) * k.upper;
+  }
+  need = (need - margin) / largest - 1e-12L * (reach + 1);
+  if (margin > 0.1L || cut.empty()) return false;
+  cut_need = static_cast<double>(need);
+  return true;
+}
+
+// One round of Gomory cuts: from the `limit` rows whose basic structural value is most
+// fractional (nearest 0.5 first, then the lower row).
+inline int separate_gomory(component& k, lp_state& s, const std::vector<double>& value, int limit) {
+  std::vector<std::pair<double, std::size_t>> candidates;
+  for (std::size_t r = 0; r < value.size(); ++r) {
+    if (s.basic[r] >= k.n) continue;
+    const double frac = value[r] - std::floor(value[r]);
+    if (frac > 0.01 && frac < 0.99) candidates.emplace_back(std::abs(frac - 0.5), r);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  std::vector<std::pair<int, double>> cut;
+  int added = 0;
+  for (const auto& [distance, r] : candidates) {
+    if (added == limit) break;
+    double need = 0;
+    if (!gomory_cut(k, s, r, cut, need)) continue;
+    add_row(k, s, cut, need);
+    ++added;
+  }
+  return added;
+}
+
 struct node {
   lp_state state;
   int variable = -1;  // the bound this node changes (-1: the root)
   int lo = 0, hi = 0;
+  double bound = 0;   // the parent's rounded bound: a lower bound on the node's optimum
 };
 
 // The LP point: nonbasic variables at their bound, basic ones at their value (clamped).
@@ -391,21 +563,33 @@ inline void point_of(const component& k, const lp_state& s, const std::vector<do
     }
 }
 
-// The root LP with rounds of cuts until none is violated or the bound stalls.
-inline lp_state root_state(component& k, std::vector<double>& value, std::vector<double>& point) {
-  lp_state s = initial_state(k);
-  dual_simplex(k, s, value);
-  const int original_rows = k.m;
-  double bound = lagrangian_bound(k, s);
-  for (int round = 0, stalled = 0; round < 50 && stalled < 3 && k.m < 4 * original_rows; ++round) {
+// Rounds of root cuts until none is added, the bound stalls (`patience` rounds without a rise
+// of 1e-3), a round lowers it (numerical trouble: the round is undone) or the cuts reach three
+// times the program's rows. A round adds single-row roundings and, with `gomory`, Gomory cuts
+// from 10 rows and, when the bound L is fractional, the objective row sum_i x_i >= ceil(L)
+// (valid: L bounds every integer point); it then drops cuts with a slack above 1.
+inline void cut_rounds(component& k, lp_state& s, std::vector<double>& value, std::vector<double>& point, bool gomory, int patience) {
+  double bound = lagrangian_bound(k, s), objective_need = 0;
+  std::vector<std::pair<int, double>> objective(static_cast<std::size_t>(k.n));
+  for (int i = 0; i < k.n; ++i) objective[static_cast<std::size_t>(i)] = {i, 1.0};
+  for (int round = 0, stalled = 0; round < 100 && stalled < patience && k.m < 4 * k.original_rows; ++round) {
+    std::pair<component, lp_state> saved{k, s};
     point_of(k, s, value, point);
-    if (separate_cuts(k, s, original_rows, point) == 0) break;
+    int added = (gomory ? separate_gomory(k, s, value, 10) : 0) + separate_cuts(k, s, point);
+    const double rounded = std::ceil(bound - bound_margin);
+    if (gomory && rounded > objective_need && rounded - bound > 1e-3) add_row(k, s, objective, rounded), objective_need = rounded, ++added;
+    if (added == 0) break;
     dual_simplex(k, s, value);
     const double next = lagrangian_bound(k, s);
+    if (next < bound - 1e-6) {
+      k = std::move(saved.first), s = std::move(saved.second);
+      dual_simplex(k, s, value);
+      break;
+    }
+    drop_slack_cuts(k, s, value, 1);
     stalled = next > bound + 1e-3 ? 0 : stalled + 1;
     bound = std::max(bound, next);
   }
-  return s;
 }
 
 // Fractional diving from `s`: fix the LP's least fractional variable at its nearest integer
@@ -436,8 +620,8 @@ inline void dive(const component& k, lp_state s, std::vector<double>& value, std
 }
 
 // Branch and bound on one component (see the file comment); `nodes` counts over components.
-// Past the node limit the search stops after the root (whose bound is always computed) and
-// returns its incumbent with the root's bound.
+// Past the node limit the search stops (the root is always solved) and returns its incumbent
+// with the least bound of the open nodes.
 struct component_result {
   std::vector<int> x;
   std::int64_t lower_bound = 0;
@@ -446,15 +630,30 @@ inline component_result solve_component(component& k, std::int64_t& nodes, std::
   const std::size_t n = static_cast<std::size_t>(k.n);
   std::vector<int> best(n, k.upper);
   std::int64_t best_value = static_cast<std::int64_t>(k.upper) * k.n;
-  double root_bound = 0;
   std::vector<double> value, point(n), costs;
   std::vector<node> stack;
-  stack.push_back({root_state(k, value, point), -1, 0, 0});
-  dive(k, stack.back().state, value, point, best, best_value);
+  component rounding_k = k;
+  lp_state root = initial_state(k);
+  dual_simplex(k, root, value);
+  lp_state rounding_root = root;
+  cut_rounds(k, root, value, point, true, 20);
+  drop_slack_cuts(k, root, value, 1e-6);
+  const double root_bound = std::ceil(lagrangian_bound(k, root) - bound_margin);
+  if (root_bound < static_cast<double>(best_value)) dive(k, root, value, point, best, best_value);
+  if (root_bound < static_cast<double>(best_value)) {
+    dual_simplex(rounding_k, rounding_root, value);
+    cut_rounds(rounding_k, rounding_root, value, point, false, 3);
+    dive(rounding_k, std::move(rounding_root), value, point, best, best_value);
+  }
+  stack.push_back({std::move(root), -1, 0, 0});
   while (!stack.empty()) {
     node current = std::move(stack.back());
     stack.pop_back();
-    if (++nodes > max_nodes && current.variable >= 0) return {std::move(best), static_cast<std::int64_t>(root_bound)};
+    if (++nodes > max_nodes && current.variable >= 0) {
+      double open = current.bound;
+      for (const node& waiting : stack) open = std::min(open, waiting.bound);
+      return {std::move(best), static_cast<std::int64_t>(std::min(open, static_cast<double>(best_value)))};
+    }
     lp_state& s = current.state;
     if (current.variable >= 0) {
       s.lo[static_cast<std::size_t>(current.variable)] = current.lo;
@@ -465,7 +664,6 @@ inline component_result solve_component(component& k, std::int64_t& nodes, std::
     dual_simplex(k, s, value);
     const double lagrangian = lagrangian_bound(k, s, costs);
     const double bound = std::ceil(lagrangian - bound_margin);
-    if (current.variable < 0) root_bound = std::min(std::max(bound, 0.0), static_cast<double>(best_value));
     if (bound >= static_cast<double>(best_value)) continue;
     point_of(k, s, value, point);
     std::vector<int> x = round_down_greedily(k, s, point);
@@ -474,18 +672,23 @@ inline component_result solve_component(component& k, std::int64_t& nodes, std::
     if (bound >= static_cast<double>(best_value)) continue;
     tighten(s, costs, lagrangian, best_value);
     int branch = -1;
-    double branch_score = integral_tolerance;
-    for (std::size_t i = 0; i < n; ++i) {
+    double branch_score = -1, down_penalty = 0, up_penalty = 0;
+    for (std::size_t r = 0; r < value.size(); ++r) {
+      if (s.basic[r] >= k.n) continue;
+      const auto i = static_cast<std::size_t>(s.basic[r]);
       const double frac = point[i] - std::floor(point[i]);
-      const double score = std::min(frac, 1 - frac);
-      if (score > branch_score) branch_score = score, branch = static_cast<int>(i);
+      if (frac < integral_tolerance || frac > 1 - integral_tolerance || s.lo[i] == s.hi[i]) continue;
+      const double* row = s.t.data() + r * n;
+      const double down = ratio_bound(k, s, row, -1, 0) * frac, up = ratio_bound(k, s, row, 1, 0) * (1 - frac);
+      const double score = (std::min(down, 1e3) + 1e-6) * (std::min(up, 1e3) + 1e-6) + 1e-9 * std::min(frac, 1 - frac);
+      if (score > branch_score) branch_score = score, branch = static_cast<int>(i), down_penalty = down, up_penalty = up;
     }
     int split;  // children: [lo, split] and [split + 1, hi]
     bool down_first;
     if (branch >= 0) {
       const auto b = static_cast<std::size_t>(branch);
       split = std::clamp(static_cast<int>(std::floor(point[b])), s.lo[b], s.hi[b] - 1);
-      down_first = point[b] - std::floor(point[b]) < 0.5;
+      down_first = down_penalty <= up_penalty;
     } else {
       for (std::size_t i = 0; i < n && branch < 0; ++i)
         if (s.lo[i] < s.hi[i]) branch = static_cast<int>(i);
@@ -496,8 +699,8 @@ inline component_result solve_component(component& k, std::int64_t& nodes, std::
     }
     const auto b = static_cast<std::size_t>(branch);
     const int lo = s.lo[b], hi = s.hi[b];
-    node down{s, branch, lo, split};
-    node up{std::move(s), branch, split + 1, hi};
+    node down{s, branch, lo, split, std::max(bound, 0.0)};
+    node up{std::move(s), branch, split + 1, hi, std::max(bound, 0.0)};
     if (down_first) {
       stack.push_back(std::move(up));
       stack.push_back(std::move(down));
@@ -551,6 +754,7 @@ inline std::vector<component> components_of(const covering_ip& p) {
     ++k.m;
   }
   for (component& k : out) {
+    k.original_rows = k.m;
     k.a.assign(static_cast<std::size_t>(k.m) * static_cast<std::size_t>(k.n), 0.0);
     k.rows_of.resize(static_cast<std::size_t>(k.n));
     for (std::size_t r = 0; r < k.terms.size(); ++r)
