@@ -49,9 +49,7 @@ stage_aware_problem make_problem(token_count context, double gpu_bytes) {
   const chunk_order order = forward_order_of(fixed, lengths);
   std::vector<chunk> chunks;  // in forward order
   for (const std::int64_t k : order.forward) chunks.push_back(fixed[static_cast<std::size_t>(k)]);
-  const std::vector<int> backward = chunk_one_f_one_b{.chains = order.chains}.backward_order(static_cast<int>(chunks.size()));
-  std::vector<std::int64_t> f2b(chunks.size());
-  for (std::size_t k = 0; k < backward.size(); ++k) f2b[static_cast<std::size_t>(backward[k])] = static_cast<std::int64_t>(k);
+  const std::vector<std::int64_t> f2b = chunk_one_f_one_b{.chains = order.chains}.backward_positions(static_cast<int>(chunks.size()));
   const std::int64_t prefill = *std::max_element(order.chains.begin(), order.chains.end());
   stage_aware_problem p;
   p.stages = pp_degree;

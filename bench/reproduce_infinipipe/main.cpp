@@ -122,9 +122,7 @@ double seq1f1b_seconds(std::span<const token_count> lengths, const model_config&
   elastic_pipeline p{order.forward, order.chains, {}, 0};
   std::vector<chunk> own;
   for (const std::int64_t k : order.forward) own.push_back(fixed[static_cast<std::size_t>(k)]);
-  const std::vector<int> backward = chunk_one_f_one_b{.chains = order.chains}.backward_order(static_cast<int>(own.size()));
-  std::vector<std::int64_t> f2b(own.size());
-  for (std::size_t b = 0; b < backward.size(); ++b) f2b[static_cast<std::size_t>(backward[b])] = static_cast<std::int64_t>(b);
+  const std::vector<std::int64_t> f2b = chunk_one_f_one_b{.chains = order.chains}.backward_positions(static_cast<int>(own.size()));
   const stage_aware_problem problem{.stages = pp_degree,
                                     .max_layers = m.layers / pp_degree,
                                     .prefill_chunks = *std::max_element(order.chains.begin(), order.chains.end()),

@@ -74,9 +74,7 @@ TEST_CASE("elastic pipeline plans: every chunk once, valid schedules, checkpoint
       // the checkpoint plan fits every window of this pipeline's problem
       std::vector<chunk> own;
       for (const std::int64_t k : p.forward) own.push_back(plan.chunks.chunks[static_cast<std::size_t>(k)]);
-      const std::vector<int> backward = chunk_one_f_one_b{.chains = p.chains}.backward_order(static_cast<int>(p.forward.size()));
-      std::vector<std::int64_t> f2b(backward.size());
-      for (std::size_t b = 0; b < backward.size(); ++b) f2b[static_cast<std::size_t>(backward[b])] = static_cast<std::int64_t>(b);
+      const std::vector<std::int64_t> f2b = chunk_one_f_one_b{.chains = p.chains}.backward_positions(static_cast<int>(p.forward.size()));
       const stage_aware_problem problem{.stages = 4,
                                         .max_layers = o.memory.layers / 4,
                                         .prefill_chunks = hi,

@@ -47,6 +47,9 @@ TEST_CASE("chunk-level 1F1B is valid, holds its window and keeps slice order", "
     CAPTURE(P, M, policy.chains);
     const pipeline_schedule s = policy.build(P, tokens);
     REQUIRE(s.kind == pipeline_schedule_kind::chunk_one_f_one_b);
+    const std::vector<int> backward = policy.backward_order(M);
+    const std::vector<std::int64_t> f2b = policy.backward_positions(M);
+    for (std::size_t b = 0; b < backward.size(); ++b) REQUIRE(f2b[static_cast<std::size_t>(backward[b])] == static_cast<std::int64_t>(b));
     const pipeline_check c = validate(s);
     REQUIRE(c.max_in_flight == s.in_flight_bound);
     // chain of each micro-batch and its position in the chain

@@ -111,9 +111,7 @@ inline std::optional<elastic_pipeline> elastic_pipeline_of(const chunking& c, st
     sum += f + cost.seconds(cost.backward, ch);
   }
   const auto n = static_cast<double>(p.forward.size());
-  const std::vector<int> backward = chunk_one_f_one_b{.chains = p.chains}.backward_order(static_cast<int>(p.forward.size()));
-  std::vector<std::int64_t> f2b(p.forward.size());
-  for (std::size_t b = 0; b < backward.size(); ++b) f2b[static_cast<std::size_t>(backward[b])] = static_cast<std::int64_t>(b);
+  const std::vector<std::int64_t> f2b = chunk_one_f_one_b{.chains = p.chains}.backward_positions(static_cast<int>(p.forward.size()));
   stage_aware_problem problem{.stages = cost.d_p,
                               .max_layers = o.memory.layers / cost.d_p,
                               .prefill_chunks = *std::max_element(p.chains.begin(), p.chains.end()),

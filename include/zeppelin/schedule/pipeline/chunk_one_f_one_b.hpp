@@ -81,6 +81,14 @@ struct chunk_one_f_one_b {
     return out;
   }
 
+  //! f2b: per micro-batch (forward order), its position in the backward order.
+  [[nodiscard]] std::vector<std::int64_t> backward_positions(int micro_batches) const {
+    const std::vector<int> backward = backward_order(micro_batches);
+    std::vector<std::int64_t> out(backward.size());
+    for (std::size_t b = 0; b < backward.size(); ++b) out[static_cast<std::size_t>(backward[b])] = static_cast<std::int64_t>(b);
+    return out;
+  }
+
   static constexpr bool valid_by_construction = true;
   friend bool operator==(const chunk_one_f_one_b&, const chunk_one_f_one_b&) = default;
 };
