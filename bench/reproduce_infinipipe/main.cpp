@@ -71,8 +71,7 @@ void table3() {
   const int degrees[] = {8, 16, 32};
   for (int d = 0; d < 3; ++d) {
     const topology topo = clusters::infinipipe_a800_ib(std::max(1, degrees[d] / 8));
-    chunk_cost_model cost = chunk_cost_model::for_model(m, topo.gpu(), topo.intra_node_link(), degrees[d], 1);
-    cost.all_to_all = ulysses_all_to_all_link(topo, degrees[d]);
+    const chunk_cost_model cost = chunk_cost_model::for_model(m, topo, degrees[d], 1);
     std::printf("| %d |", degrees[d]);
     for (int l = 0; l < 5; ++l) {
       const chunk c{0, {{0, 0, lengths[l]}}};
@@ -96,7 +95,7 @@ void table2(const mode& md) {
               md.sequences);
   const std::vector<token_count> lengths = github_batch(md.sequences, 131072, md.seed);
   const elastic_pipeline_options o =
-      elastic_pipeline_options::for_model(models::gpt_13b(), gpus::a800_80g(), links::nvlink_a800(), sp_degree, pp_degree, usable_bytes);
+      elastic_pipeline_options::for_model(models::gpt_13b(), clusters::infinipipe_a800_ib(pp_degree), sp_degree, pp_degree, usable_bytes);
   const elastic_plan plan = plan_elastic_pipeline(lengths, o);
   std::printf("| | time RSD | length RSD |\n|---|---|---|\n");
   for (const int n : {2, 4, 8, static_cast<int>(plan.chunks.mesh.size())}) {
@@ -118,23 +117,16 @@ double seq1f1b_seconds(std::span<const token_count> lengths, const model_config&
                        token_count chunk_tokens) {
   const std::vector<chunk> fixed = fixed_size_chunks(lengths, chunk_tokens);
   const chunk_order order = forward_order_of(fixed, lengths);
-  elastic_plan plan;
   elastic_pipeline p{order.forward, order.chains, {}, 0};
-  std::vector<chunk> own;
-  for (const std::int64_t k : order.forward) own.push_back(fixed[static_cast<std::size_t>(k)]);
-  const std::vector<std::int64_t> f2b = chunk_one_f_one_b{.chains = order.chains}.backward_positions(static_cast<int>(own.size()));
-  const stage_aware_problem problem{.stages = pp_degree,
-                                    .max_layers = m.layers / pp_degree,
-                                    .prefill_chunks = *std::max_element(order.chains.begin(), order.chains.end()),
-                                    .budget_bytes = o.budget_bytes,
-                                    .chunks = stage_aware_chunks(own, lengths, f2b, o.memory)};
-  const std::size_t diagonals = own.size() + pp_degree - 1;
+  const stage_aware_problem problem = checkpoint_problem_of(p, fixed, lengths, o);
+  const std::size_t diagonals = fixed.size() + pp_degree - 1;
   for (int c = 0; c <= problem.max_layers; ++c) {
     const std::vector<int> uniform(diagonals, c);
     if (!fits(problem, uniform)) continue;
-    p.checkpoint = {pp_degree, f2b, uniform, static_cast<std::int64_t>(diagonals) * c, 0, 0};
-    plan.chunks.chunks = fixed;
-    plan.pipelines.push_back(p);
+    std::vector<std::int64_t> f2b;
+    for (const stage_aware_chunk& k : problem.chunks) f2b.push_back(k.backward_position);
+    p.checkpoint = {pp_degree, std::move(f2b), uniform, static_cast<std::int64_t>(diagonals) * c, 0, 0};
+    const elastic_plan plan{{{}, fixed}, {p}, 0};
     return simulate_elastic_step(plan, m, o, topo).iteration_s;
   }
   return std::numeric_limits<double>::infinity();
@@ -147,8 +139,7 @@ double seq1f1b_seconds(std::span<const token_count> lengths, const model_config&
 // not fit next to the model states recomputes every layer (one more forward).
 double deepspeed_seconds(std::span<const token_count> lengths, const model_config& m, const topology& topo, token_count context) {
   const int ds = topo.num_ranks();
-  chunk_cost_model cost = chunk_cost_model::for_model(m, topo.gpu(), topo.intra_node_link(), ds, 1);
-  cost.all_to_all = ulysses_all_to_all_link(topo, ds);
+  const chunk_cost_model cost = chunk_cost_model::for_model(m, topo, ds, 1);
   const double budget = stage_budgets(m, usable_bytes, ds, 1).front();  // less the model states, ZeRO-3 over all GPUs
   double total = 0;
   for (const chunk& c : fixed_size_chunks(lengths, context)) {
@@ -172,7 +163,7 @@ void speedups(const mode& md) {
       if (md.smoke && context != 98304) continue;
       const std::vector<token_count> lengths = github_batch(md.sequences, context, md.seed);
       elastic_pipeline_options o =
-          elastic_pipeline_options::for_model(m, topo.gpu(), topo.intra_node_link(), sp_degree, pp_degree, usable_bytes);
+          elastic_pipeline_options::for_model(m, topo, sp_degree, pp_degree, usable_bytes);
       if (md.smoke) o.processor.max_slices = 4;
       const elastic_plan plan = plan_elastic_pipeline(lengths, o);
       const double ours = simulate_elastic_step(plan, m, o, topo).iteration_s;

@@ -52,8 +52,8 @@ void run_chunk(const chunk_options& o) {
   ZEPPELIN_EXPECTS(o.sp >= 1 && o.pp >= 1, "the SP and PP degrees must be at least 1", {{"sp", double(o.sp)}, {"pp", double(o.pp)}});
   const model_config model = model_by_name(o.model.find('-') == std::string::npos ? "gpt-" + o.model : o.model);
   const std::vector<token_count> lengths = read_lengths_file(o.lengths_file);
-  elastic_pipeline_options options = elastic_pipeline_options::for_model(model, gpus::a800_80g(), links::nvlink_a800(), o.sp, o.pp,
-                                                                         (o.gpu_memory_gib - o.margin_gib) * double(1ull << 30));
+  const topology topo = clusters::infinipipe_a800_ib((o.sp * o.pp + 7) / 8);  // A800 nodes, NVLink, one 400 Gb/s port each
+  elastic_pipeline_options options = elastic_pipeline_options::for_model(model, topo, o.sp, o.pp, (o.gpu_memory_gib - o.margin_gib) * double(1ull << 30));
   options.processor.max_slices = o.max_slices;
   const elastic_plan plan = plan_elastic_pipeline(lengths, options);
 

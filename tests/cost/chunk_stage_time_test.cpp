@@ -15,8 +15,8 @@ using namespace zeppelin;
 TEST_CASE("chunk_stage_time prices a chunk as Eq. 4 does", "[cost][infinipipe]") {
   random_generator g(5);
   for (int trial = 0; trial < 200; ++trial) {
-    const int ds = static_cast<int>(g.between(1, 8)), dp = 4;
-    chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_13b(), gpus::a800_80g(), links::nvlink_a800(), ds, dp);
+    const int ds = 1 << g.below(4), dp = 4;  // 1, 2, 4 or 8 GPUs of a node
+    chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_13b(), clusters::infinipipe_a800_ib(4), ds, dp);
     cost.forward.b1 = g.below(2) == 0 ? 0.0 : 0.01;
     chunk c;
     const token_count context = g.below(2) == 0 ? 0 : g.between(1, 50000);
@@ -36,7 +36,7 @@ TEST_CASE("chunk_stage_time prices a chunk as Eq. 4 does", "[cost][infinipipe]")
     REQUIRE(t.cp_wait == 0);
   }
   // a whole sequence without shares: the same as its chunk
-  const chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_7b(), gpus::a800_80g(), links::nvlink_a800(), 8, 2);
+  const chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_7b(), clusters::infinipipe_a800_ib(2), 8, 2);
   const chunk whole{0, {{0, 0, 9000}}};
   const stage_slice stage{cost.layers / 2, false, false};
   REQUIRE(chunk_stage_time{cost}.times(micro_batch{{9000}, {}}, stage) == chunk_stage_time{cost}.times(micro_batch_of_chunk(whole, 8), stage));

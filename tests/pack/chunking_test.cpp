@@ -219,7 +219,7 @@ TEST_CASE("chunk cost model: T_tot is the fixed part plus marginal slice times",
 
 TEST_CASE("chunk cost model: defaults from the model shape and GPU", "[cost][chunk_cost]") {
   const model_config gpt = models::gpt_13b();
-  const chunk_cost_model m = chunk_cost_model::for_model(gpt, gpus::a800_80g(), links::nvlink_a800(), 8, 4);
+  const chunk_cost_model m = chunk_cost_model::for_model(gpt, clusters::infinipipe_a800_ib(4), 8, 4);
   validate(m);
   const attention_time_model attention = attention_time_model::for_gpu(gpus::a800_80g());
   const double fwd_rate = attention.forward.points().back().flops_per_second;
@@ -234,7 +234,7 @@ TEST_CASE("chunk cost model: defaults from the model shape and GPU", "[cost][chu
   const pipeline_memory_model memory{gpt, parallel_layout{}, memory_settings{}};
   REQUIRE(m.token_activation_bytes == Approx(gpt.layers * memory.activation_bytes_per_token_layer()));
   // No SP: no all-to-all.
-  const chunk_cost_model solo = chunk_cost_model::for_model(gpt, gpus::h100_sxm(), links::nvlink_h100(), 1, 2);
+  const chunk_cost_model solo = chunk_cost_model::for_model(gpt, clusters::wlb_h100_roce(1), 1, 2);
   REQUIRE(solo.all_to_all_seconds(chunk{0, slices({{0, 0, 4096}})}) == 0.0);
   // A 64K sequence's backward on one of 32 GPUs takes a sensible fraction of a second.
   const double t = m.seconds(m.backward, chunk{0, slices({{0, 0, 65536}})});
@@ -265,7 +265,7 @@ TEST_CASE("chunk cost model: errors name the value", "[cost][chunk_cost]") {
   m = {};
   m.forward.b1 = std::numeric_limits<double>::quiet_NaN();
   REQUIRE(std::isnan(*expect_invalid([&] { validate(m); }).value("b1")));
-  REQUIRE(expect_invalid([&] { (void)chunk_cost_model::for_model(models::gpt_7b(), gpus::h100_sxm(), links::nvlink_h100(), 8, 0); })
+  REQUIRE(expect_invalid([&] { (void)chunk_cost_model::for_model(models::gpt_7b(), clusters::wlb_h100_roce(1), 8, 0); })
               .value("d_p") == 0);
 }
 

@@ -27,7 +27,7 @@ std::vector<token_count> random_batch(random_generator& g) {
 
 elastic_pipeline_options options_for(double usable_gib, int max_slices) {
   elastic_pipeline_options o =
-      elastic_pipeline_options::for_model(models::gpt_13b(), gpus::a800_80g(), links::nvlink_a800(), 8, 4, usable_gib * (1ull << 30));
+      elastic_pipeline_options::for_model(models::gpt_13b(), clusters::infinipipe_a800_ib(4), 8, 4, usable_gib * (1ull << 30));
   o.processor.max_slices = max_slices;
   return o;
 }
@@ -80,6 +80,7 @@ TEST_CASE("elastic pipeline plans: every chunk once, valid schedules, checkpoint
                                         .prefill_chunks = hi,
                                         .budget_bytes = o.budget_bytes,
                                         .chunks = stage_aware_chunks(own, lengths, f2b, o.memory)};
+      REQUIRE(checkpoint_problem_of(p, plan.chunks.chunks, lengths, o) == problem);  // built here on its own
       REQUIRE(fits(problem, p.checkpoint.diagonal_layers));
       // searched, never worse than the greedy estimate, never below the proven bound
       REQUIRE(p.checkpoint.total_layers <= greedy_stage_aware_checkpointing(problem).total_layers);

@@ -241,7 +241,7 @@ TEST_CASE("group_pipelines equals a brute force over contiguous groupings", "[sc
 
 TEST_CASE("the sequence processor's chunks run as chunk-level 1F1B, cut sequences first", "[schedule][pipeline]") {
   random_generator g(9);
-  const chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_7b(), gpus::a800_80g(), links::nvlink_a800(), 8, 4);
+  const chunk_cost_model cost = chunk_cost_model::for_model(models::gpt_7b(), clusters::infinipipe_a800_ib(4), 8, 4);
   for (int trial = 0; trial < 60; ++trial) {
     std::vector<token_count> lengths(static_cast<std::size_t>(g.between(1, 40)));
     for (auto& l : lengths) l = g.below(8) == 0 ? g.between(16384, 131072) : g.between(128, 8192);

@@ -23,7 +23,7 @@ TEST_CASE("an elastic step on the simulator: pipelines add up, stages do all the
     const int dp = trial % 3 == 0 ? 1 : 4;
     std::vector<token_count> lengths(static_cast<std::size_t>(g.between(2, 40)));
     for (auto& l : lengths) l = g.below(8) == 0 ? g.between(20000, 100000) : g.between(64, 8192);
-    elastic_pipeline_options o = elastic_pipeline_options::for_model(model, gpus::a800_80g(), links::nvlink_a800(), 8, dp,
+    elastic_pipeline_options o = elastic_pipeline_options::for_model(model, clusters::infinipipe_a800_ib(dp), 8, dp,
                                                                      static_cast<double>(g.between(30, 70)) * (1ull << 30));
     o.processor.max_slices = 5;
     CAPTURE(trial, dp, lengths.size());

@@ -78,7 +78,7 @@ struct chunk_compute_coefficients {
   const int g = topo.gpus_per_node();
   ZEPPELIN_EXPECTS(sp_degree >= 1 && (sp_degree <= g ? g % sp_degree == 0 : sp_degree % g == 0),
                    "a Ulysses group is a divisor of a node's GPUs or whole nodes", {{"sp_degree", double(sp_degree)}, {"gpus_per_node", double(g)}});
-  if (sp_degree == 1) return {std::numeric_limits<double>::infinity(), 0.0};
+  if (sp_degree == 1) return no_all_to_all();
   const double d = sp_degree, inside = std::min(sp_degree, g);
   const double intra = (inside - 1) / d / topo.intra_node_link().bandwidth;
   double inter = 0;
@@ -121,14 +121,15 @@ struct chunk_cost_model {
   //!  - b1 = 0: under ZeRO-3 the parameter gathers are prefetched behind compute and kernel
   //!    launches are asynchronous, so no fixed cost is known without a profile; fit it
   //!    (from_stage_profile) where chunks are small;
-  //!  - all-to-all: `intra_node` (the SP group is one node's NVLink) with bandwidth scaled
-  //!    by d_s / (d_s - 1) (a GPU keeps 1/d_s of its data), none when d_s = 1;
+  //!  - all-to-all: ulysses_all_to_all_link(topo, d_s): NVLink inside a node, the NIC
+  //!    share across nodes, none when d_s = 1;
   //!  - M_token: pipeline_memory_model's bytes per token and layer without TP times L.
-  //! Throws invalid_argument for an invalid model or GPU peak, or d_s, d_p < 1.
-  [[nodiscard]] static chunk_cost_model for_model(const model_config& model, const gpu_spec& gpu, const link_spec& intra_node, int d_s,
-                                                  int d_p) {
+  //! The GPU is the topology's. Throws invalid_argument for an invalid model or GPU peak,
+  //! d_s, d_p < 1, or a Ulysses group that is neither inside a node nor whole nodes.
+  [[nodiscard]] static chunk_cost_model for_model(const model_config& model, const topology& topo, int d_s, int d_p) {
     validate(model);
     ZEPPELIN_EXPECTS(d_s >= 1 && d_p >= 1, "SP and PP degrees must be at least 1", {{"d_s", double(d_s)}, {"d_p", double(d_p)}});
+    const gpu_spec& gpu = topo.gpu();
     const attention_time_model attention = attention_time_model::for_gpu(gpu);
     const linear_time_model linear{};
     const double l = model.layers;
@@ -144,7 +145,7 @@ struct chunk_cost_model {
     c.kv_hidden = model.kv_width();
     c.forward = {l * pair_fwd, l * (pair_fwd + linear.seconds(linear_forward_flops_per_token(model), gpu)), 0.0};
     c.backward = {l * pair_bwd, l * (pair_bwd + linear.seconds(linear_backward_flops_per_token(model), gpu)), 0.0};
-    c.all_to_all = d_s == 1 ? no_all_to_all() : link_spec{intra_node.bandwidth * d_s / (d_s - 1), intra_node.latency};
+    c.all_to_all = ulysses_all_to_all_link(topo, d_s);
     c.token_activation_bytes = l * pipeline_memory_model{model, parallel_layout{}, memory_settings{}}.activation_bytes_per_token_layer();
     validate(c);
     return c;

@@ -57,11 +57,11 @@ struct elastic_pipeline_options {
   std::vector<double> budget_bytes;        //!< per stage: G - M_ms(p)
   stage_aware_options checkpoint{.max_nodes = 200};  //!< per pipeline: an anytime answer
 
-  //! The options for `model` on d_s x d_p GPUs of `gpu`, with `usable_bytes` of each GPU
-  //! (its memory minus what the framework keeps) and all-to-alls over `intra_node`.
-  [[nodiscard]] static elastic_pipeline_options for_model(const model_config& model, const gpu_spec& gpu, const link_spec& intra_node,
-                                                          int sp_degree, int pp_degree, double usable_bytes) {
-    return {.processor = {.cost = chunk_cost_model::for_model(model, gpu, intra_node, sp_degree, pp_degree)},
+  //! The options for `model` on d_s x d_p GPUs of `topo` (chunk_cost_model::for_model), with
+  //! `usable_bytes` of each GPU (its memory minus what the framework keeps).
+  [[nodiscard]] static elastic_pipeline_options for_model(const model_config& model, const topology& topo, int sp_degree, int pp_degree,
+                                                          double usable_bytes) {
+    return {.processor = {.cost = chunk_cost_model::for_model(model, topo, sp_degree, pp_degree)},
             .memory = infinipipe_memory_of(model, sp_degree, pp_degree),
             .budget_bytes = stage_budgets(model, usable_bytes, sp_degree, pp_degree)};
   }
@@ -83,14 +83,26 @@ struct elastic_plan {
   friend bool operator==(const elastic_plan&, const elastic_plan&) = default;
 };
 
+//! Eq. 20 for pipeline `p` (its chunks, indices into `chunks`, in forward order, and its
+//! chains): each chunk's backward position under chunk-level 1F1B, N_P its longest chain,
+//! the options' memory numbers and budgets.
+[[nodiscard]] inline stage_aware_problem checkpoint_problem_of(const elastic_pipeline& p, std::span<const chunk> chunks,
+                                                               std::span<const token_count> lengths, const elastic_pipeline_options& o) {
+  std::vector<chunk> own;
+  for (const std::int64_t k : p.forward) own.push_back(chunks[static_cast<std::size_t>(k)]);
+  const int stages = o.processor.cost.d_p;
+  return {.stages = stages,
+          .max_layers = o.memory.layers / stages,
+          .prefill_chunks = *std::max_element(p.chains.begin(), p.chains.end()),
+          .budget_bytes = o.budget_bytes,
+          .chunks = stage_aware_chunks(own, lengths, chunk_one_f_one_b{.chains = p.chains}.backward_positions(static_cast<int>(own.size())), o.memory)};
+}
+
 namespace detail {
 
-// The pipeline of the units [first, last) of `order` whose chain length lies in [lo, hi]:
-// its chunks, chains, checkpointing and seconds; nullopt when no checkpointing fits.
-// `refine`: search the checkpointing (best_stage_aware_checkpointing) rather than estimate it.
-inline std::optional<elastic_pipeline> elastic_pipeline_of(const chunking& c, std::span<const token_count> lengths, const chunk_order& order,
-                                                          int lo, int hi, const elastic_pipeline_options& o, bool refine) {
-  const chunk_cost_model& cost = o.processor.cost;
+// The units of `order` whose chain length lies in [lo, hi], in order: a pipeline without
+// checkpointing or seconds yet.
+[[nodiscard]] inline elastic_pipeline units_between(const chunk_order& order, int lo, int hi) {
   elastic_pipeline p;
   std::size_t at = 0;
   for (const int chain : order.chains) {
@@ -101,33 +113,35 @@ inline std::optional<elastic_pipeline> elastic_pipeline_of(const chunking& c, st
     }
     at += static_cast<std::size_t>(chain);
   }
-  std::vector<chunk> own;
+  return p;
+}
+
+// p.seconds for p.checkpoint (see the file comment).
+inline void price(elastic_pipeline& p, std::span<const chunk> chunks, const elastic_pipeline_options& o) {
+  const chunk_cost_model& cost = o.processor.cost;
   double sum = 0, forward_sum = 0;
   for (const std::int64_t k : p.forward) {
-    const chunk& ch = c.chunks[static_cast<std::size_t>(k)];
-    own.push_back(ch);
+    const chunk& ch = chunks[static_cast<std::size_t>(k)];
     const double f = cost.seconds(cost.forward, ch);
     forward_sum += f;
     sum += f + cost.seconds(cost.backward, ch);
   }
   const auto n = static_cast<double>(p.forward.size());
-  const std::vector<std::int64_t> f2b = chunk_one_f_one_b{.chains = p.chains}.backward_positions(static_cast<int>(p.forward.size()));
-  stage_aware_problem problem{.stages = cost.d_p,
-                              .max_layers = o.memory.layers / cost.d_p,
-                              .prefill_chunks = *std::max_element(p.chains.begin(), p.chains.end()),
-                              .budget_bytes = o.budget_bytes,
-                              .chunks = stage_aware_chunks(own, lengths, f2b, o.memory)};
+  const double layer_forward = forward_sum / n / (static_cast<double>(o.memory.layers) / cost.d_p);
+  p.seconds = sum + (cost.d_p - 1) * (sum / n) + layer_forward * static_cast<double>(p.checkpoint.total_layers);
+}
+
+// The candidate pipeline of chain lengths [lo, hi] with its greedy checkpointing, priced;
+// nullopt when no checkpointing fits.
+inline std::optional<elastic_pipeline> estimated_pipeline(const chunking& c, std::span<const token_count> lengths, const chunk_order& order,
+                                                          int lo, int hi, const elastic_pipeline_options& o) {
+  elastic_pipeline p = units_between(order, lo, hi);
   try {
-    p.checkpoint = refine ? best_stage_aware_checkpointing(problem, o.checkpoint) : greedy_stage_aware_checkpointing(problem);
+    p.checkpoint = greedy_stage_aware_checkpointing(checkpoint_problem_of(p, c.chunks, lengths, o));
   } catch (const infeasible&) {
     return std::nullopt;
   }
-  if (refine) {
-    const stage_aware_plan greedy = greedy_stage_aware_checkpointing(problem);
-    if (greedy.total_layers < p.checkpoint.total_layers) p.checkpoint = greedy;
-  }
-  const double layer_forward = forward_sum / n / (static_cast<double>(o.memory.layers) / cost.d_p);
-  p.seconds = sum + (cost.d_p - 1) * (sum / n) + layer_forward * static_cast<double>(p.checkpoint.total_layers);
+  price(p, c.chunks, o);
   return p;
 }
 
@@ -146,7 +160,7 @@ inline std::optional<elastic_plan> schedule_chunking(chunking c, std::span<const
   const auto index = [&](int count) { return static_cast<std::size_t>(std::lower_bound(levels.begin(), levels.end(), count) - levels.begin()); };
   const auto pipeline = [&](int lo, int hi) -> const std::optional<elastic_pipeline>& {
     memo_entry& e = memo[index(lo) * m + index(hi)];
-    if (!e.solved) e.pipeline = elastic_pipeline_of(c, lengths, order, lo, hi, o, false), e.solved = true;
+    if (!e.solved) e.pipeline = estimated_pipeline(c, lengths, order, lo, hi, o), e.solved = true;
     return e.pipeline;
   };
   chunk_grouping grouping;
@@ -192,12 +206,12 @@ inline std::optional<elastic_plan> schedule_chunking(chunking c, std::span<const
   if (!best)
     ZEPPELIN_THROW(infeasible, "no slice count gives an elastic pipeline plan that fits in memory, even with full recomputation",
                    {{"longest", double(longest)}, {"max_slices", double(most)}});
-  // the chosen pipelines' checkpointing searched, not estimated
-  const chunk_order order = forward_order_of(best->chunks.chunks, lengths);
+  // the chosen pipelines' checkpointing searched, kept where it beats the greedy estimate
   best->seconds = 0;
   for (elastic_pipeline& p : best->pipelines) {
-    const auto [lo, hi] = std::minmax_element(p.chains.begin(), p.chains.end());
-    p = *detail::elastic_pipeline_of(best->chunks, lengths, order, *lo, *hi, o, true);
+    stage_aware_plan searched = best_stage_aware_checkpointing(checkpoint_problem_of(p, best->chunks.chunks, lengths, o), o.checkpoint);
+    if (searched.total_layers <= p.checkpoint.total_layers) p.checkpoint = std::move(searched);
+    detail::price(p, best->chunks.chunks, o);
     best->seconds += p.seconds;
   }
   return *std::move(best);
