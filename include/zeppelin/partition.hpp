@@ -14,3 +14,4 @@
 #include <zeppelin/partition/per_document.hpp>
 #include <zeppelin/partition/plan_stats.hpp>
 #include <zeppelin/partition/registry.hpp>
+#include <zeppelin/partition/ulysses.hpp>

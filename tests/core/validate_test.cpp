@@ -386,7 +386,7 @@ bool mutate_and_check(zp::random_generator& rng, const instance& x, mutation m) 
     case mutation::unknown_collective: {  // a group names a collective outside the enum
       if (G == 0) return false;
       auto& g = p.groups[static_cast<std::size_t>(rng.below(static_cast<std::uint64_t>(G)))];
-      g.collective = static_cast<zp::collective_kind>(2 + rng.below(200));
+      g.collective = static_cast<zp::collective_kind>(3 + rng.below(200));  // past all_to_all
       REQUIRE(require_only(x, p, violation_kind::group_collective_unknown).size() == 1);
       return true;
     }

@@ -76,18 +76,7 @@ TEST_CASE("distributed attention equals the dense reference (fp64, every method 
       // once each here: forward remap_out and backward remap_in)
       program_options w = o;
       w.wire = wire_format::for_shape(dims.heads, dims.kv_heads, dims.head_dim, 8);
-      const execution_program prog = make_program(p, b, t, w);
-      execution_record expected;
-      for (const program_phase& ph : prog.phases) {
-        const level_kind k = prog.levels[static_cast<std::size_t>(ph.level)].kind;
-        const bool skipped = (k == level_kind::remap_in && ph.pass == pass_kind::forward) ||
-                             (k == level_kind::remap_out && ph.pass == pass_kind::backward);
-        if (!skipped)
-          for (const transfer& piece : ph.pieces) expected.add(ph, piece);
-      }
-      for (const program_launch& l : prog.launches) expected.add(l);
-      expected.sort();
-      CHECK(record == expected);
+      CHECK(record == run_distributed_record(make_program(p, b, t, w)));
       ++cases;
     }
   }

@@ -78,6 +78,22 @@ std::vector<T> loader_rows(const std::vector<T>& global, const placement& pl, co
   return out;
 }
 
+//! What run_distributed executes of `prog`: every attention launch and phase, and the remap
+//! segments it runs once each (forward remap_out, backward remap_in), sorted.
+inline execution_record run_distributed_record(const execution_program& prog) {
+  execution_record expected;
+  for (const program_phase& ph : prog.phases) {
+    const level_kind k = prog.levels[static_cast<std::size_t>(ph.level)].kind;
+    const bool skipped =
+        (k == level_kind::remap_in && ph.pass == pass_kind::forward) || (k == level_kind::remap_out && ph.pass == pass_kind::backward);
+    if (!skipped)
+      for (const transfer& piece : ph.pieces) expected.add(ph, piece);
+  }
+  for (const program_launch& l : prog.launches) expected.add(l);
+  expected.sort();
+  return expected;
+}
+
 //! One distributed forward + backward of plan p on topology t (program built with `options`)
 //! against the reference. When the program remaps, O also goes to the token-balanced layout
 //! and back (forward remap_out, backward remap_in: both move q rows). `record`, when given,

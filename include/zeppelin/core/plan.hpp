@@ -40,12 +40,16 @@ enum class zone_kind : std::uint8_t {
 enum class collective_kind : std::uint8_t {
   ring = 0,        //!< G rounds of point-to-point K/V passing overlapped with compute (TE CP "P2P")
   all_gather = 1,  //!< gather every member's K/V first, one attention call, reduce-scatter dK/dV
+  all_to_all = 2,  //!< Ulysses: all-to-all Q, K, V from the sequence layout to the head layout
+                   //!< (each member all the group's tokens for its share of the heads), attention
+                   //!< per head share, all-to-all O and LSE back (DeepSpeed-Ulysses)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(collective_kind c) noexcept {
   switch (c) {
     case collective_kind::ring: return "ring";
     case collective_kind::all_gather: return "all_gather";
+    case collective_kind::all_to_all: return "all_to_all";
   }
   return "?";
 }

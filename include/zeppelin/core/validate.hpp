@@ -108,8 +108,9 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
     if (!ok)
       report(violation_kind::group_zone_mismatch, "group zone does not match its ranks",
              {{"group", num(g)}, {"zone", num(static_cast<int>(grp.zone))}, {"size", num(static_cast<std::int64_t>(sorted.size()))}});
-    if (grp.collective != collective_kind::ring && grp.collective != collective_kind::all_gather)
-      report(violation_kind::group_collective_unknown, "group collective must be ring or all_gather",
+    if (grp.collective != collective_kind::ring && grp.collective != collective_kind::all_gather &&
+        grp.collective != collective_kind::all_to_all)
+      report(violation_kind::group_collective_unknown, "group collective must be ring, all_gather or all_to_all",
              {{"group", num(g)}, {"collective", num(static_cast<int>(grp.collective))}});
   }
   auto group_has = [&](group_index g, rank_index r) {

@@ -11,7 +11,11 @@
 // rank's O and LSE (exec/lse_merge.hpp); backward, the kernel adds dQ into the rank's dQ and
 // dK / dV into the launch's accumulators. A phase runs through exchange_pieces
 // (exec/transport.hpp). Rows: K, V, dK, dV and the K/V arenas hold kv rows
-// (kv_heads x head_dim elements), Q / O / dO / dQ q rows, remap buffers the segment's rows.
+// (kv_heads x head_dim elements), Q / O / dO / dQ q rows, LSE one element per head
+// (head-major in the rank's tensor, row-major in arenas), remap buffers the segment's rows;
+// an arena with a share of the heads (the all-to-all collective's lanes) rows that wide. A
+// launch with a head lane runs the kernel with the lane's head counts over its own Q, O,
+// LSE, dO, dQ buffers.
 // Every element, accumulators included, is a T: the program must have been built with
 // element_bytes == accumulator_bytes == sizeof(T) (the bytes it lists are the bytes that
 // move). Throws invalid_argument when an operation leaves a buffer or writes a read-only
@@ -31,6 +35,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,7 +66,7 @@ class host_backend {
       : prog_(prog), pass_(pass), c_(c), kernel_(kernel), dims_(dims), t_(t), record_(record), step_(step), me_(c.rank()) {
     const rank_pass& mine = prog.pass(pass).at(static_cast<std::size_t>(me_));
     arenas_.resize(mine.arenas.size());
-    for (const arena& a : mine.arenas) arena_kinds_.push_back(a.rows_of), arena_rows_.push_back(a.rows);
+    arenas_of_ = mine.arenas;
   }
 
   [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return {&me_, 1}; }
@@ -94,38 +99,59 @@ class host_backend {
   }
 
  private:
-  [[nodiscard]] std::int64_t width(row_kind k) const noexcept {
-    switch (k) {
-      case row_kind::kv:
-      case row_kind::dkv: return dims_.kv_row();
-      case row_kind::q: return dims_.q_row();
-      case row_kind::qkv: return dims_.q_row() + 2 * dims_.kv_row();
-    }
-    return 0;
-  }
+  // where rows and heads of a buffer live: element (row i, head h, e) at
+  // base[i * row_stride + h * head_stride + e], e < head_elements
+  struct buffer_layout {
+    std::int64_t rows = 0, row_stride = 0, head_stride = 0, head_elements = 0;
+    std::int32_t heads = 0;
+    [[nodiscard]] std::int64_t at(token_count row, std::int32_t head) const noexcept { return row * row_stride + head * head_stride; }
+  };
   [[nodiscard]] row_kind kind_of(const buffer_ref& b) const {
-    if (b.where == buffer_ref::space::arena) return arena_kinds_.at(static_cast<std::size_t>(b.index));
-    return b.is(tensor_kind::remap_source) || b.is(tensor_kind::remap_target) ? segment_->rows_of : row_kind::kv;
+    if (b.where == buffer_ref::space::arena) return arenas_of_.at(static_cast<std::size_t>(b.index)).rows_of;
+    return b.is(tensor_kind::remap_source) || b.is(tensor_kind::remap_target) ? segment_->rows_of
+                                                                               : row_kind_of(static_cast<tensor_kind>(b.index));
   }
-  // the elements of rows [row, row + rows) of a buffer
+  [[nodiscard]] buffer_layout layout_of(const buffer_ref& b, std::size_t elements) const {
+    const wire_format& w = prog_.wire;
+    const row_kind kind = kind_of(b);
+    buffer_layout l;
+    l.heads = w.heads_of(kind);
+    if (b.where == buffer_ref::space::arena && arenas_of_[static_cast<std::size_t>(b.index)].heads > 0)
+      l.heads = arenas_of_[static_cast<std::size_t>(b.index)].heads;
+    l.head_elements = w.head_elements(kind);
+    const std::int64_t width = l.heads * l.head_elements;
+    l.rows = width > 0 ? static_cast<std::int64_t>(elements) / width : 0;
+    if (b.is(tensor_kind::lse)) {  // head-major [heads][rows]
+      l.rows = t_.rows;
+      l.row_stride = 1;
+      l.head_stride = t_.rows;
+    } else {
+      l.row_stride = width;
+      l.head_stride = l.head_elements;
+    }
+    return l;
+  }
+  // the elements of rows [row, row + rows) of a row-major buffer
   template <class Span>
   [[nodiscard]] Span slice(Span whole, const buffer_ref& b, token_count row, token_count rows) const {
-    const std::int64_t w = width(kind_of(b));
-    ZEPPELIN_EXPECTS(row >= 0 && rows >= 0 && (row + rows) * w <= static_cast<std::int64_t>(whole.size()),
-                     "host backend: an operation leaves its buffer",
+    const buffer_layout l = layout_of(b, whole.size());
+    ZEPPELIN_EXPECTS(!b.is(tensor_kind::lse), "host backend: row runs of the head-major LSE tensor", {{"rank", double(me_)}});
+    ZEPPELIN_EXPECTS(row >= 0 && rows >= 0 && row + rows <= l.rows, "host backend: an operation leaves its buffer",
                      {{"rank", double(me_)}, {"buffer", double(b.index)}, {"row", double(row)}, {"rows", double(rows)},
-                      {"buffer_rows", double(static_cast<std::int64_t>(whole.size()) / (w > 0 ? w : 1))}});
-    return whole.subspan(static_cast<std::size_t>(row * w), static_cast<std::size_t>(rows * w));
+                      {"buffer_rows", double(l.rows)}});
+    return whole.subspan(static_cast<std::size_t>(row * l.row_stride), static_cast<std::size_t>(rows * l.row_stride));
   }
   // an arena's storage, allocated (zeroed) at its first use
   std::vector<T>& storage(std::int32_t a) {
     auto& x = arenas_.at(static_cast<std::size_t>(a));
-    const std::int64_t n = arena_rows_[static_cast<std::size_t>(a)] * width(arena_kinds_[static_cast<std::size_t>(a)]);
+    const arena& d = arenas_of_.at(static_cast<std::size_t>(a));
+    const std::int64_t n = d.rows * prog_.wire.row_elements(d.rows_of, d.heads);
     if (static_cast<std::int64_t>(x.size()) != n) x.assign(static_cast<std::size_t>(n), T(0));
     return x;
   }
   [[nodiscard]] std::span<const T> whole_read(const buffer_ref& b) {
     if (b.where == buffer_ref::space::arena) return storage(b.index);
+    const bool forward = pass_ == pass_kind::forward;
     switch (static_cast<tensor_kind>(b.index)) {
       case tensor_kind::k: return t_.k;
       case tensor_kind::v: return t_.v;
@@ -133,18 +159,32 @@ class host_backend {
       case tensor_kind::dv: return t_.dv;
       case tensor_kind::remap_source: return t_.remap_source;
       case tensor_kind::remap_target: return t_.remap_target;
+      case tensor_kind::q: return t_.q;
+      case tensor_kind::o: return forward ? std::span<const T>(t_.o) : t_.go;
+      case tensor_kind::lse: return forward ? std::span<const T>(t_.lse) : t_.glse;
+      case tensor_kind::d_o: return t_.gdo;
+      case tensor_kind::dq: return t_.dq;
     }
     ZEPPELIN_THROW(invalid_argument, "host backend: unknown tensor", {{"tensor", double(b.index)}});
   }
   [[nodiscard]] std::span<T> whole_write(const buffer_ref& b) {
     if (b.where == buffer_ref::space::arena) return storage(b.index);
+    const bool forward = pass_ == pass_kind::forward;
     switch (static_cast<tensor_kind>(b.index)) {
       case tensor_kind::dk: return t_.dk;
       case tensor_kind::dv: return t_.dv;
       case tensor_kind::remap_target: return t_.remap_target;
+      case tensor_kind::dq: return t_.dq;
+      case tensor_kind::o:
+        if (forward) return t_.o;
+        break;
+      case tensor_kind::lse:
+        if (forward) return t_.lse;
+        break;
       default: break;
     }
-    ZEPPELIN_THROW(invalid_argument, "host backend: an operation writes a read-only tensor", {{"tensor", double(b.index)}});
+    ZEPPELIN_THROW(invalid_argument, "host backend: an operation writes a read-only tensor",
+                   {{"tensor", double(b.index)}, {"pass", double(static_cast<int>(pass_))}});
   }
   [[nodiscard]] std::span<const T> read(const buffer_ref& b, token_count row, token_count rows) {
     return slice(whole_read(b), b, row, rows);
@@ -166,37 +206,99 @@ class host_backend {
   }
   void run(const zero_rows& op) {
     const auto to = write(op.to, op.row, op.rows);
-    std::fill(to.begin(), to.end(), T(0));
+    std::fill(to.begin(), to.end(), kind_of(op.to) == row_kind::lse ? -std::numeric_limits<T>::infinity() : T(0));
   }
   void run(const exchange_phase&) {}  // the driver hands exchanges to exchange()
+
+  // heads of rows of `op.from` into heads of rows of `op.to`, combined by `combine(to, from)`
+  template <class Combine>
+  void move_heads(const head_runs& op, Combine&& combine) {
+    const std::span<const T> from = whole_read(op.from);
+    const std::span<T> to = whole_write(op.to);
+    const buffer_layout lf = layout_of(op.from, from.size()), lt = layout_of(op.to, to.size());
+    ZEPPELIN_EXPECTS(op.heads >= 0 && op.from_head >= 0 && op.to_head >= 0 && op.from_head + op.heads <= lf.heads &&
+                         op.to_head + op.heads <= lt.heads && lf.head_elements == lt.head_elements,
+                     "host backend: a head operation leaves the heads of its buffers",
+                     {{"rank", double(me_)}, {"from_head", double(op.from_head)}, {"to_head", double(op.to_head)},
+                      {"heads", double(op.heads)}, {"from_heads", double(lf.heads)}, {"to_heads", double(lt.heads)}});
+    for (const row_run& r : op.runs) {
+      ZEPPELIN_EXPECTS(r.rows >= 0 && r.from_row >= 0 && r.to_row >= 0 && r.from_row + r.rows <= lf.rows && r.to_row + r.rows <= lt.rows,
+                       "host backend: a head operation leaves its buffer",
+                       {{"rank", double(me_)}, {"from_row", double(r.from_row)}, {"to_row", double(r.to_row)}, {"rows", double(r.rows)}});
+      for (token_count i = 0; i < r.rows; ++i)
+        for (std::int32_t h = 0; h < op.heads; ++h) {
+          const T* src = from.data() + lf.at(r.from_row + i, op.from_head + h);
+          T* dst = to.data() + lt.at(r.to_row + i, op.to_head + h);
+          for (std::int64_t e = 0; e < lf.head_elements; ++e) combine(dst[e], src[e]);
+        }
+    }
+  }
+  void run(const copy_heads& op) {
+    move_heads(op, [](T& to, T from) { to = from; });
+  }
+  void run(const add_heads& op) {
+    move_heads(op, [](T& to, T from) { to += from; });
+  }
 
   void run(const run_attention& op) {
     const program_launch& l = prog_.launches.at(static_cast<std::size_t>(op.launch));
     if (record_) record_->add(l);
-    const std::int64_t qw = dims_.q_row(), kw = dims_.kv_row();
-    const T* key = whole_read(l.k).data();
+    attention_dims d = dims_;
+    if (!l.lane.whole()) d.heads = l.lane.heads, d.kv_heads = l.lane.kv_heads;
+    ZEPPELIN_EXPECTS(d.heads >= 1 && d.kv_heads >= 1 && d.heads % d.kv_heads == 0, "host backend: a launch's head lane is malformed",
+                     {{"rank", double(me_)}, {"heads", double(d.heads)}, {"kv_heads", double(d.kv_heads)}});
+    const std::int64_t qw = d.q_row(), kw = d.kv_row();
+    const std::span<const T> queries = whole_read(l.q), keys_all = whole_read(l.k);
+    const T* key = keys_all.data();
     const T* value = whole_read(l.v).data();
-    const auto keys = static_cast<std::int64_t>(whole_read(l.k).size()) / kw;
+    const std::int64_t q_rows = static_cast<std::int64_t>(queries.size()) / qw;
+    const auto keys = static_cast<std::int64_t>(keys_all.size()) / kw;
+    std::vector<T> out, lse;
     for (const attention_block& blk : l.blocks) {
       const token_count m = blk.q.size();
-      ZEPPELIN_EXPECTS(blk.q_row >= 0 && blk.q_row + m <= t_.rows && blk.kv_row >= 0 && blk.kv_row + blk.k.size() <= keys,
+      ZEPPELIN_EXPECTS(blk.q_row >= 0 && blk.q_row + m <= q_rows && blk.kv_row >= 0 && blk.kv_row + blk.k.size() <= keys,
                        "host backend: a block leaves its buffers",
                        {{"rank", double(me_)}, {"q_row", double(blk.q_row)}, {"kv_row", double(blk.kv_row)}});
+      const T* query = queries.data() + blk.q_row * qw;
+      lse.assign(static_cast<std::size_t>(m * d.heads), T(0));  // [heads][m]
       if (pass_ == pass_kind::forward) {
-        std::vector<T> out(static_cast<std::size_t>(m * qw)), lse(static_cast<std::size_t>(m * dims_.heads));
-        kernel_.forward(attention_forward_args<T>{dims_, blk.mask, blk.q, blk.k, t_.q.data() + blk.q_row * qw, key + blk.kv_row * kw,
-                                                  value + blk.kv_row * kw, out.data(), lse.data(), m});
-        merge_block(t_.o.data() + blk.q_row * qw, t_.lse.data() + blk.q_row, t_.rows, out.data(), lse.data(), m, m, dims_.heads,
-                    dims_.head_dim);
+        out.assign(static_cast<std::size_t>(m * qw), T(0));
+        kernel_.forward(attention_forward_args<T>{d, blk.mask, blk.q, blk.k, query, key + blk.kv_row * kw, value + blk.kv_row * kw,
+                                                  out.data(), lse.data(), m});
+        // merge into the launch's O and LSE
+        const std::span<T> o_all = whole_write(l.o), lse_all = whole_write(l.lse);
+        const buffer_layout lo = layout_of(l.o, o_all.size()), ll = layout_of(l.lse, lse_all.size());
+        check_rows(lo, ll, blk.q_row, m, d.heads);
+        for (token_count i = 0; i < m; ++i)
+          for (std::int32_t h = 0; h < d.heads; ++h)
+            merge_row(o_all.data() + lo.at(blk.q_row + i, h), lse_all[static_cast<std::size_t>(ll.at(blk.q_row + i, h))],
+                      out.data() + (i * d.heads + h) * d.head_dim, lse[static_cast<std::size_t>(h * m + i)], d.head_dim);
       } else {
+        // the global LSE of the block's rows, head-major with stride m as the kernel reads it
+        const std::span<const T> lse_all = whole_read(l.lse);
+        const buffer_layout ll = layout_of(l.lse, lse_all.size());
+        const std::span<const T> o_all = whole_read(l.o), do_all = whole_read(l.d_o);
+        const std::span<T> dq_all = whole_write(l.dq);
+        for (const auto& [span_size, what] : {std::pair{o_all.size(), "O"}, std::pair{do_all.size(), "dO"}, std::pair{dq_all.size(), "dQ"}})
+          ZEPPELIN_EXPECTS((blk.q_row + m) * qw <= static_cast<std::int64_t>(span_size), std::string("host backend: a block leaves its ") + what,
+                           {{"rank", double(me_)}, {"q_row", double(blk.q_row)}, {"rows", double(m)}});
+        check_rows(ll, ll, blk.q_row, m, d.heads);
+        for (token_count i = 0; i < m; ++i)
+          for (std::int32_t h = 0; h < d.heads; ++h)
+            lse[static_cast<std::size_t>(h * m + i)] = lse_all[static_cast<std::size_t>(ll.at(blk.q_row + i, h))];
         T* dk = write(l.dk, blk.kv_row, blk.k.size()).data();
         T* dv = write(l.dv, blk.kv_row, blk.k.size()).data();
-        kernel_.backward(attention_backward_args<T>{dims_, blk.mask, blk.q, blk.k, t_.q.data() + blk.q_row * qw, key + blk.kv_row * kw,
-                                                    value + blk.kv_row * kw, t_.go.data() + blk.q_row * qw,
-                                                    t_.gdo.data() + blk.q_row * qw, t_.glse.data() + blk.q_row, t_.rows,
-                                                    t_.dq.data() + blk.q_row * qw, dk, dv});
+        kernel_.backward(attention_backward_args<T>{d, blk.mask, blk.q, blk.k, query, key + blk.kv_row * kw, value + blk.kv_row * kw,
+                                                    o_all.data() + blk.q_row * qw, do_all.data() + blk.q_row * qw, lse.data(), m,
+                                                    dq_all.data() + blk.q_row * qw, dk, dv});
       }
     }
+  }
+  // rows [row, row + m) with `heads` heads inside both layouts
+  void check_rows(const buffer_layout& a, const buffer_layout& b, token_count row, token_count m, std::int32_t heads) const {
+    ZEPPELIN_EXPECTS(row >= 0 && row + m <= a.rows && row + m <= b.rows && heads <= a.heads && heads <= b.heads,
+                     "host backend: a block leaves its output buffers",
+                     {{"rank", double(me_)}, {"q_row", double(row)}, {"rows", double(m)}, {"heads", double(heads)}});
   }
 
   const execution_program& prog_;
@@ -210,8 +312,7 @@ class host_backend {
   rank_index me_;
   const program_segment* segment_ = nullptr;
   std::vector<std::vector<T>> arenas_;
-  std::vector<row_kind> arena_kinds_;
-  std::vector<token_count> arena_rows_;
+  std::vector<arena> arenas_of_;
 };
 
 ZEPPELIN_NAMESPACE_END

@@ -98,6 +98,7 @@ inline void hash_into(fnv1a_hasher& h, const attention_block& b) noexcept {
   h.add(b.kv_row);
 }
 inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept;
+inline void hash_into(fnv1a_hasher& h, const head_runs& x) noexcept;
 // a length, then every element
 template <class T>
 void hash_all(fnv1a_hasher& h, const std::vector<T>& xs) noexcept {
@@ -125,9 +126,21 @@ inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept {
     h.add(z->rows);
   } else if (const auto* l = std::get_if<run_attention>(&op.body)) {
     h.add(l->launch);
+  } else if (const auto* c = std::get_if<copy_heads>(&op.body)) {
+    hash_into(h, static_cast<const head_runs&>(*c));
+  } else if (const auto* ah = std::get_if<add_heads>(&op.body)) {
+    hash_into(h, static_cast<const head_runs&>(*ah));
   } else if (const auto* e = std::get_if<exchange_phase>(&op.body)) {
     h.add(e->phase);
   }
+}
+inline void hash_into(fnv1a_hasher& h, const head_runs& x) noexcept {
+  hash_into(h, x.from);
+  hash_into(h, x.to);
+  h.add(x.from_head);
+  h.add(x.to_head);
+  h.add(x.heads);
+  hash_all(h, x.runs);
 }
 }  // namespace detail
 
@@ -164,6 +177,7 @@ inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept {
       h.add(b.to_row);
       h.add(b.rows);
       h.add(static_cast<std::int64_t>(b.rows_of));
+      h.add(b.heads);
     }
     detail::hash_all(h, ph.pieces);
   }
@@ -173,7 +187,9 @@ inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept {
     h.add(l.level);
     h.add(l.round);
     h.add(static_cast<std::int64_t>(l.pass));
-    for (const buffer_ref& b : {l.k, l.v, l.dk, l.dv}) detail::hash_into(h, b);
+    for (const buffer_ref& b : {l.k, l.v, l.dk, l.dv, l.q, l.o, l.lse, l.d_o, l.dq}) detail::hash_into(h, b);
+    h.add(l.lane.heads);
+    h.add(l.lane.kv_heads);
     detail::hash_all(h, l.blocks);
   }
   for (const auto& pass : prog.passes) {
@@ -183,6 +199,7 @@ inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept {
       for (const arena& a : rp.arenas) {
         h.add(static_cast<std::int64_t>(a.rows_of));
         h.add(a.rows);
+        h.add(a.heads);
       }
       h.add(static_cast<std::int64_t>(rp.segments.size()));
       for (const program_segment& s : rp.segments) {

@@ -3,7 +3,7 @@
 // (the `zeppelin plan` and `zeppelin simulate` tools, the simulator's methods and the examples
 // all choose through it).
 //   in : a partitioner name (partitioner_names) and partitioner_settings: the capacity L
-//        every model takes, the CP group size of allgather and per_document, the load metric
+//        every model takes, the CP group size of allgather, per_document and ulysses, the load metric
 //        of hierarchical
 //   out: any_partitioner, a std::variant of the configured models; partition(p, b, t) runs
 //        the one it holds and returns its plan (plan.method == the name)
@@ -24,6 +24,7 @@
 #include <zeppelin/partition/hybrid_dp.hpp>
 #include <zeppelin/partition/partitioner.hpp>
 #include <zeppelin/partition/per_document.hpp>
+#include <zeppelin/partition/ulysses.hpp>
 
 #include <array>
 #include <cstdint>
@@ -34,11 +35,11 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 using any_partitioner = std::variant<hierarchical<token_metric>, hierarchical<attention_cost_metric>,
-                                     hierarchical<cost_model_metric<>>, even_split, allgather, hybrid_dp, per_document>;
+                                     hierarchical<cost_model_metric<>>, even_split, allgather, hybrid_dp, per_document, ulysses>;
 
 struct partitioner_settings {
   token_count capacity = 4096;          //!< L, tokens per GPU per micro-batch
-  std::int32_t cp_size = 0;             //!< allgather, per_document: ranks per CP group (0: all)
+  std::int32_t cp_size = 0;             //!< allgather, per_document, ulysses: ranks per CP group (0: all)
   any_load_metric metric = token_metric{};  //!< hierarchical: what a GPU's load is
 };
 
@@ -54,12 +55,13 @@ inline any_partitioner make_hierarchical(const partitioner_settings& s) {
                     s.metric);
 }
 
-inline constexpr std::array<partitioner_entry, 5> partitioners{{
+inline constexpr std::array<partitioner_entry, 6> partitioners{{
     {hierarchical<>::name, make_hierarchical},
     {even_split::name, [](const partitioner_settings& s) -> any_partitioner { return even_split{s.capacity}; }},
     {allgather::name, [](const partitioner_settings& s) -> any_partitioner { return allgather{s.capacity, s.cp_size}; }},
     {hybrid_dp::name, [](const partitioner_settings& s) -> any_partitioner { return hybrid_dp{s.capacity}; }},
     {per_document::name, [](const partitioner_settings& s) -> any_partitioner { return per_document{s.capacity, s.cp_size}; }},
+    {ulysses::name, [](const partitioner_settings& s) -> any_partitioner { return ulysses{s.capacity, s.cp_size}; }},
 }};
 
 }  // namespace detail

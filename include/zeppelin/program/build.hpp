@@ -7,7 +7,9 @@
 // [remap_out] (empty ones left out; a micro-batch that is already token-balanced is not
 // remapped: its linear layout is its attention layout). Every ring group (zone intra or inter) with shards in
 // the micro-batch joins its zone's level with its own collective (core/plan.hpp):
-// program/detail/ring_collective.hpp or program/detail/all_gather_collective.hpp; the
+// program/detail/ring_collective.hpp, program/detail/all_gather_collective.hpp or
+// program/detail/all_to_all_collective.hpp (Ulysses; its groups must split the wire
+// format's heads into lanes, else invalid_argument); the
 // local level is program/detail/local_level.hpp; the remaps program/detail/remap_level.hpp
 // (forward: Q, K, V in and O out; backward: dO in and dQ, dK, dV out).
 // Order of a micro-batch's attention segment (options.engine):
@@ -33,6 +35,7 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/validate.hpp>
 #include <zeppelin/program/detail/all_gather_collective.hpp>
+#include <zeppelin/program/detail/all_to_all_collective.hpp>
 #include <zeppelin/program/detail/level_work.hpp>
 #include <zeppelin/program/detail/local_level.hpp>
 #include <zeppelin/program/detail/members.hpp>
@@ -69,22 +72,32 @@ struct micro_batch_work {
   std::int32_t remap_in = -1, inter_level = -1, intra_level = -1, local_level = -1, remap_out = -1;  //!< level indices
 };
 
+//! Rounds of the collective of `s` in `pass`.
+inline std::int32_t collective_rounds(const ring_schedule& s, pass_kind pass) {
+  switch (s.collective) {
+    case collective_kind::ring: break;
+    case collective_kind::all_gather: return all_gather_rounds(s.size(), pass);
+    case collective_kind::all_to_all: return all_to_all_rounds;
+  }
+  return ring_rounds(s.size(), pass);
+}
+
 //! Rounds of a ring level of `groups` in `pass`.
 inline std::int32_t level_rounds(const std::vector<ring_schedule>& groups, pass_kind pass) {
   std::int32_t rounds = 0;
-  for (const ring_schedule& s : groups)
-    rounds = std::max(rounds, s.collective == collective_kind::all_gather ? all_gather_rounds(s.size(), pass) : ring_rounds(s.size(), pass));
+  for (const ring_schedule& s : groups) rounds = std::max(rounds, collective_rounds(s, pass));
   return rounds;
 }
 
-//! The level_work of a ring level (its ring and all-gather groups).
+//! The level_work of a ring level (its ring, all-gather and all-to-all groups).
 inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int32_t level, std::int32_t stream, pass_kind pass,
                              const execution_program& prog, const arena_allocator& allocate, const wire_format& wire) {
   level_work w(level, stream, level_rounds(groups, pass), prog.num_ranks());
-  std::vector<const ring_schedule*> rings, gathers;
-  for (const ring_schedule& s : groups) (s.collective == collective_kind::all_gather ? gathers : rings).push_back(&s);
-  build_ring(w, rings, pass, prog, allocate, wire);
-  build_all_gather(w, gathers, pass, prog, allocate, wire);
+  std::vector<const ring_schedule*> of[3];  // by collective_kind
+  for (const ring_schedule& s : groups) of[static_cast<int>(s.collective)].push_back(&s);
+  build_ring(w, of[static_cast<int>(collective_kind::ring)], pass, prog, allocate, wire);
+  build_all_gather(w, of[static_cast<int>(collective_kind::all_gather)], pass, prog, allocate, wire);
+  build_all_to_all(w, of[static_cast<int>(collective_kind::all_to_all)], pass, prog, allocate, wire);
   return w;
 }
 
@@ -198,11 +211,11 @@ inline void refuse_oversized_program(const plan& p, const std::vector<std::set<g
     ranks.assign(R, rank_pass{});
     // segments are written through pointers: no reallocation while a pass is built
     for (auto& rp : ranks) rp.segments.reserve(static_cast<size_t>(out.micro_batches) * 3);
-    const detail::arena_allocator allocate = [&](rank_index r, row_kind kind, token_count rows) {
+    const detail::arena_allocator allocate{[&](rank_index r, const arena& a) {
       auto& arenas = ranks[static_cast<size_t>(r)].arenas;
-      arenas.push_back({kind, rows});
+      arenas.push_back(a);
       return static_cast<std::int32_t>(arenas.size() - 1);
-    };
+    }};
     const auto new_segment = [&](segment_kind kind, std::int32_t mb) {
       std::vector<program_segment*> segs;
       for (auto& rp : ranks) {

@@ -22,13 +22,18 @@
 //              it, in phase order; no other rank does, so a rank's program is as long as
 //              its own groups' rounds, not the largest group's.
 //   launches   one attention kernel launch on one rank: a CSR list of blocks over the held
-//              K/V (an arena or the rank's own K, V), what it accumulates dK/dV into
+//              K/V (an arena or the rank's own K, V), what it accumulates dK/dV into; the
+//              all-to-all (Ulysses) collective's launches also name their Q, O, LSE, dO and
+//              dQ arenas and compute a share of the heads (a "lane")
 //   passes     forward and backward: per rank its arenas and segments; a segment is the
 //              ops of one micro-batch's remap_in, attention or remap_out, and starts after
 //              everything before it (a barrier on every stream)
 // Rows: a buffer is an array of rows of one row_kind (program/wire_format.hpp); a K/V
 // "slot" is two arenas, one for K and one for V, so a launch's keys and values share row
-// indices and one transfer moves one contiguous row range.
+// indices and one transfer moves one contiguous row range. An arena may hold a share of the
+// heads (arena::heads): its rows are then that many heads wide. Layouts: every buffer is
+// row-major ([rows][heads][head elements]) except the rank's LSE tensor, which is head-major
+// ([heads][rows], as the kernels write it).
 // Plain data, nvcc-safe.
 #pragma once
 
@@ -90,7 +95,31 @@ enum class tensor_kind : std::uint8_t {
   dv = 3,             //!< the rank's dV accumulator (dkv rows)
   remap_source = 4,   //!< what a remap segment reads (its rows: see program_segment)
   remap_target = 5,   //!< what a remap segment writes
+  q = 6,              //!< the rank's queries (q rows)
+  o = 7,              //!< forward: the rank's output, written; backward: the global O, read (q rows)
+  lse = 8,            //!< forward: the rank's LSE, written; backward: the global LSE, read
+                      //!< (lse rows, head-major [heads][rows])
+  d_o = 9,            //!< backward: the gradient of O (q rows)
+  dq = 10,            //!< backward: the rank's dQ accumulator (q rows)
 };
+
+//! The row kind of a rank tensor.
+[[nodiscard]] constexpr row_kind row_kind_of(tensor_kind t) noexcept {
+  switch (t) {
+    case tensor_kind::k:
+    case tensor_kind::v: return row_kind::kv;
+    case tensor_kind::dk:
+    case tensor_kind::dv: return row_kind::dkv;
+    case tensor_kind::lse: return row_kind::lse;
+    case tensor_kind::q:
+    case tensor_kind::o:
+    case tensor_kind::d_o:
+    case tensor_kind::dq:
+    case tensor_kind::remap_source:  // the segment's row kind (program_segment::rows_of)
+    case tensor_kind::remap_target: break;
+  }
+  return row_kind::q;
+}
 
 //! A rank buffer: one of its tensors or one of the pass's arenas.
 struct buffer_ref {
@@ -107,6 +136,7 @@ struct buffer_ref {
 struct arena {
   row_kind rows_of = row_kind::kv;
   token_count rows = 0;
+  std::int32_t heads = 0;  //!< heads per row: 0 = every head of rows_of, else a share of them
   friend constexpr bool operator==(const arena&, const arena&) = default;
 };
 
@@ -126,6 +156,7 @@ struct payload_binding {
   token_count to_row = 0;
   token_count rows = 0;
   row_kind rows_of = row_kind::kv;
+  std::int32_t heads = 0;  //!< heads per row (0 = every head of rows_of): bytes = rows x wire.row_bytes(rows_of, heads)
   friend constexpr bool operator==(const payload_binding&, const payload_binding&) = default;
 };
 
@@ -141,9 +172,21 @@ struct program_phase {
   friend bool operator==(const program_phase&, const program_phase&) = default;
 };
 
-//! One attention kernel launch: blocks with query rows in the rank's rows and key rows in
-//! the held K/V; query rows ascending and disjoint, key rows ascending and disjoint (what a
-//! CSR launch of cuda/attention_params.hpp can express, program/launch_waves.hpp).
+//! The heads a launch computes: the kernel runs with `heads` query heads and `kv_heads` K/V
+//! heads, query head h reading K/V head h / (heads / kv_heads), over buffers whose rows hold
+//! exactly those heads. 0 and 0: every head of the wire format (the rank's own tensors).
+struct head_lane {
+  std::int32_t heads = 0;
+  std::int32_t kv_heads = 0;
+  [[nodiscard]] constexpr bool whole() const noexcept { return heads == 0; }
+  friend constexpr bool operator==(const head_lane&, const head_lane&) = default;
+};
+
+//! One attention kernel launch: blocks with query rows in `q` and key rows in the held K/V;
+//! query rows ascending and disjoint, key rows ascending and disjoint (what a CSR launch of
+//! cuda/attention_params.hpp can express, program/launch_waves.hpp). Forward: each block's
+//! O and LSE merge into `o` and `lse`; backward: the kernel reads `q`, `o` (the global O),
+//! `d_o`, `lse` (the global LSE) and adds into `dq`, `dk`, `dv`.
 struct program_launch {
   rank_index rank = 0;
   std::int32_t level = 0;
@@ -151,6 +194,12 @@ struct program_launch {
   pass_kind pass = pass_kind::forward;
   buffer_ref k{}, v{};    //!< the held keys and values
   buffer_ref dk{}, dv{};  //!< backward: where block dK / dV accumulate
+  buffer_ref q = buffer_ref::tensor(tensor_kind::q);
+  buffer_ref o = buffer_ref::tensor(tensor_kind::o);
+  buffer_ref lse = buffer_ref::tensor(tensor_kind::lse);
+  buffer_ref d_o = buffer_ref::tensor(tensor_kind::d_o);
+  buffer_ref dq = buffer_ref::tensor(tensor_kind::dq);
+  head_lane lane{};
   std::vector<attention_block> blocks;
   [[nodiscard]] token_count rows() const noexcept {
     token_count n = 0;
@@ -161,9 +210,13 @@ struct program_launch {
 };
 
 //! Operations. copy_rows overwrites, add_rows accumulates (to += from), zero_rows clears
-//! rows of an accumulator; attention runs a launch (forward: kernel + LSE merge into the
-//! rank's O and LSE; backward: kernel adding dQ into the rank's dQ and dK/dV into the
-//! launch's dk/dv); exchange posts the rank's part of a phase on the communication stream.
+//! rows of an accumulator to the identity of what accumulates there (0; -inf for lse rows,
+//! the identity of the LSE merge); copy_heads / add_heads do the same as copy_rows / add_rows
+//! on a share of the heads of each row (heads [from_head, from_head + heads) of `from` to
+//! heads [to_head, ...) of `to`: the packing and unpacking of the all-to-all collective);
+//! attention runs a launch (forward: kernel + LSE merge into the launch's O and LSE;
+//! backward: kernel adding into the launch's dQ, dK, dV); exchange posts the rank's part of
+//! a phase on the communication stream.
 struct copy_rows {
   buffer_ref from{}, to{};
   std::vector<row_run> runs;
@@ -180,6 +233,20 @@ struct zero_rows {
   token_count rows = 0;
   friend constexpr bool operator==(const zero_rows&, const zero_rows&) = default;
 };
+//! Heads [from_head, from_head + heads) of the rows of `runs` in `from` -> heads [to_head, ...)
+//! of the rows in `to`.
+struct head_runs {
+  buffer_ref from{}, to{};
+  std::int32_t from_head = 0, to_head = 0, heads = 0;
+  std::vector<row_run> runs;
+  friend bool operator==(const head_runs&, const head_runs&) = default;
+};
+struct copy_heads : head_runs {
+  friend bool operator==(const copy_heads&, const copy_heads&) = default;
+};
+struct add_heads : head_runs {
+  friend bool operator==(const add_heads&, const add_heads&) = default;
+};
 struct run_attention {
   std::int32_t launch = 0;
   friend constexpr bool operator==(const run_attention&, const run_attention&) = default;
@@ -188,7 +255,7 @@ struct exchange_phase {
   std::int32_t phase = 0;
   friend constexpr bool operator==(const exchange_phase&, const exchange_phase&) = default;
 };
-using op_body = std::variant<copy_rows, add_rows, zero_rows, run_attention, exchange_phase>;
+using op_body = std::variant<copy_rows, add_rows, zero_rows, run_attention, exchange_phase, copy_heads, add_heads>;
 
 //! The communication stream's index in program_op::stream.
 inline constexpr std::int32_t comm_stream = -1;

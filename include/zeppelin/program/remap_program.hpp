@@ -39,11 +39,11 @@ ZEPPELIN_NAMESPACE_BEGIN
   auto& ranks = out.passes[static_cast<int>(pass_kind::forward)];
   ranks.assign(R, rank_pass{});
   out.passes[static_cast<int>(pass_kind::backward)].assign(R, rank_pass{});
-  const detail::arena_allocator allocate = [&](rank_index r, row_kind kind, token_count rows) {
+  const detail::arena_allocator allocate{[&](rank_index r, const arena& a) {
     auto& arenas = ranks[static_cast<std::size_t>(r)].arenas;
-    arenas.push_back({kind, rows});
+    arenas.push_back(a);
     return static_cast<std::int32_t>(arenas.size() - 1);
-  };
+  }};
   detail::level_work w(0, 0, 1, static_cast<rank_index>(R));
   const std::vector<detail::offset_map> identity(R);
   detail::build_remap(w, x, identity, identity, rows_of, wire.row_bytes(rows_of), allocate);

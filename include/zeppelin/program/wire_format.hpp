@@ -7,6 +7,11 @@
 //          dkv  one dK (or dV) accumulator row    kv_heads x head_dim accumulator elements
 //          q    one Q / O / dO / dQ row           heads x head_dim elements
 //          qkv  Q, K and V of one token together  (heads + 2 kv_heads) x head_dim elements
+//          lse  the LSE of one token               heads accumulator elements (fp32 or wider:
+//                                                  the device keeps LSE in fp32)
+//        and, for the head-sliced buffers of the all-to-all (Ulysses) collective,
+//        row_bytes(kind, n): a row that holds n of the kind's heads (kv, dkv: of the K/V heads;
+//        q, lse: of the query heads).
 //        The accumulator of dK/dV is fp32, or the element type when that is wider (fp64):
 //        partial gradients travel between ring steps without rounding to bf16 (a known
 //        precision complaint of ring-flash-attention), so a backward ring moves twice the
@@ -26,7 +31,7 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! What one row of a program buffer holds (see the file comment).
-enum class row_kind : std::uint8_t { kv = 0, dkv = 1, q = 2, qkv = 3 };
+enum class row_kind : std::uint8_t { kv = 0, dkv = 1, q = 2, qkv = 3, lse = 4 };
 
 [[nodiscard]] constexpr std::string_view to_string(row_kind k) noexcept {
   switch (k) {
@@ -34,6 +39,7 @@ enum class row_kind : std::uint8_t { kv = 0, dkv = 1, q = 2, qkv = 3 };
     case row_kind::dkv: return "dkv";
     case row_kind::q: return "q";
     case row_kind::qkv: return "qkv";
+    case row_kind::lse: return "lse";
   }
   return "?";
 }
@@ -68,20 +74,26 @@ struct wire_format {
                      {{"element_bytes", double(element_bytes)}, {"accumulator_bytes", double(accumulator_bytes)}});
   }
 
-  //! Elements of one row of `kind`.
-  [[nodiscard]] constexpr std::int64_t row_elements(row_kind kind) const noexcept {
-    const std::int64_t kv = std::int64_t{kv_heads} * head_dim, q = std::int64_t{heads} * head_dim;
+  //! Heads of a whole row of `kind` (qkv: the query heads plus both K/V head sets).
+  [[nodiscard]] constexpr std::int32_t heads_of(row_kind kind) const noexcept {
     switch (kind) {
       case row_kind::kv:
-      case row_kind::dkv: return kv;
-      case row_kind::q: return q;
-      case row_kind::qkv: return q + 2 * kv;
+      case row_kind::dkv: return kv_heads;
+      case row_kind::q:
+      case row_kind::lse: return heads;
+      case row_kind::qkv: return heads + 2 * kv_heads;
     }
     return 0;
   }
-  //! Bytes of one row of `kind`.
-  [[nodiscard]] constexpr std::int64_t row_bytes(row_kind kind) const noexcept {
-    return row_elements(kind) * (kind == row_kind::dkv ? accumulator_bytes : element_bytes);
+  //! Elements of one head of a row of `kind`: head_dim, or 1 for lse.
+  [[nodiscard]] constexpr std::int64_t head_elements(row_kind kind) const noexcept { return kind == row_kind::lse ? 1 : head_dim; }
+  //! Elements of one row of `kind` holding `n` heads (n = 0: all of them).
+  [[nodiscard]] constexpr std::int64_t row_elements(row_kind kind, std::int32_t n = 0) const noexcept {
+    return std::int64_t{n > 0 ? n : heads_of(kind)} * head_elements(kind);
+  }
+  //! Bytes of one row of `kind` holding `n` heads (n = 0: all of them).
+  [[nodiscard]] constexpr std::int64_t row_bytes(row_kind kind, std::int32_t n = 0) const noexcept {
+    return row_elements(kind, n) * (kind == row_kind::dkv || kind == row_kind::lse ? accumulator_bytes : element_bytes);
   }
   friend constexpr bool operator==(const wire_format&, const wire_format&) = default;
 };

@@ -46,6 +46,9 @@ struct launch_stats {
   double launches = 0;     //!< attention launches with work
   double flops = 0;        //!< executed FLOPs, forward + backward, tile padding included
   std::int64_t pairs = 0;  //!< (query, key) pairs per head, every launch
+  //! (query, key) pairs x heads computed, every launch: pairs x wire heads when every launch
+  //! computes every head; a head lane of the all-to-all collective adds its share
+  std::int64_t head_pairs = 0;
 };
 
 //! The price of every launch of a program (sim/detail/attention_call.hpp): each block of a
@@ -60,7 +63,8 @@ struct launch_stats {
       const attention_block& b = l.blocks[i];
       items.push_back({static_cast<std::int32_t>(i), b.seq, b.q, block_pairs(b.q, b.k, b.mask)});
     }
-    out.push_back(detail::price_call(items, model, prog.wire.heads, prog.wire.head_dim));
+    // a head lane (the all-to-all collective) computes its share of the heads
+    out.push_back(detail::price_call(items, model, l.lane.whole() ? prog.wire.heads : l.lane.heads, prog.wire.head_dim));
   }
   return out;
 }
@@ -112,6 +116,7 @@ class sim_backend {
         stats_.launches += 1;
         stats_.flops += pass_ == pass_kind::forward ? c.flops : attention_backward_ratio * c.flops;
         stats_.pairs += c.pairs;
+        stats_.head_pairs += c.pairs * (l.lane.whole() ? prog_.wire.heads : l.lane.heads);
       }
       if (record_) record_->add(l);
       id = e_.compute(rank, pass_ == pass_kind::forward ? c.forward_s : c.backward_s, tag(kind, l.level, l.round), priority, deps);
@@ -182,17 +187,27 @@ class sim_backend {
       case row_kind::kv: return task_kind::kv;
       case row_kind::dkv: return task_kind::dkv;
       case row_kind::q:
-      case row_kind::qkv: break;
+      case row_kind::qkv:
+      case row_kind::lse: break;
     }
+    // the all-to-all collective's Q, O, LSE, dO, dQ rows travel like a remap's rows
     return task_kind::remap;
   }
   // bytes of one row of a buffer of the current pass on rank r
   [[nodiscard]] std::int64_t row_bytes(std::size_t r, const buffer_ref& b) const {
-    if (b.where == buffer_ref::space::arena) return prog_.wire.row_bytes(prog_.pass(pass_)[r].arenas[static_cast<std::size_t>(b.index)].rows_of);
-    if (b.is(tensor_kind::dk) || b.is(tensor_kind::dv)) return prog_.wire.row_bytes(row_kind::dkv);
+    if (b.where == buffer_ref::space::arena) {
+      const arena& a = prog_.pass(pass_)[r].arenas[static_cast<std::size_t>(b.index)];
+      return prog_.wire.row_bytes(a.rows_of, a.heads);
+    }
     if (b.is(tensor_kind::remap_source) || b.is(tensor_kind::remap_target))
       return prog_.wire.row_bytes(prog_.pass(pass_)[r].segments[segment_].rows_of);
-    return prog_.wire.row_bytes(row_kind::kv);
+    return prog_.wire.row_bytes(row_kind_of(static_cast<tensor_kind>(b.index)));
+  }
+  // bytes of `heads` heads of one row of a buffer
+  [[nodiscard]] std::int64_t head_bytes(std::size_t r, const buffer_ref& b, std::int32_t heads) const {
+    const row_kind kind = b.where == buffer_ref::space::arena ? prog_.pass(pass_)[r].arenas[static_cast<std::size_t>(b.index)].rows_of
+                                                              : row_kind_of(static_cast<tensor_kind>(b.index));
+    return prog_.wire.row_bytes(kind, heads);
   }
   // seconds of a memory operation: bytes read plus bytes written at the memory bandwidth
   [[nodiscard]] double memory_seconds(std::size_t r, const op_body& body) const {
@@ -204,6 +219,10 @@ class sim_backend {
     if (const auto* a = std::get_if<add_rows>(&body))
       for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(x.rows * row_bytes(r, a->to));
     if (const auto* z = std::get_if<zero_rows>(&body)) bytes += static_cast<double>(z->rows * row_bytes(r, z->to));
+    if (const auto* c = std::get_if<copy_heads>(&body))
+      for (const row_run& x : c->runs) bytes += 2.0 * static_cast<double>(x.rows * head_bytes(r, c->to, c->heads));
+    if (const auto* a = std::get_if<add_heads>(&body))
+      for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(x.rows * head_bytes(r, a->to, a->heads));
     return bytes / bw;
   }
 

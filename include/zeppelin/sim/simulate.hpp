@@ -147,7 +147,8 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
       res.max_port_utilization = std::max(res.max_port_utilization, run.max_port_utilization);
       res.attention_launches += scale * stats.launches;
       res.attention_flops += scale * stats.flops;
-      if (forward) res.attention_pairs += stats.pairs / chained;  // every chained layer computes the same pairs
+      // every chained layer computes the same pairs; a head lane computes a share of the heads
+      if (forward) res.attention_pairs += stats.head_pairs / (std::int64_t{prog.wire.heads} * chained);
       for (std::size_t r = 0; r < R; ++r) {
         const stream_accounting& a = run.ranks[r];
         rank_breakdown& br = res.ranks[r];

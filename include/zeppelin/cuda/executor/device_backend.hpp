@@ -25,6 +25,9 @@
 // Rows: K, V, the K/V arenas and remap rows in the element type; dK/dV arenas and the rank's
 // dK, dV accumulators in fp32. Arenas come from the stream-ordered allocator on the caller's
 // stream and are freed there when the backend is destroyed (after the last segment's join).
+// Not yet on the device: the all-to-all (Ulysses) collective (head operations and launches
+// over head lanes); the constructor throws invalid_argument for a program that has them on
+// this rank, before anything is enqueued.
 // Requires zeppelin::kernels. nvcc-safe; host code.
 #pragma once
 
@@ -90,6 +93,7 @@ class device_backend {
       : prog_(prog), pass_(pass), c_(c), caller_(stream), dims_(dims), type_(type), t_(t), csr_(csr), desc_(descriptors),
         record_(record), step_(step), me_(c.rank()) {
     const rank_pass& mine = prog.pass(pass).at(static_cast<std::size_t>(me_));
+    refuse_head_lanes(mine);
     for (const arena& a : mine.arenas)
       arenas_.emplace_back(static_cast<std::size_t>(a.rows) * row_bytes(a.rows_of), stream), kinds_.push_back(a.rows_of);
     if (prog.streams.size() > 1) {
@@ -157,6 +161,19 @@ class device_backend {
   }
 
  private:
+  // the all-to-all collective is not built on the device yet (see the file comment)
+  void refuse_head_lanes(const rank_pass& mine) const {
+    for (const program_segment& seg : mine.segments)
+      for (const program_op& op : seg.ops) {
+        const auto* run = std::get_if<run_attention>(&op.body);
+        const bool lane = run && !prog_.launches.at(static_cast<std::size_t>(run->launch)).lane.whole();
+        if (lane || std::holds_alternative<copy_heads>(op.body) || std::holds_alternative<add_heads>(op.body))
+          ZEPPELIN_THROW(invalid_argument,
+                         "device engine: the program has all-to-all (Ulysses) groups, whose head operations are not built on "
+                         "the device yet; run it on the host engine or the simulator, or plan ring or all-gather groups",
+                         {{"rank", double(me_)}, {"micro_batch", double(seg.micro_batch)}});
+      }
+  }
   // the program's wire format is the device's: elements of `type`, fp32 accumulators
   [[nodiscard]] std::size_t row_bytes(row_kind k) const noexcept { return static_cast<std::size_t>(prog_.wire.row_bytes(k)); }
   [[nodiscard]] row_kind kind_of(const buffer_ref& b) const {
@@ -174,6 +191,13 @@ class device_backend {
       case tensor_kind::dv: return reinterpret_cast<std::byte*>(t_.dv_acc);
       case tensor_kind::remap_source: return static_cast<std::byte*>(const_cast<void*>(t_.remap_source));
       case tensor_kind::remap_target: return static_cast<std::byte*>(t_.remap_target);
+      // the query side is read and written by the launches themselves (device_tensors); only
+      // the all-to-all collective, refused by the constructor, names it in operations
+      case tensor_kind::q:
+      case tensor_kind::o:
+      case tensor_kind::lse:
+      case tensor_kind::d_o:
+      case tensor_kind::dq: break;
     }
     ZEPPELIN_THROW(invalid_argument, "device backend: unknown tensor", {{"tensor", double(b.index)}});
   }
@@ -203,6 +227,7 @@ class device_backend {
     if (!to.empty()) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(to.data(), 0, to.size(), s));
   }
   void run(const exchange_phase&, cudaStream_t, std::size_t) {}  // the driver hands exchanges to exchange()
+  void run(const head_runs&, cudaStream_t, std::size_t) {}       // refused by the constructor
 
   void run(const run_attention& op, cudaStream_t s, std::size_t stream) {
     const program_launch& l = prog_.launches.at(static_cast<std::size_t>(op.launch));

@@ -34,7 +34,11 @@ struct level_op {
 struct launch_request {
   std::int32_t group = 0;  //!< the member's group (per_group launches never mix groups)
   buffer_ref k{}, v{}, dk{}, dv{};
-  std::vector<attention_block> blocks;  //!< query rows in the rank's rows, key rows in k / v
+  //! the query side (program_launch): the rank's tensors unless a collective moves queries
+  buffer_ref q = buffer_ref::tensor(tensor_kind::q), o = buffer_ref::tensor(tensor_kind::o), lse = buffer_ref::tensor(tensor_kind::lse),
+             d_o = buffer_ref::tensor(tensor_kind::d_o), dq = buffer_ref::tensor(tensor_kind::dq);
+  head_lane lane{};
+  std::vector<attention_block> blocks;  //!< query rows in q, key rows in k / v
   std::int32_t waits = -1;
 };
 
@@ -78,6 +82,7 @@ struct level_work {
   }
   //! Adds a payload of `rows` rows from `src` to `dst` to round k (nothing for zero rows).
   void send(std::int32_t k, rank_index src, rank_index dst, const payload_binding& b, std::int64_t row_bytes) {
+    // row_bytes: of b.rows_of with b.heads heads
     if (b.rows <= 0) return;
     auto& list = payloads[static_cast<std::size_t>(k)];
     list.push_back({src, dst, b.rows * row_bytes, static_cast<std::int32_t>(list.size()), 0, route_step::direct});

@@ -25,8 +25,14 @@
 ZEPPELIN_NAMESPACE_BEGIN
 namespace detail {
 
-//! Declares an arena of `rows` rows of `kind` on a rank and returns its index.
-using arena_allocator = std::function<std::int32_t(rank_index, row_kind, token_count)>;
+//! Declares an arena on a rank and returns its index: allocate(rank, kind, rows) for rows
+//! of every head of `kind`, allocate(rank, kind, rows, heads) for rows of a share of them.
+struct arena_allocator {
+  std::function<std::int32_t(rank_index, const arena&)> declare;
+  std::int32_t operator()(rank_index r, row_kind kind, token_count rows, std::int32_t heads = 0) const {
+    return declare(r, arena{kind, rows, heads});
+  }
+};
 
 //! One position of one group.
 struct member {

@@ -26,6 +26,7 @@
 #include <zeppelin/program/program.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -107,13 +108,15 @@ class segment_writer {
     for (level_op& op : work.pre) compute(w, r, std::move(op.body), op.waits);
     // join the requests that share their buffers (and, per_group, their group)
     const auto id = [](const buffer_ref& b) { return std::pair{static_cast<int>(b.where), b.index}; };
-    using key = std::tuple<std::int32_t, std::pair<int, std::int32_t>, std::pair<int, std::int32_t>, std::pair<int, std::int32_t>,
-                           std::pair<int, std::int32_t>>;
+    using buffer_id = std::pair<int, std::int32_t>;
+    using key = std::tuple<std::int32_t, std::array<buffer_id, 9>>;
     std::map<key, std::size_t> index;
     std::vector<launch_request> joined;
     for (launch_request& req : work.launches) {
       const std::int32_t group = launch_ == launch_policy::per_group ? req.group : 0;
-      const auto [it, fresh] = index.try_emplace(key{group, id(req.k), id(req.v), id(req.dk), id(req.dv)}, joined.size());
+      const std::array<buffer_id, 9> buffers{id(req.k), id(req.v), id(req.dk), id(req.dv), id(req.q),
+                                             id(req.o), id(req.lse), id(req.d_o), id(req.dq)};
+      const auto [it, fresh] = index.try_emplace(key{group, buffers}, joined.size());
       if (fresh) {
         joined.push_back(std::move(req));
       } else {
@@ -131,6 +134,8 @@ class segment_writer {
         l.round = s - 1;
         l.pass = pass_;
         l.k = req.k, l.v = req.v, l.dk = req.dk, l.dv = req.dv;
+        l.q = req.q, l.o = req.o, l.lse = req.lse, l.d_o = req.d_o, l.dq = req.dq;
+        l.lane = req.lane;
         l.blocks = std::move(wave);
         compute(w, r, run_attention{launch}, req.waits);
       }

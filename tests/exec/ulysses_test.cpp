@@ -1,0 +1,189 @@
+// tests/exec/ulysses_test.cpp
+// The all-to-all (DeepSpeed-Ulysses) collective of the execution program
+// (program/detail/all_to_all_collective.hpp) on the host engine and the simulator:
+//   - Ulysses plans (partition/ulysses.hpp) of every group size that divides the heads, MHA,
+//     GQA and MQA (K/V heads replicated when a group has more ranks than K/V heads), every
+//     launch and engine policy, with and without the remap: O, LSE, dQ, dK, dV equal the dense
+//     reference, and the engine executed exactly what the program lists;
+//   - ring, all-gather and all-to-all groups in one program give the dense reference;
+//   - the bytes each rank sends are the all-to-all's (Q, K, V, O, LSE out and home);
+//   - the simulator prices exactly the program's transfers and launches;
+//   - a group the heads do not split into lanes is refused with the numbers.
+#include <catch2/catch.hpp>
+
+#include "exec_test_support.hpp"
+#include "plan_support.hpp"
+
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/sim/simulate.hpp>
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+using namespace zeppelin;
+using namespace zeppelin_test;
+
+namespace {
+
+// the heads and K/V heads of a test, with lanes for groups of 1, 2, 4 and 8 ranks
+struct head_shape {
+  std::int32_t heads, kv_heads;
+};
+constexpr head_shape shapes[] = {{8, 8}, {8, 2}, {8, 1}, {8, 4}};
+
+// the ranks of a plan's all-to-all groups, the largest
+std::int32_t largest_group(const plan& p) {
+  std::size_t most = 0;
+  for (const ring_group& g : p.groups) most = std::max(most, g.ranks.size());
+  return static_cast<std::int32_t>(most);
+}
+
+}  // namespace
+
+TEST_CASE("ulysses: the all-to-all collective equals the dense reference (fp64, MHA, GQA, MQA)", "[exec][ulysses]") {
+  const std::vector<std::pair<int, int>> topologies{{1, 2}, {1, 4}, {2, 2}, {2, 4}, {1, 8}, {4, 2}};
+  random_generator rng(4242);
+  int cases = 0, replicated = 0;
+  for (const auto& [nodes, gpus] : topologies) {
+    const topology t = test_topology(nodes, gpus);
+    for (int trial = 0; trial < 8; ++trial) {
+      const batch b = random_lengths(rng, t.num_ranks());
+      const head_shape hs = shapes[rng.below(std::size(shapes))];
+      const attention_dims dims{.heads = hs.heads, .kv_heads = hs.kv_heads, .head_dim = 2};
+      // groups of 1, 2, 4 or all ranks
+      std::vector<std::int32_t> sizes{0};
+      for (const std::int32_t g : {1, 2, 4})
+        if (t.num_ranks() % g == 0 && g < t.num_ranks()) sizes.push_back(g);
+      const std::int32_t cp = sizes[rng.below(sizes.size())];
+      const token_count fair = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+      plan p;
+      for (token_count capacity = fair;; capacity += capacity / 4 + 1) {
+        try {
+          p = ulysses{.capacity = capacity, .cp_size = cp}.partition(b, t);
+          break;
+        } catch (const infeasible&) {
+        }
+      }
+      program_options o;
+      o.launch = rng.below(2) ? launch_policy::fused_round : launch_policy::per_group;
+      o.engine = rng.below(2) ? engine_policy::prioritized : engine_policy::in_order;
+      if (rng.below(2)) o.remap = remap_objective::max_send;
+      const auto data = make_problem<double>(b, dims, rng());
+      INFO("topology " << nodes << "x" << gpus << " cp " << cp << " heads " << dims.heads << "/" << dims.kv_heads << " lengths "
+                       << b.lengths().size());
+      execution_record record;
+      const run_errors e = run_distributed<double>(p, b, t, data, o, &record);
+      CHECK(e.out < 1e-10);
+      CHECK(e.lse < 1e-10);
+      CHECK(e.grad < 1e-10);
+      CHECK(e.remap < 1e-10);
+      CHECK(e.remap_round_trip_exact);
+      program_options w = o;
+      w.wire = wire_format::for_shape(dims.heads, dims.kv_heads, dims.head_dim, 8);
+      const execution_program prog = make_program(p, b, t, w);
+      CHECK(record == run_distributed_record(prog));
+      bool lanes = false;
+      for (const program_launch& l : prog.launches) lanes = lanes || !l.lane.whole();
+      CHECK(lanes == (largest_group(p) > 1));
+      if (largest_group(p) > hs.kv_heads) ++replicated;
+      ++cases;
+    }
+  }
+  CHECK(cases == 48);
+  CHECK(replicated > 5);  // groups with more ranks than K/V heads were met
+}
+
+TEST_CASE("ulysses: ring, all-gather and all-to-all groups in one program (fp64)", "[exec][ulysses]") {
+  random_generator rng(4343);
+  int with_all_to_all = 0;
+  for (const auto& [nodes, gpus] : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {2, 4}, {3, 2}}) {
+    const topology t = test_topology(nodes, gpus);
+    for (int trial = 0; trial < 6; ++trial) {
+      const batch b = random_lengths(rng, t.num_ranks());
+      const attention_dims dims{.heads = 8, .kv_heads = 2, .head_dim = 2};
+      plan p = make_plan(0, b, t, (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks());  // hierarchical: groups of any size
+      // every group whose size divides the heads runs all-to-all, the others alternate
+      int i = 0;
+      for (ring_group& g : p.groups) {
+        const auto G = static_cast<std::int32_t>(g.ranks.size());
+        if (G > 1 && dims.heads % G == 0) g.collective = collective_kind::all_to_all, ++with_all_to_all;
+        else g.collective = i++ % 2 ? collective_kind::all_gather : collective_kind::ring;
+      }
+      const auto data = make_problem<double>(b, dims, rng());
+      INFO("topology " << nodes << "x" << gpus << " groups " << p.groups.size());
+      const run_errors e = run_distributed<double>(p, b, t, data, program_options{});
+      CHECK(e.out < 1e-10);
+      CHECK(e.lse < 1e-10);
+      CHECK(e.grad < 1e-10);
+    }
+  }
+  CHECK(with_all_to_all > 5);
+}
+
+TEST_CASE("ulysses: every rank sends Q, K, V to the lanes and gets O, LSE home", "[exec][ulysses]") {
+  // one group of G ranks, H heads, KV heads, fp32 (4-byte elements and accumulators)
+  for (const auto& [G, H, KV] : std::vector<std::tuple<int, int, int>>{{4, 8, 8}, {4, 8, 2}, {8, 8, 2}, {2, 4, 1}}) {
+    const topology t = test_topology(1, G);
+    const batch b({1000, 301, 7});
+    const plan p = ulysses{.capacity = 2000}.partition(b, t);
+    program_options o;
+    o.wire = wire_format::for_shape(H, KV, 16, 4);
+    const execution_program prog = make_program(p, b, t, o);
+    const std::int64_t n = H / G, ratio = H / KV, kvn = n % ratio == 0 ? n / ratio : 1;
+    // bytes of one token of one lane: forward out Q + K + V, home O + LSE; backward out Q, K,
+    // V, O, dO, LSE, home dQ (element bytes) and dK, dV (accumulator bytes; 4 here)
+    const std::int64_t q = n * 16 * 4, kv = kvn * 16 * 4, lse = n * 4;
+    std::map<std::pair<int, rank_index>, std::int64_t> sent;  // (pass, rank) -> bytes
+    for (const program_phase& ph : prog.phases)
+      for (const transfer& x : ph.payloads) sent[{static_cast<int>(ph.pass), x.src}] += x.bytes;
+    for (rank_index r = 0; r < G; ++r) {
+      const token_count mine = prog.rows[static_cast<std::size_t>(r)], others = b.total_tokens() - mine;
+      INFO("G " << G << " heads " << H << "/" << KV << " rank " << r);
+      CHECK(sent[{0, r}] == (G - 1) * mine * (q + 2 * kv) + others * (q + lse));
+      CHECK(sent[{1, r}] == (G - 1) * mine * (3 * q + 2 * kv + lse) + others * (q + 2 * kv));
+    }
+  }
+}
+
+TEST_CASE("ulysses: the simulator prices exactly the program's transfers and launches", "[exec][ulysses][sim]") {
+  random_generator rng(4444);
+  for (int trial = 0; trial < 12; ++trial) {
+    const topology t = test_topology(1 + static_cast<int>(rng.below(2)), 4);
+    const batch b = random_lengths(rng, t.num_ranks());
+    const plan p = make_plan(5, b, t, b.total_tokens());
+    REQUIRE(p.method == "ulysses");
+    const model_config m{"shape", 2, 16, 8, 2, 2, 16, 100, true, 0, 0, 2};
+    sim_options o;
+    o.record_execution = true;
+    const sim_result r = simulate(p, b, t, m, o);
+    program_options w = to_program_options(o, wire_format::for_model(m));
+    CHECK(r.record == program_record(make_program(p, b, t, w)));
+    CHECK(r.step_time_s > 0);
+    std::int64_t pairs = 0;
+    for (const token_count len : b.lengths()) pairs += causal_pairs(len);
+    CHECK(r.attention_pairs == pairs);  // G lanes of H / G heads: every pair once per head
+  }
+}
+
+TEST_CASE("ulysses: heads that do not split into lanes are refused with the numbers", "[exec][ulysses]") {
+  const batch b({40, 9});
+  const auto refused = [&](int gpus, std::int32_t heads, std::int32_t kv_heads, const char* why) {
+    const topology t = test_topology(1, gpus);
+    const plan p = ulysses{.capacity = 100}.partition(b, t);
+    program_options o;
+    o.wire = wire_format::for_shape(heads, kv_heads, 4, 4);
+    INFO(gpus << " ranks, heads " << heads << "/" << kv_heads);
+    CHECK_THROWS_WITH(make_program(p, b, t, o), Catch::Contains(why) && Catch::Contains("group_ranks"));
+  };
+  refused(3, 8, 8, "group size must divide the number of query heads");
+  refused(8, 4, 4, "group size must divide the number of query heads");   // more ranks than heads: USP's case
+  refused(3, 12, 4, "must read whole K/V heads or share one");            // 4 heads per lane, 3 per K/V head
+  // and what the lanes allow is built
+  const topology t = test_topology(1, 4);
+  program_options o;
+  o.wire = wire_format::for_shape(8, 1, 4, 4);
+  CHECK_NOTHROW(make_program(ulysses{.capacity = 100}.partition(b, t), b, t, o));
+}
