@@ -1,14 +1,16 @@
 // tests/exec/ulysses_test.cpp
-// The all-to-all (DeepSpeed-Ulysses) collective of the execution program
-// (program/detail/all_to_all_collective.hpp) on the host engine and the simulator:
-//   - Ulysses plans (partition/ulysses.hpp) of every group size that divides the heads, MHA,
-//     GQA and MQA (K/V heads replicated when a group has more ranks than K/V heads), every
-//     launch and engine policy, with and without the remap: O, LSE, dQ, dK, dV equal the dense
-//     reference, and the engine executed exactly what the program lists;
+// The all-to-all collective of the execution program (program/detail/all_to_all_collective.hpp:
+// DeepSpeed-Ulysses, and Ulysses x ring where the heads do not split over a whole group) on
+// the host engine and the simulator:
+//   - Ulysses plans (partition/ulysses.hpp) of groups of 2 to 8 ranks, MHA, GQA and MQA (K/V
+//     heads replicated when a lane has fewer query heads than a K/V head serves), groups
+//     larger than the heads or not dividing them (Ulysses x ring), every launch and engine
+//     policy, with and without the remap: O, LSE, dQ, dK, dV equal the dense reference, and
+//     the engine executed exactly what the program lists;
 //   - ring, all-gather and all-to-all groups in one program give the dense reference;
 //   - the bytes each rank sends are the all-to-all's (Q, K, V, O, LSE out and home);
 //   - the simulator prices exactly the program's transfers and launches;
-//   - a group the heads do not split into lanes is refused with the numbers.
+//   - the degrees: the largest Ulysses degree whose lanes exist, the rest a ring.
 #include <catch2/catch.hpp>
 
 #include "exec_test_support.hpp"
@@ -28,11 +30,13 @@ using namespace zeppelin_test;
 
 namespace {
 
-// the heads and K/V heads of a test, with lanes for groups of 1, 2, 4 and 8 ranks
+// heads and K/V heads: lanes for every group of 1, 2, 4 and 8 ranks (8 heads), replicated K/V
+// heads (8/2, 8/1, 4/1), and Ulysses x ring for groups of 8 over 4 or 2 heads, of 3, 6 or 8
+// over 6 heads
 struct head_shape {
   std::int32_t heads, kv_heads;
 };
-constexpr head_shape shapes[] = {{8, 8}, {8, 2}, {8, 1}, {8, 4}};
+constexpr head_shape shapes[] = {{8, 8}, {8, 2}, {8, 1}, {8, 4}, {4, 1}, {2, 2}, {6, 3}, {6, 2}};
 
 // the ranks of a plan's all-to-all groups, the largest
 std::int32_t largest_group(const plan& p) {
@@ -44,18 +48,18 @@ std::int32_t largest_group(const plan& p) {
 }  // namespace
 
 TEST_CASE("ulysses: the all-to-all collective equals the dense reference (fp64, MHA, GQA, MQA)", "[exec][ulysses]") {
-  const std::vector<std::pair<int, int>> topologies{{1, 2}, {1, 4}, {2, 2}, {2, 4}, {1, 8}, {4, 2}};
+  const std::vector<std::pair<int, int>> topologies{{1, 2}, {1, 4}, {2, 2}, {2, 4}, {1, 8}, {4, 2}, {1, 3}, {2, 3}};
   random_generator rng(4242);
-  int cases = 0, replicated = 0;
+  int cases = 0, replicated = 0, hybrid = 0;
   for (const auto& [nodes, gpus] : topologies) {
     const topology t = test_topology(nodes, gpus);
     for (int trial = 0; trial < 8; ++trial) {
       const batch b = random_lengths(rng, t.num_ranks());
       const head_shape hs = shapes[rng.below(std::size(shapes))];
       const attention_dims dims{.heads = hs.heads, .kv_heads = hs.kv_heads, .head_dim = 2};
-      // groups of 1, 2, 4 or all ranks
+      // groups of 1, 2, 3, 4 or all ranks
       std::vector<std::int32_t> sizes{0};
-      for (const std::int32_t g : {1, 2, 4})
+      for (const std::int32_t g : {1, 2, 3, 4})
         if (t.num_ranks() % g == 0 && g < t.num_ranks()) sizes.push_back(g);
       const std::int32_t cp = sizes[rng.below(sizes.size())];
       const token_count fair = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
@@ -88,12 +92,15 @@ TEST_CASE("ulysses: the all-to-all collective equals the dense reference (fp64, 
       bool lanes = false;
       for (const program_launch& l : prog.launches) lanes = lanes || !l.lane.whole();
       CHECK(lanes == (largest_group(p) > 1));
-      if (largest_group(p) > hs.kv_heads) ++replicated;
+      const std::int32_t G = largest_group(p), u = detail::ulysses_degree(w.wire, G);
+      if (u > hs.kv_heads) ++replicated;
+      if (u < G) ++hybrid;
       ++cases;
     }
   }
-  CHECK(cases == 48);
-  CHECK(replicated > 5);  // groups with more ranks than K/V heads were met
+  CHECK(cases == 64);
+  CHECK(replicated > 5);  // lanes sharing a K/V head were met
+  CHECK(hybrid > 5);      // and Ulysses x ring
 }
 
 TEST_CASE("ulysses: ring, all-gather and all-to-all groups in one program (fp64)", "[exec][ulysses]") {
@@ -168,22 +175,21 @@ TEST_CASE("ulysses: the simulator prices exactly the program's transfers and lau
   }
 }
 
-TEST_CASE("ulysses: heads that do not split into lanes are refused with the numbers", "[exec][ulysses]") {
-  const batch b({40, 9});
-  const auto refused = [&](int gpus, std::int32_t heads, std::int32_t kv_heads, const char* why) {
-    const topology t = test_topology(1, gpus);
-    const plan p = ulysses{.capacity = 100}.partition(b, t);
-    program_options o;
-    o.wire = wire_format::for_shape(heads, kv_heads, 4, 4);
-    INFO(gpus << " ranks, heads " << heads << "/" << kv_heads);
-    CHECK_THROWS_WITH(make_program(p, b, t, o), Catch::Contains(why) && Catch::Contains("group_ranks"));
+TEST_CASE("ulysses: the degrees are the largest Ulysses degree with lanes, and a ring", "[exec][ulysses]") {
+  const auto degree = [](std::int32_t heads, std::int32_t kv_heads, std::int32_t G) {
+    return detail::ulysses_degree(wire_format::for_shape(heads, kv_heads, 4, 2), G);
   };
-  refused(3, 8, 8, "group size must divide the number of query heads");
-  refused(8, 4, 4, "group size must divide the number of query heads");   // more ranks than heads: USP's case
-  refused(3, 12, 4, "must read whole K/V heads or share one");            // 4 heads per lane, 3 per K/V head
-  // and what the lanes allow is built
-  const topology t = test_topology(1, 4);
-  program_options o;
-  o.wire = wire_format::for_shape(8, 1, 4, 4);
-  CHECK_NOTHROW(make_program(ulysses{.capacity = 100}.partition(b, t), b, t, o));
+  CHECK(degree(32, 8, 8) == 8);    // 4 query heads per lane, one K/V head
+  CHECK(degree(32, 8, 32) == 32);  // one query head per lane, K/V heads replicated 4 times
+  CHECK(degree(32, 8, 64) == 32);  // 64 ranks: Ulysses 32 x ring 2
+  CHECK(degree(8, 8, 3) == 1);     // 3 does not divide 8: a ring of 3 over whole heads
+  CHECK(degree(8, 8, 6) == 2);     // Ulysses 2 x ring 3
+  CHECK(degree(12, 4, 3) == 1);    // 4 heads per lane would straddle K/V heads of 3
+  CHECK(degree(12, 4, 6) == 2);    // 6 or 3 lanes would straddle K/V heads: Ulysses 2 x ring 3
+  const wire_format w = wire_format::for_shape(8, 2, 4, 2);
+  CHECK(detail::all_to_all_rounds(w, 8, pass_kind::forward) == 2);   // Ulysses 8: in and out
+  CHECK(detail::all_to_all_rounds(w, 8, pass_kind::backward) == 2);
+  CHECK(detail::all_to_all_rounds(w, 16, pass_kind::forward) == 3);  // Ulysses 8 x ring 2
+  CHECK(detail::all_to_all_rounds(w, 16, pass_kind::backward) == 4);
+  CHECK_THROWS_WITH(detail::lane_of(w, 3, 0), Catch::Contains("do not split") && Catch::Contains("lanes"));
 }

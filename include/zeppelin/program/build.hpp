@@ -8,8 +8,8 @@
 // remapped: its linear layout is its attention layout). Every ring group (zone intra or inter) with shards in
 // the micro-batch joins its zone's level with its own collective (core/plan.hpp):
 // program/detail/ring_collective.hpp, program/detail/all_gather_collective.hpp or
-// program/detail/all_to_all_collective.hpp (Ulysses; its groups must split the wire
-// format's heads into lanes, else invalid_argument); the
+// program/detail/all_to_all_collective.hpp (Ulysses, and Ulysses x ring where the heads
+// do not split over the whole group); the
 // local level is program/detail/local_level.hpp; the remaps program/detail/remap_level.hpp
 // (forward: Q, K, V in and O out; backward: dO in and dQ, dK, dV out).
 // Order of a micro-batch's attention segment (options.engine):
@@ -72,27 +72,27 @@ struct micro_batch_work {
   std::int32_t remap_in = -1, inter_level = -1, intra_level = -1, local_level = -1, remap_out = -1;  //!< level indices
 };
 
-//! Rounds of the collective of `s` in `pass`.
-inline std::int32_t collective_rounds(const ring_schedule& s, pass_kind pass) {
+//! Rounds of the collective of `s` in `pass` (the all-to-all's depend on the heads).
+inline std::int32_t collective_rounds(const ring_schedule& s, pass_kind pass, const wire_format& wire) {
   switch (s.collective) {
     case collective_kind::ring: break;
     case collective_kind::all_gather: return all_gather_rounds(s.size(), pass);
-    case collective_kind::all_to_all: return all_to_all_rounds;
+    case collective_kind::all_to_all: return all_to_all_rounds(wire, s.size(), pass);
   }
   return ring_rounds(s.size(), pass);
 }
 
 //! Rounds of a ring level of `groups` in `pass`.
-inline std::int32_t level_rounds(const std::vector<ring_schedule>& groups, pass_kind pass) {
+inline std::int32_t level_rounds(const std::vector<ring_schedule>& groups, pass_kind pass, const wire_format& wire) {
   std::int32_t rounds = 0;
-  for (const ring_schedule& s : groups) rounds = std::max(rounds, collective_rounds(s, pass));
+  for (const ring_schedule& s : groups) rounds = std::max(rounds, collective_rounds(s, pass, wire));
   return rounds;
 }
 
 //! The level_work of a ring level (its ring, all-gather and all-to-all groups).
 inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int32_t level, std::int32_t stream, pass_kind pass,
                              const execution_program& prog, const arena_allocator& allocate, const wire_format& wire) {
-  level_work w(level, stream, level_rounds(groups, pass), prog.num_ranks());
+  level_work w(level, stream, level_rounds(groups, pass, wire), prog.num_ranks());
   std::vector<const ring_schedule*> of[3];  // by collective_kind
   for (const ring_schedule& s : groups) of[static_cast<int>(s.collective)].push_back(&s);
   build_ring(w, of[static_cast<int>(collective_kind::ring)], pass, prog, allocate, wire);

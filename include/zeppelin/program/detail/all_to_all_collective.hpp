@@ -1,36 +1,46 @@
 // zeppelin/program/detail/all_to_all_collective.hpp
-// The all-to-all collective (DeepSpeed-Ulysses) of the all-to-all groups of one level, for
-// one pass, written into a level_work.
+// The all-to-all collective of the all-to-all groups of one level, for one pass, written into
+// a level_work: DeepSpeed-Ulysses, and hybrid Ulysses x ring (USP) for a group whose size the
+// heads do not allow.
 //   in : the level's groups whose collective is all_to_all, the program's shard rows, an
 //        arena allocator, the wire format
 //   out: per round the payloads and per member its operations.
-// Head lanes: a group of G members splits the H query heads into G lanes of n = H / G heads;
-// member j computes lane j (heads [j n, (j + 1) n)) for every token of the group. Its K/V
-// heads are the ones those query heads read (query head h reads K/V head h / (H / KV)):
+// Degrees: a group of G members runs Ulysses of degree u = ulysses_degree(wire, G), the
+// largest divisor of G whose head lanes exist (below), and a ring of degree r = G / u over
+// its subgroups of u consecutive members (members i u .. i u + u - 1 form subgroup i; inside
+// a node when the group's ranks are). r = 1 is plain Ulysses; u = 1 (heads that split into no
+// lane) a ring of whole heads.
+// Head lanes: subgroup member j computes lane j, query heads [j n, (j + 1) n) with n = H / u,
+// for every token of its subgroup. Its K/V heads are the ones those query heads read (query
+// head h reads K/V head h / (H / KV)):
 //   n a multiple of H / KV   kvn = n / (H / KV) K/V heads, [j kvn, (j + 1) kvn)
-//   H / KV a multiple of n   one K/V head, j n / (H / KV), which several lanes share: the
-//                            K/V heads are replicated (LoongTrain's answer to GQA with more
-//                            ranks than K/V heads), and their dK/dV partials summed at home
-// so the kernel's own GQA rule holds inside the lane. Other head counts are refused
-// (lane_of throws invalid_argument naming heads, kv_heads and the group size); so is a group
-// larger than the head count (hybrid Ulysses x ring is not built yet).
-// Buffers, per member p of a group: lane arenas of T rows (T = the group's tokens; member
-// o's tokens at rows place(o) = tokens of members before o, in its group-buffer order):
-// forward Q, K, V, O, LSE; backward also dO, dQ, dK, dV. Send arenas (one region of the
-// member's b_p tokens per lane) for what it packs, receive arenas (one region per lane) for
-// what comes home.
-// Forward, member p:
-//   slot 0    pack: per lane j, heads of j from the rank's Q, K, V rows of its group shards
-//             into the send region j (its own lane: straight into its lane arenas)
-//   round 0   all-to-all: send region j -> member j's lane arenas at place(p)
-//   round 0   clear lane O and LSE; one launch: every (query member, key member) pair's
-//             blocks, over the lane arenas, lane heads
-//   round 1   all-to-all back: lane O, LSE rows of member o -> member o's receive region p
-//   after     unpack: receive region j -> heads of lane j of the rank's O and LSE
-// Backward: the same with Q, K, V, O, dO, LSE packed in, dQ, dK, dV computed in the lane
-// (cleared first) and sent home, where they are added into the rank's dQ, dK, dV.
-// Rounds: 2 per pass. Bytes per member and pass: forward (b_p (G - 1) / G) x (Q + 2 KV + O +
-// LSE rows), independent of G per token: the collective's whole point.
+//   H / KV a multiple of n   one K/V head, j n / (H / KV), shared by several lanes: the K/V
+//                            heads are replicated (LoongTrain's answer to GQA with more ranks
+//                            than K/V heads) and their dK/dV partials summed at home
+// so the kernel's own GQA rule holds inside the lane.
+// Rows: the group's tokens in position order, member o's at rows place(o) (its group-buffer
+// order); subgroup i's at [place(i u), place(i u + u)). Per member: lane Q, O, LSE (backward
+// dO, dQ) arenas of its subgroup's rows; lane K, V (backward dK, dV partials) arenas of every
+// row of the group, one region per subgroup; send arenas (a region of its own rows per lane)
+// for what it packs; receive arenas (a region per lane) for what comes home.
+// Forward, member (i, j), rounds 0 .. r:
+//   slot 0      pack: per lane, the lane's heads of its Q, K, V rows into the send region (its
+//               own lane: straight into its lane arenas)
+//   round 0     all-to-all inside the subgroup; then clear lane O and LSE and compute the
+//               subgroup's queries against its own keys (one launch, lane heads)
+//   round k     (1 <= k < r) send the K/V of subgroup (i - k + 1) mod r to member (i + 1, j);
+//               compute against the K/V of subgroup (i - k) mod r just received (LSE merge)
+//   round r     all-to-all back: O and LSE rows of member o of the subgroup -> o's receive
+//               region j; after it, unpack into the heads of lane j of the rank's O and LSE
+// Backward, rounds 0 .. 2r - 1: rounds 0 .. r - 1 as the forward, with Q, K, V, O, dO, LSE
+// packed, dQ, dK, dV cleared first and the launches adding into dQ and into the dK/dV
+// partial of the subgroup whose keys they read; rounds r .. 2r - 2 reduce-scatter the
+// partials over the ring (step t sends the partial of subgroup (i - t - 1) mod r to
+// (i + 1, j), which adds it into its own: the all-gather collective's order, deterministic);
+// round 2r - 1 sends dQ and the complete dK/dV of subgroup i home, where they are added into
+// the rank's dQ, dK, dV.
+// Bytes per member: the all-to-all moves (u - 1) / u of its rows, whatever u; the ring moves
+// the lane's K/V (and dK/dV partials) of the other r - 1 subgroups.
 // Host code, nvcc-safe.
 #pragma once
 
@@ -43,39 +53,48 @@
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
 namespace detail {
 
-//! Rounds of the all-to-all collective in either pass.
-inline constexpr std::int32_t all_to_all_rounds = 2;
-
-//! The heads of lane j of a group of `members` (see the file comment).
+//! The heads of one lane (see the file comment).
 struct lane_heads {
   std::int32_t first = 0, heads = 0;        //!< query heads [first, first + heads)
   std::int32_t kv_first = 0, kv_heads = 0;  //!< K/V heads [kv_first, kv_first + kv_heads)
 };
 
-//! Lane j of a group of `members` under `wire`. Throws invalid_argument when the heads do not
-//! split into such lanes.
-[[nodiscard]] inline lane_heads lane_of(const wire_format& wire, std::int32_t members, std::int32_t j) {
-  const std::int32_t H = wire.heads, ratio = wire.heads / wire.kv_heads;
-  ZEPPELIN_EXPECTS(members >= 1 && members <= H && H % members == 0,
-                   "all-to-all (Ulysses) collective: the group size must divide the number of query heads (a group larger "
-                   "than the head count needs hybrid Ulysses x ring, which is not built yet); plan groups of a divisor of "
-                   "the heads or use the ring or all-gather collective",
-                   {{"heads", double(H)}, {"group_ranks", double(members)}});
-  const std::int32_t n = H / members;
-  ZEPPELIN_EXPECTS(n % ratio == 0 || ratio % n == 0,
-                   "all-to-all (Ulysses) collective: a lane's query heads must read whole K/V heads or share one (heads per "
-                   "lane a multiple or a divisor of heads / kv_heads)",
-                   {{"heads", double(H)}, {"kv_heads", double(wire.kv_heads)}, {"group_ranks", double(members)}});
+//! Whether `wire`'s heads split into u lanes (u divides the heads, and a lane's query heads
+//! read whole K/V heads or share one).
+[[nodiscard]] constexpr bool has_lanes(const wire_format& wire, std::int32_t u) noexcept {
+  if (u < 1 || wire.heads % u != 0) return false;
+  const std::int32_t n = wire.heads / u, ratio = wire.heads / wire.kv_heads;
+  return n % ratio == 0 || ratio % n == 0;
+}
+
+//! The Ulysses degree of a group of G members: the largest divisor of G with lanes (1 at least).
+[[nodiscard]] constexpr std::int32_t ulysses_degree(const wire_format& wire, std::int32_t G) noexcept {
+  for (std::int32_t u = G; u > 1; --u)
+    if (G % u == 0 && has_lanes(wire, u)) return u;
+  return 1;
+}
+
+//! Lane j of u lanes. Throws invalid_argument unless has_lanes(wire, u) and 0 <= j < u.
+[[nodiscard]] inline lane_heads lane_of(const wire_format& wire, std::int32_t u, std::int32_t j) {
+  ZEPPELIN_EXPECTS(has_lanes(wire, u) && j >= 0 && j < u, "all-to-all collective: the heads do not split into these lanes",
+                   {{"heads", double(wire.heads)}, {"kv_heads", double(wire.kv_heads)}, {"lanes", double(u)}, {"lane", double(j)}});
+  const std::int32_t n = wire.heads / u, ratio = wire.heads / wire.kv_heads;
   if (n % ratio == 0) return {j * n, n, j * (n / ratio), n / ratio};
   return {j * n, n, (j * n) / ratio, 1};
+}
+
+//! Rounds of the all-to-all collective of a group of G members in `pass`.
+[[nodiscard]] constexpr std::int32_t all_to_all_rounds(const wire_format& wire, std::int32_t G, pass_kind pass) noexcept {
+  const std::int32_t r = G / ulysses_degree(wire, G);
+  return pass == pass_kind::forward ? r + 1 : 2 * r;
 }
 
 inline void build_all_to_all(level_work& w, const std::vector<const ring_schedule*>& groups, pass_kind pass,
@@ -86,12 +105,12 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
   const auto arena = [](std::int32_t a) { return buffer_ref::arena(a); };
   const auto tensor = [](tensor_kind t) { return buffer_ref::tensor(t); };
 
-  // what moves: a rank tensor, its row kind, and whether it goes out to the lanes (in) or
-  // comes home (out)
+  // what moves: a rank tensor, its row kind, whether it holds K/V heads (else query heads)
+  // and whether its lane arena holds the whole group's rows (K/V) or the subgroup's (queries)
   struct stream_of_rows {
     tensor_kind home;
     row_kind kind;
-    bool kv;  // K/V heads (else query heads)
+    bool kv;
   };
   const std::vector<stream_of_rows> in =
       backward ? std::vector<stream_of_rows>{{tensor_kind::q, row_kind::q, false},   {tensor_kind::k, row_kind::kv, true},
@@ -107,112 +126,143 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
 
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
     const ring_schedule& s = *groups[gi];
-    const std::int32_t G = s.size();
+    const std::int32_t G = s.size(), u = ulysses_degree(wire, G), r = G / u;
     std::vector<lane_heads> lanes;
-    for (std::int32_t j = 0; j < G; ++j) lanes.push_back(lane_of(wire, G, j));
+    for (std::int32_t j = 0; j < u; ++j) lanes.push_back(lane_of(wire, u, j));
     const std::int32_t n = lanes.front().heads, kvn = lanes.front().kv_heads;
     const auto width = [&](const stream_of_rows& x) { return x.kv ? kvn : n; };
     const auto first_head = [&](const stream_of_rows& x, std::int32_t j) {
       return x.kv ? lanes[static_cast<std::size_t>(j)].kv_first : lanes[static_cast<std::size_t>(j)].first;
     };
-    std::vector<token_count> place(static_cast<std::size_t>(G) + 1, 0);
-    for (std::int32_t o = 0; o < G; ++o)
-      place[static_cast<std::size_t>(o) + 1] = place[static_cast<std::size_t>(o)] + s.buffer_tokens[static_cast<std::size_t>(o)];
-    const token_count T = place.back();
-    const auto tokens_of = [&](std::int32_t o) { return s.buffer_tokens[static_cast<std::size_t>(o)]; };
+    const auto at = [](std::int32_t x) { return static_cast<std::size_t>(x); };
+    std::vector<token_count> place(at(G) + 1, 0);
+    for (std::int32_t o = 0; o < G; ++o) place[at(o) + 1] = place[at(o)] + s.buffer_tokens[at(o)];
+    const auto tokens_of = [&](std::int32_t o) { return s.buffer_tokens[at(o)]; };
+    const auto sub = [&](std::int32_t i) { return ((i % r) + r) % r; };                       // subgroup index mod r
+    const auto sub_rows = [&](std::int32_t i) { return place[at(i * u + u)] - place[at(i * u)]; };
+    // the row of member o's first token in the lane arena of `x` (K/V: every row of the group)
+    const auto lane_row = [&](const stream_of_rows& x, std::int32_t o) { return x.kv ? place[at(o)] : place[at(o)] - place[at(o / u * u)]; };
+    token_count largest_sub = 0;
+    for (std::int32_t i = 0; i < r; ++i) largest_sub = std::max(largest_sub, sub_rows(i));
 
-    // arenas: [position][what]
-    std::vector<std::vector<std::int32_t>> lane_in(static_cast<std::size_t>(G)), lane_out(static_cast<std::size_t>(G)),
-        send(static_cast<std::size_t>(G)), receive(static_cast<std::size_t>(G));
+    // arenas: [position][stream]
+    std::vector<std::vector<std::int32_t>> lane_in(at(G)), lane_out(at(G)), send(at(G)), receive(at(G)), partial_in(at(G));
     for (std::int32_t p = 0; p < G; ++p) {
-      const rank_index r = s.ranks[static_cast<std::size_t>(p)];
-      const token_count b = tokens_of(p);
+      const rank_index rank = s.ranks[at(p)];
+      const token_count b = tokens_of(p), mine = sub_rows(p / u);
       for (const stream_of_rows& x : in) {
-        lane_in[static_cast<std::size_t>(p)].push_back(allocate(r, x.kind, T, width(x)));
-        send[static_cast<std::size_t>(p)].push_back(allocate(r, x.kind, b * G, width(x)));
+        lane_in[at(p)].push_back(allocate(rank, x.kind, x.kv ? place.back() : mine, width(x)));
+        send[at(p)].push_back(allocate(rank, x.kind, b * u, width(x)));
       }
       for (const stream_of_rows& x : out) {
-        lane_out[static_cast<std::size_t>(p)].push_back(allocate(r, x.kind, T, width(x)));
-        receive[static_cast<std::size_t>(p)].push_back(allocate(r, x.kind, b * G, width(x)));
+        lane_out[at(p)].push_back(allocate(rank, x.kind, x.kv ? place.back() : mine, width(x)));
+        receive[at(p)].push_back(allocate(rank, x.kind, b * u, width(x)));
+        if (x.kv && r > 1) partial_in[at(p)].push_back(allocate(rank, x.kind, largest_sub, width(x)));
       }
     }
 
     for (std::int32_t p = 0; p < G; ++p) {
-      const member& me = lm.of[gi][static_cast<std::size_t>(p)];
-      const rank_index r = me.rank;
+      const member& me = lm.of[gi][at(p)];
+      const rank_index rank = me.rank;
+      const std::int32_t i = p / u, j = p % u, next = sub(i + 1) * u + j;
       const token_count b = tokens_of(p);
-      const auto P = static_cast<std::size_t>(p);
-      // slot 0: pack every lane's heads; round 0: send them
+      const auto P = at(p);
+      // slot 0: pack every lane's heads; round 0: the all-to-all inside the subgroup
       for (std::size_t x = 0; x < in.size(); ++x)
-        for (std::int32_t j = 0; j < G; ++j) {
-          const bool own = j == p;
+        for (std::int32_t l = 0; l < u; ++l) {
+          const bool own = l == j;
+          const std::int32_t to = i * u + l;
           copy_heads pack;
           pack.from = tensor(in[x].home);
           pack.to = arena(own ? lane_in[P][x] : send[P][x]);
-          pack.from_head = first_head(in[x], j);
+          pack.from_head = first_head(in[x], l);
           pack.heads = width(in[x]);
-          pack.runs = gather_runs(me, own ? place[P] : j * b);
-          w.at(r, 0).pre.push_back({std::move(pack), -1});
-          if (!own) {
-            const rank_index to = s.ranks[static_cast<std::size_t>(j)];
-            w.send(0, r, to,
-                   {arena(send[P][x]), j * b, arena(lane_in[static_cast<std::size_t>(j)][x]), place[P], b, in[x].kind, width(in[x])},
+          pack.runs = gather_runs(me, own ? lane_row(in[x], p) : l * b);
+          w.at(rank, 0).pre.push_back({std::move(pack), -1});
+          if (!own)
+            w.send(0, rank, s.ranks[at(to)],
+                   {arena(send[P][x]), l * b, arena(lane_in[at(to)][x]), lane_row(in[x], p), b, in[x].kind, width(in[x])},
                    wire.row_bytes(in[x].kind, width(in[x])));
+        }
+      // rounds 0 .. r - 1: the subgroup's queries against the keys of subgroup i - k
+      for (std::int32_t k = 0; k < r; ++k) {
+        const std::int32_t origin = sub(i - k);
+        if (k > 0)  // the K/V of subgroup i - k + 1 on to the next member of the lane's ring
+          for (std::size_t x = 1; x <= 2; ++x) {
+            const std::int32_t passed = sub(i - k + 1);
+            const token_count row = place[at(passed * u)];
+            w.send(k, rank, s.ranks[at(next)], {arena(lane_in[P][x]), row, arena(lane_in[at(next)][x]), row, sub_rows(passed), in[x].kind, kvn},
+                   wire.row_bytes(in[x].kind, kvn));
+          }
+        round_work& compute = w.at(rank, k + 1);
+        if (k == 0)
+          for (std::size_t x = 0; x < out.size(); ++x)
+            compute.pre.push_back({zero_rows{arena(lane_out[P][x]), 0, out[x].kv ? place.back() : sub_rows(i)}, -1});
+        launch_request req;
+        req.group = s.group;
+        req.lane = {n, kvn};
+        req.q = arena(lane_in[P][0]);
+        req.k = arena(lane_in[P][1]);
+        req.v = arena(lane_in[P][2]);
+        if (backward) {
+          req.o = arena(lane_in[P][3]);
+          req.d_o = arena(lane_in[P][4]);
+          req.lse = arena(lane_in[P][5]);
+          req.dq = arena(lane_out[P][0]);
+          req.dk = arena(lane_out[P][1]);
+          req.dv = arena(lane_out[P][2]);
+        } else {
+          req.o = arena(lane_out[P][0]);
+          req.lse = arena(lane_out[P][1]);
+        }
+        req.waits = k;
+        for (std::int32_t qm = i * u; qm < i * u + u; ++qm)
+          for (std::int32_t km = origin * u; km < origin * u + u; ++km)
+            for (attention_block blk : s.blocks(qm, km)) {
+              blk.q_row += place[at(qm)] - place[at(i * u)];
+              blk.kv_row += place[at(km)];
+              req.blocks.push_back(blk);
+            }
+        if (!req.blocks.empty()) compute.launches.push_back(std::move(req));
+      }
+      // backward, rounds r .. 2r - 2: reduce-scatter the dK/dV partials over the lane's ring
+      std::int32_t home_round = r;
+      if (backward) {
+        for (std::int32_t t = 0; t + 1 < r; ++t) {
+          const std::int32_t k = r + t, sent = sub(i - t - 1), received = sub(i - t - 2);
+          for (std::size_t x = 1; x <= 2; ++x) {
+            w.send(k, rank, s.ranks[at(next)],
+                   {arena(lane_out[P][x]), place[at(sent * u)], arena(partial_in[at(next)][x - 1]), 0, sub_rows(sent), out[x].kind, kvn},
+                   wire.row_bytes(out[x].kind, kvn));
+            w.at(rank, k + 1).post.push_back(
+                {add_rows{arena(partial_in[P][x - 1]), arena(lane_out[P][x]), {{0, place[at(received * u)], sub_rows(received)}}}, k});
           }
         }
-      // round 0: clear the lane's outputs and compute every pair of the group over the lane
-      round_work& compute = w.at(r, 1);
-      for (std::size_t x = 0; x < out.size(); ++x) compute.pre.push_back({zero_rows{arena(lane_out[P][x]), 0, T}, -1});
-      launch_request req;
-      req.group = s.group;
-      req.lane = {n, kvn};
-      req.q = arena(lane_in[P][0]);
-      req.k = arena(lane_in[P][1]);
-      req.v = arena(lane_in[P][2]);
-      if (backward) {
-        req.o = arena(lane_in[P][3]);
-        req.d_o = arena(lane_in[P][4]);
-        req.lse = arena(lane_in[P][5]);
-        req.dq = arena(lane_out[P][0]);
-        req.dk = arena(lane_out[P][1]);
-        req.dv = arena(lane_out[P][2]);
-      } else {
-        req.o = arena(lane_out[P][0]);
-        req.lse = arena(lane_out[P][1]);
+        home_round = 2 * r - 1;
       }
-      req.waits = 0;
-      for (std::int32_t qm = 0; qm < G; ++qm)
-        for (std::int32_t km = 0; km < G; ++km)
-          for (attention_block blk : s.blocks(qm, km)) {
-            blk.q_row += place[static_cast<std::size_t>(qm)];
-            blk.kv_row += place[static_cast<std::size_t>(km)];
-            req.blocks.push_back(blk);
-          }
-      if (!req.blocks.empty()) compute.launches.push_back(std::move(req));
-      // round 1: every member's rows of this lane go home
+      // the last round: every subgroup member's rows of this lane go home
       for (std::size_t x = 0; x < out.size(); ++x)
-        for (std::int32_t o = 0; o < G; ++o) {
+        for (std::int32_t o = i * u; o < i * u + u; ++o) {
           if (o == p) continue;
-          const rank_index to = s.ranks[static_cast<std::size_t>(o)];
-          w.send(1, r, to,
-                 {arena(lane_out[P][x]), place[static_cast<std::size_t>(o)], arena(receive[static_cast<std::size_t>(o)][x]),
-                  p * tokens_of(o), tokens_of(o), out[x].kind, width(out[x])},
+          w.send(home_round, rank, s.ranks[at(o)],
+                 {arena(lane_out[P][x]), lane_row(out[x], o), arena(receive[at(o)][x]), j * tokens_of(o), tokens_of(o), out[x].kind,
+                  width(out[x])},
                  wire.row_bytes(out[x].kind, width(out[x])));
         }
-      // after round 1: unpack every lane into the rank's tensors (forward: overwrite O and
-      // LSE, which only this group writes; backward: add, so that shared K/V heads sum)
-      auto& home = w.at(r, 2).post;
+      // after it: unpack every lane into the rank's tensors (forward: overwrite O and LSE,
+      // which only this group writes; backward: add, so that shared K/V heads sum)
+      auto& home = w.at(rank, home_round + 1).post;
       for (std::size_t x = 0; x < out.size(); ++x)
-        for (std::int32_t j = 0; j < G; ++j) {
-          const bool own = j == p;
+        for (std::int32_t l = 0; l < u; ++l) {
+          const bool own = l == j;
           head_runs unpack;
           unpack.from = arena(own ? lane_out[P][x] : receive[P][x]);
           unpack.to = tensor(out[x].home);
-          unpack.to_head = first_head(out[x], j);
+          unpack.to_head = first_head(out[x], l);
           unpack.heads = width(out[x]);
-          unpack.runs = scatter_runs(me, own ? place[P] : j * b);
-          if (backward) home.push_back({add_heads{std::move(unpack)}, 1});
-          else home.push_back({copy_heads{std::move(unpack)}, 1});
+          unpack.runs = scatter_runs(me, own ? lane_row(out[x], p) : l * b);
+          if (backward) home.push_back({add_heads{std::move(unpack)}, home_round});
+          else home.push_back({copy_heads{std::move(unpack)}, home_round});
         }
     }
   }
