@@ -11,7 +11,7 @@ zeppelin_add_cli_test(tool.simulate_json EXIT_CODE 0
   COMMAND ${zeppelin_tool_cmd} simulate --json)
 zeppelin_add_cli_test(tool.options_go_to_main_job EXIT_CODE 0 STDOUT "\"methods\"" COMMAND ${zeppelin_tool_cmd} --nodes 2 --json)
 
-foreach(method IN ITEMS hierarchical even_split allgather hybrid_dp per_document)
+foreach(method IN ITEMS hierarchical even_split allgather hybrid_dp per_document ulysses)
   zeppelin_add_cli_test(tool.plan_json.${method} EXIT_CODE 0
     STDOUT "\"method\": *\"${method}\".*\"ranks\".*\"shards\".*\"groups\""
     COMMAND ${zeppelin_tool_cmd} plan --method ${method} --lengths ${zeppelin_fixtures}/lengths_small.txt

@@ -7,13 +7,17 @@
 // |-----------------------|--------------------------|------------|---------|-------------|-------------|-------|
 // | te_cp                 | even_split (global ring) | ring       | no      | in order    | per group   | no    |
 // | llama_cp              | allgather (one group)    | all-gather | NCCL*   | in order    | per group   | no    |
+// | ulysses               | ulysses (one group)      | all-to-all | no      | in order    | per group   | no    |
 // | hybrid_dp             | hybrid_dp (micro-batches)| ring       | no      | in order    | per group   | no    |
 // | te_cp+routing         | even_split               | ring       | yes     | in order    | per group   | no    |
 // | te_cp+routing+engine  | hierarchical             | ring       | yes     | prioritized | fused round | no    |
 // | zeppelin              | hierarchical             | ring       | yes     | prioritized | fused round | yes   |
 // (*) NCCL runs an all-gather over several rings (channels) whose node crossings use every
 // NIC, which the simulator expresses as routed inter-node transfers; TE CP's P2P ring sends
-// each K/V block through the one NIC of the sending GPU.
+// each K/V block through the one NIC of the sending GPU. ulysses is DeepSpeed-Ulysses over
+// every rank: all-to-all over head lanes, and where the ranks outnumber the heads (or do not
+// divide them) the Ulysses x ring hybrid of USP (program/detail/all_to_all_collective.hpp);
+// each GPU's all-to-all traffic leaves through its own NIC, as NCCL's all-to-all sends it.
 // Launches (sim_options::launch) follow what each method's implementation does. TE CP runs
 // ring attention per CP group (AttnFuncWithCPAndKVP2P: one kernel call per round for its
 // group); with all sequences in ONE global ring that is already one launch per rank and
@@ -62,7 +66,7 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-enum class method_kind : std::uint8_t { te_cp, llama_cp, hybrid_dp, te_cp_routing, te_cp_routing_engine, zeppelin };
+enum class method_kind : std::uint8_t { te_cp, llama_cp, hybrid_dp, te_cp_routing, te_cp_routing_engine, zeppelin, ulysses };
 
 //! A method: its name and how it partitions and executes (the rows of the table above).
 struct method_spec {
@@ -77,11 +81,13 @@ struct method_spec {
 };
 
 //! Every method, baselines first, then the ablations and Zeppelin.
-inline constexpr std::array<method_spec, 6> method_specs{{
+inline constexpr std::array<method_spec, 7> method_specs{{
     {method_kind::te_cp, "te_cp", "TransformerEngine CP: even zigzag split, one global ring", even_split::name, false,
      engine_policy::in_order, false},
     {method_kind::llama_cp, "llama_cp", "LLaMA-3 CP: even split, all-gather K/V before attention", allgather::name, true,
      engine_policy::in_order, false},
+    {method_kind::ulysses, "ulysses", "DeepSpeed-Ulysses: contiguous split, all-to-all over head lanes (USP's ring where ranks outnumber heads)",
+     ulysses::name, false, engine_policy::in_order, false},
     {method_kind::hybrid_dp, "hybrid_dp", "ByteScale-like: DP for short, ring CP for long, FLOP-balanced micro-batches",
      hybrid_dp::name, false, engine_policy::in_order, false},
     {method_kind::te_cp_routing, "te_cp+routing", "TE CP with proxy routing over every NIC", even_split::name, true,

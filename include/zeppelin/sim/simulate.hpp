@@ -187,7 +187,8 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
   res.efficiency = res.lower_bound_s / res.step_time_s;
   double sum = 0, top = 0;
   for (const rank_breakdown& br : res.ranks) sum += br.compute_s(), top = std::max(top, br.compute_s());
-  res.imbalance = sum > 0 ? top / (sum / static_cast<double>(R)) : 1.0;
+  // max >= mean; the max keeps rounding from putting a perfectly balanced step below 1
+  res.imbalance = sum > 0 ? std::max(1.0, top / (sum / static_cast<double>(R))) : 1.0;
   return res;
 }
 
