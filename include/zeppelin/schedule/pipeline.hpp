@@ -7,6 +7,7 @@
 #include <zeppelin/schedule/pipeline/chunk_one_f_one_b.hpp>
 #include <zeppelin/schedule/pipeline/gpipe.hpp>
 #include <zeppelin/schedule/pipeline/interleaved.hpp>
+#include <zeppelin/schedule/pipeline/makespan.hpp>
 #include <zeppelin/schedule/pipeline/one_f_one_b.hpp>
 #include <zeppelin/schedule/pipeline/pipeline_schedule.hpp>
 #include <zeppelin/schedule/pipeline/schedule_policy.hpp>
