@@ -18,20 +18,29 @@
 //                            heads are replicated (LoongTrain's answer to GQA with more ranks
 //                            than K/V heads) and their dK/dV partials summed at home
 // so the kernel's own GQA rule holds inside the lane.
-// Rows: the group's tokens in position order, member o's at rows place(o) (its group-buffer
-// order); subgroup i's at [place(i u), place(i u + u)). Per member: lane Q, O, LSE (backward
-// dO, dQ) arenas of its subgroup's rows; lane K, V (backward dK, dV partials) arenas of every
-// row of the group, one region per subgroup; send arenas (a region of its own rows per lane)
-// for what it packs; receive arenas (a region per lane) for what comes home.
+// Rows: the all-to-all moves member-major rows (a subgroup's members in order, each its
+// group buffer: one contiguous payload per pair); attention runs on sequence-major rows (the
+// subgroup's tokens sequence after sequence, in position order: subgroup_rows_of), so a
+// sequence a subgroup holds whole is one causal block and one launch per lane and round
+// covers the subgroup, as DeepSpeed-Ulysses' one varlen call does. Per member: staged
+// (member-major) arenas of its subgroup's rows that the all-to-all fills and empties; lane
+// (sequence-major) Q, O, LSE (backward dO, dQ) arenas of its subgroup's rows and K, V
+// (backward dK, dV partials) arenas of every row of the group, subgroup i's region from row
+// place(i u), place(o) = the tokens of the members before o; send arenas (a region of its
+// own rows per lane) for what it packs; receive arenas (a region per lane) for what comes
+// home. A copy_rows between staged and lane arenas permutes the rows after the all-to-all in
+// and before the one home.
 // Forward, member (i, j), rounds 0 .. r:
 //   slot 0      pack: per lane, the lane's heads of its Q, K, V rows into the send region (its
 //               own lane: straight into its lane arenas)
-//   round 0     all-to-all inside the subgroup; then clear lane O and LSE and compute the
-//               subgroup's queries against its own keys (one launch, lane heads)
+//   round 0     all-to-all inside the subgroup; then permute to sequence-major, clear lane
+//               O and LSE and compute the subgroup's queries against its own keys (one
+//               launch, lane heads)
 //   round k     (1 <= k < r) send the K/V of subgroup (i - k + 1) mod r to member (i + 1, j);
 //               compute against the K/V of subgroup (i - k) mod r just received (LSE merge)
-//   round r     all-to-all back: O and LSE rows of member o of the subgroup -> o's receive
-//               region j; after it, unpack into the heads of lane j of the rank's O and LSE
+//   round r     permute back to member-major; all-to-all back: O and LSE rows of member o of
+//               the subgroup -> o's receive region j; after it, unpack into the heads of
+//               lane j of the rank's O and LSE
 // Backward, rounds 0 .. 2r - 1: rounds 0 .. r - 1 as the forward, with Q, K, V, O, dO, LSE
 // packed, dQ, dK, dV cleared first and the launches adding into dQ and into the dK/dV
 // partial of the subgroup whose keys they read; rounds r .. 2r - 2 reduce-scatter the
@@ -97,6 +106,52 @@ struct lane_heads {
   return pass == pass_kind::forward ? r + 1 : 2 * r;
 }
 
+//! Subgroup i's tokens as attention computes them: sequence after sequence, each in position
+//! order ("sequence-major"), so the subgroup's part of a sequence is one run and a lane
+//! computes it with one causal block (plus full blocks to the runs of other subgroups).
+struct subgroup_rows {
+  std::vector<group_shard> runs;  //!< maximal runs of one sequence, by (sequence, position); row: sequence-major
+  std::vector<row_run> permute;   //!< member-major rows (members in order, each its group buffer) -> sequence-major
+};
+
+[[nodiscard]] inline subgroup_rows subgroup_rows_of(const ring_schedule& s, std::int32_t first, std::int32_t members) {
+  struct piece {
+    sequence_index seq;
+    token_range range;
+    token_count member_major;
+  };
+  std::vector<piece> pieces;
+  token_count base = 0;
+  for (std::int32_t o = first; o < first + members; ++o) {
+    for (const group_shard& gs : s.layout[static_cast<std::size_t>(o)]) pieces.push_back({gs.seq, gs.range, base + gs.row});
+    base += s.buffer_tokens[static_cast<std::size_t>(o)];
+  }
+  std::sort(pieces.begin(), pieces.end(), [](const piece& a, const piece& b) {
+    return a.seq != b.seq ? a.seq < b.seq : a.range.begin < b.range.begin;
+  });
+  subgroup_rows out;
+  token_count row = 0;
+  for (const piece& x : pieces) {
+    append_run(out.permute, {x.member_major, row, x.range.size()});
+    if (!out.runs.empty() && out.runs.back().seq == x.seq && out.runs.back().range.end == x.range.begin) out.runs.back().range.end = x.range.end;
+    else out.runs.push_back({x.seq, x.range, -1, row});
+    row += x.range.size();
+  }
+  std::sort(out.permute.begin(), out.permute.end(), [](const row_run& a, const row_run& b) { return a.from_row < b.from_row; });
+  return out;
+}
+
+//! `runs` with `offset` added to their rows.
+[[nodiscard]] inline std::vector<row_run> shifted(std::vector<row_run> runs, token_count from_offset, token_count to_offset) {
+  for (row_run& r : runs) r.from_row += from_offset, r.to_row += to_offset;
+  return runs;
+}
+//! `runs` from `to` back to `from`.
+[[nodiscard]] inline std::vector<row_run> inverted(std::vector<row_run> runs) {
+  for (row_run& r : runs) std::swap(r.from_row, r.to_row);
+  return runs;
+}
+
 inline void build_all_to_all(level_work& w, const std::vector<const ring_schedule*>& groups, pass_kind pass,
                              const execution_program& prog, const arena_allocator& allocate, const wire_format& wire) {
   if (groups.empty()) return;
@@ -140,22 +195,32 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
     const auto tokens_of = [&](std::int32_t o) { return s.buffer_tokens[at(o)]; };
     const auto sub = [&](std::int32_t i) { return ((i % r) + r) % r; };                       // subgroup index mod r
     const auto sub_rows = [&](std::int32_t i) { return place[at(i * u + u)] - place[at(i * u)]; };
-    // the row of member o's first token in the lane arena of `x` (K/V: every row of the group)
-    const auto lane_row = [&](const stream_of_rows& x, std::int32_t o) { return x.kv ? place[at(o)] : place[at(o)] - place[at(o / u * u)]; };
+    // the row of member o's first token in its subgroup's member-major rows (the all-to-all's)
+    const auto member_row = [&](std::int32_t o) { return place[at(o)] - place[at(o / u * u)]; };
     token_count largest_sub = 0;
     for (std::int32_t i = 0; i < r; ++i) largest_sub = std::max(largest_sub, sub_rows(i));
+    std::vector<subgroup_rows> subgroups;
+    for (std::int32_t i = 0; i < r; ++i) subgroups.push_back(subgroup_rows_of(s, i * u, u));
+    // member-major -> sequence-major rows of a lane arena of `x` of subgroup i (K/V arenas hold
+    // every subgroup, subgroup i from row place(i u))
+    const auto permute = [&](const stream_of_rows& x, std::int32_t i) {
+      return shifted(subgroups[at(i)].permute, 0, x.kv ? place[at(i * u)] : 0);
+    };
 
-    // arenas: [position][stream]
-    std::vector<std::vector<std::int32_t>> lane_in(at(G)), lane_out(at(G)), send(at(G)), receive(at(G)), partial_in(at(G));
+    // arenas: [position][stream]; lane arenas sequence-major, staged ones member-major
+    std::vector<std::vector<std::int32_t>> lane_in(at(G)), lane_out(at(G)), staged_in(at(G)), staged_out(at(G)), send(at(G)),
+        receive(at(G)), partial_in(at(G));
     for (std::int32_t p = 0; p < G; ++p) {
       const rank_index rank = s.ranks[at(p)];
       const token_count b = tokens_of(p), mine = sub_rows(p / u);
       for (const stream_of_rows& x : in) {
         lane_in[at(p)].push_back(allocate(rank, x.kind, x.kv ? place.back() : mine, width(x)));
+        staged_in[at(p)].push_back(allocate(rank, x.kind, mine, width(x)));
         send[at(p)].push_back(allocate(rank, x.kind, b * u, width(x)));
       }
       for (const stream_of_rows& x : out) {
         lane_out[at(p)].push_back(allocate(rank, x.kind, x.kv ? place.back() : mine, width(x)));
+        staged_out[at(p)].push_back(allocate(rank, x.kind, mine, width(x)));
         receive[at(p)].push_back(allocate(rank, x.kind, b * u, width(x)));
         if (x.kv && r > 1) partial_in[at(p)].push_back(allocate(rank, x.kind, largest_sub, width(x)));
       }
@@ -174,14 +239,14 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
           const std::int32_t to = i * u + l;
           copy_heads pack;
           pack.from = tensor(in[x].home);
-          pack.to = arena(own ? lane_in[P][x] : send[P][x]);
+          pack.to = arena(own ? staged_in[P][x] : send[P][x]);
           pack.from_head = first_head(in[x], l);
           pack.heads = width(in[x]);
-          pack.runs = gather_runs(me, own ? lane_row(in[x], p) : l * b);
+          pack.runs = gather_runs(me, own ? member_row(p) : l * b);
           w.at(rank, 0).pre.push_back({std::move(pack), -1});
           if (!own)
             w.send(0, rank, s.ranks[at(to)],
-                   {arena(send[P][x]), l * b, arena(lane_in[at(to)][x]), lane_row(in[x], p), b, in[x].kind, width(in[x])},
+                   {arena(send[P][x]), l * b, arena(staged_in[at(to)][x]), member_row(p), b, in[x].kind, width(in[x])},
                    wire.row_bytes(in[x].kind, width(in[x])));
         }
       // rounds 0 .. r - 1: the subgroup's queries against the keys of subgroup i - k
@@ -195,9 +260,13 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
                    wire.row_bytes(in[x].kind, kvn));
           }
         round_work& compute = w.at(rank, k + 1);
-        if (k == 0)
+        if (k == 0) {
+          // what the all-to-all delivered, sequence-major; the outputs cleared
+          for (std::size_t x = 0; x < in.size(); ++x)
+            compute.pre.push_back({copy_rows{arena(staged_in[P][x]), arena(lane_in[P][x]), permute(in[x], i)}, 0});
           for (std::size_t x = 0; x < out.size(); ++x)
             compute.pre.push_back({zero_rows{arena(lane_out[P][x]), 0, out[x].kv ? place.back() : sub_rows(i)}, -1});
+        }
         launch_request req;
         req.group = s.group;
         req.lane = {n, kvn};
@@ -216,13 +285,17 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
           req.lse = arena(lane_out[P][1]);
         }
         req.waits = k;
-        for (std::int32_t qm = i * u; qm < i * u + u; ++qm)
-          for (std::int32_t km = origin * u; km < origin * u + u; ++km)
-            for (attention_block blk : s.blocks(qm, km)) {
-              blk.q_row += place[at(qm)] - place[at(i * u)];
-              blk.kv_row += place[at(km)];
-              req.blocks.push_back(blk);
-            }
+        // every run of subgroup i against the runs of the same sequence in subgroup `origin`
+        const std::vector<group_shard>& queries = subgroups[at(i)].runs;
+        const std::vector<group_shard>& keys = subgroups[at(origin)].runs;
+        for (std::size_t a = 0, c = 0; a < queries.size(); ++a) {
+          while (c < keys.size() && keys[c].seq < queries[a].seq) ++c;
+          for (std::size_t d = c; d < keys.size() && keys[d].seq == queries[a].seq; ++d) {
+            group_shard key = keys[d];
+            key.row += place[at(origin * u)];
+            append_blocks(queries[a], key, req.blocks);
+          }
+        }
         if (!req.blocks.empty()) compute.launches.push_back(std::move(req));
       }
       // backward, rounds r .. 2r - 2: reduce-scatter the dK/dV partials over the lane's ring
@@ -240,12 +313,15 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
         }
         home_round = 2 * r - 1;
       }
-      // the last round: every subgroup member's rows of this lane go home
+      // the last round: every subgroup member's rows of this lane go home, member-major again
+      for (std::size_t x = 0; x < out.size(); ++x)
+        w.at(rank, home_round).post.push_back(
+            {copy_rows{arena(lane_out[P][x]), arena(staged_out[P][x]), inverted(permute(out[x], i))}, home_round - 1});
       for (std::size_t x = 0; x < out.size(); ++x)
         for (std::int32_t o = i * u; o < i * u + u; ++o) {
           if (o == p) continue;
           w.send(home_round, rank, s.ranks[at(o)],
-                 {arena(lane_out[P][x]), lane_row(out[x], o), arena(receive[at(o)][x]), j * tokens_of(o), tokens_of(o), out[x].kind,
+                 {arena(staged_out[P][x]), member_row(o), arena(receive[at(o)][x]), j * tokens_of(o), tokens_of(o), out[x].kind,
                   width(out[x])},
                  wire.row_bytes(out[x].kind, width(out[x])));
         }
@@ -256,11 +332,11 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
         for (std::int32_t l = 0; l < u; ++l) {
           const bool own = l == j;
           head_runs unpack;
-          unpack.from = arena(own ? lane_out[P][x] : receive[P][x]);
+          unpack.from = arena(own ? staged_out[P][x] : receive[P][x]);
           unpack.to = tensor(out[x].home);
           unpack.to_head = first_head(out[x], l);
           unpack.heads = width(out[x]);
-          unpack.runs = scatter_runs(me, own ? lane_row(out[x], p) : l * b);
+          unpack.runs = scatter_runs(me, own ? member_row(p) : l * b);
           if (backward) home.push_back({add_heads{std::move(unpack)}, home_round});
           else home.push_back({copy_heads{std::move(unpack)}, home_round});
         }
