@@ -4,7 +4,8 @@
 // packed batch), fp16, per sequence; under the direct and the proxy router, per-group and fused
 // launches; and every run's execution record (what the engine moved and launched on every
 // rank) equals the record of the program the host engine and the simulator run for the same
-// plan and options.
+// plan and options. A program with all-to-all groups, which the device does not run yet, is
+// refused at construction.
 #include "distributed_support.hpp"
 
 #include <zeppelin/program/build.hpp>
@@ -120,4 +121,15 @@ TEST_CASE("device engine: proxy routing (no fallback to direct) gives the same r
     check_against_reference(got, ref, b);
     check_record(got, p, b, t, o);
   }
+}
+
+TEST_CASE("device engine: a program with all-to-all (Ulysses) groups is refused before anything runs", "[gpu][executor]") {
+  // the check precedes every CUDA call, so it runs without a device too
+  const topology t = test_topology(1, 4);
+  const batch b({300, 41});
+  const plan p = ulysses{.capacity = 400}.partition(b, t);
+  const attention_dims dims{.heads = 8, .kv_heads = 2, .head_dim = 64};
+  CHECK_THROWS_WITH(device_attention_engine(p, b, t, dims, device::dtype::fp16),
+                    Catch::Contains("all-to-all (Ulysses) groups") && Catch::Contains("not built on the device"));
+  CHECK_NOTHROW(make_program(p, b, t));  // the host engine and the simulator run it
 }

@@ -332,6 +332,19 @@ struct execution_program {
                  {{"micro_batch", double(micro_batch)}, {"kind", double(static_cast<int>(kind))}});
 }
 
+//! Whether the program computes on head lanes (the all-to-all collective): a launch with a
+//! head lane, or an operation on a share of the heads.
+[[nodiscard]] inline bool uses_head_lanes(const execution_program& prog) noexcept {
+  for (const program_launch& l : prog.launches)
+    if (!l.lane.whole()) return true;
+  for (const auto& pass : prog.passes)
+    for (const rank_pass& rp : pass)
+      for (const program_segment& seg : rp.segments)
+        for (const program_op& op : seg.ops)
+          if (std::holds_alternative<copy_heads>(op.body) || std::holds_alternative<add_heads>(op.body)) return true;
+  return false;
+}
+
 //! The label of a phase in communicator errors: "<pass> micro-batch <mb> <level> round <k>".
 [[nodiscard]] inline std::string phase_label(const execution_program& prog, const program_phase& ph) {
   const program_level& lv = prog.levels.at(static_cast<std::size_t>(ph.level));

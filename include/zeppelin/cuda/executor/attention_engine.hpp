@@ -93,7 +93,8 @@ class device_attention_engine {
  public:
   //! Runs `program`, which must have been built for `dims` with elements of `type` and fp32
   //! accumulators. Throws invalid_argument for dims without a kernel (head_dim 64 / 128), a
-  //! bad dtype, or a program built for other dims or element sizes.
+  //! bad dtype, a program built for other dims or element sizes, or one with all-to-all
+  //! groups (not built on the device yet).
   device_attention_engine(execution_program program, attention_dims dims, device::dtype type)
       : program_(std::move(program)), dims_(dims), type_(type), identity_{fingerprint(program_), 0}, agreement_(program_.num_ranks()) {
     validate(dims_);
@@ -106,6 +107,7 @@ class device_attention_engine {
     ZEPPELIN_EXPECTS(w == wire_for(dims, type), "device attention engine: the program was built for other dims or element sizes",
                      {{"heads", double(w.heads)}, {"kv_heads", double(w.kv_heads)}, {"head_dim", double(w.head_dim)},
                       {"element_bytes", double(w.element_bytes)}, {"accumulator_bytes", double(w.accumulator_bytes)}});
+    ZEPPELIN_EXPECTS(!uses_head_lanes(program_), device_lanes_refused, {});
     // every launch's CSR arrays, in its rank's descriptor buffer
     descriptors_.resize(static_cast<std::size_t>(program_.num_ranks()));
     csr_.reserve(program_.launches.size());

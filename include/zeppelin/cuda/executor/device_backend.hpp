@@ -26,8 +26,8 @@
 // dK, dV accumulators in fp32. Arenas come from the stream-ordered allocator on the caller's
 // stream and are freed there when the backend is destroyed (after the last segment's join).
 // Not yet on the device: the all-to-all (Ulysses) collective (head operations and launches
-// over head lanes); the constructor throws invalid_argument for a program that has them on
-// this rank, before anything is enqueued.
+// over head lanes); the constructor throws invalid_argument for a program that has them,
+// before anything is enqueued (and so does device_attention_engine's).
 // Requires zeppelin::kernels. nvcc-safe; host code.
 #pragma once
 
@@ -81,6 +81,11 @@ struct device_tensors {
   std::int64_t rows = 0;
 };
 
+//! Why the device engine refuses a program with all-to-all groups (see the file comment).
+inline constexpr const char* device_lanes_refused =
+    "device engine: the program has all-to-all (Ulysses) groups, whose head operations are not built on the device yet; "
+    "run it on the host engine or the simulator, or plan ring or all-gather groups";
+
 template <device_communicator C>
 class device_backend {
  public:
@@ -93,7 +98,7 @@ class device_backend {
       : prog_(prog), pass_(pass), c_(c), caller_(stream), dims_(dims), type_(type), t_(t), csr_(csr), desc_(descriptors),
         record_(record), step_(step), me_(c.rank()) {
     const rank_pass& mine = prog.pass(pass).at(static_cast<std::size_t>(me_));
-    refuse_head_lanes(mine);
+    ZEPPELIN_EXPECTS(!uses_head_lanes(prog), device_lanes_refused, {{"rank", double(me_)}});
     for (const arena& a : mine.arenas)
       arenas_.emplace_back(static_cast<std::size_t>(a.rows) * row_bytes(a.rows_of), stream), kinds_.push_back(a.rows_of);
     if (prog.streams.size() > 1) {
@@ -161,19 +166,6 @@ class device_backend {
   }
 
  private:
-  // the all-to-all collective is not built on the device yet (see the file comment)
-  void refuse_head_lanes(const rank_pass& mine) const {
-    for (const program_segment& seg : mine.segments)
-      for (const program_op& op : seg.ops) {
-        const auto* run = std::get_if<run_attention>(&op.body);
-        const bool lane = run && !prog_.launches.at(static_cast<std::size_t>(run->launch)).lane.whole();
-        if (lane || std::holds_alternative<copy_heads>(op.body) || std::holds_alternative<add_heads>(op.body))
-          ZEPPELIN_THROW(invalid_argument,
-                         "device engine: the program has all-to-all (Ulysses) groups, whose head operations are not built on "
-                         "the device yet; run it on the host engine or the simulator, or plan ring or all-gather groups",
-                         {{"rank", double(me_)}, {"micro_batch", double(seg.micro_batch)}});
-      }
-  }
   // the program's wire format is the device's: elements of `type`, fp32 accumulators
   [[nodiscard]] std::size_t row_bytes(row_kind k) const noexcept { return static_cast<std::size_t>(prog_.wire.row_bytes(k)); }
   [[nodiscard]] row_kind kind_of(const buffer_ref& b) const {
