@@ -10,7 +10,7 @@
 #                               cost/, schedule/, program/, route/, remap/, exec/, cuda/, nccl/,
 #                               their umbrella headers, every *.cuh) compiled by nvcc against
 #                               zeppelin::cuda with every warning an error, for one architecture
-#                               (the newest of CMAKE_CUDA_ARCHITECTURES) at -O0: the headers are
+#                               (the newest of CMAKE_CUDA_ARCHITECTURES), the host side at -O0: the headers are
 #                               checked, not tuned. A header that needs CUDA gets a .cu of its
 #                               own; the others, which the host check already compiles one by
 #                               one, are parsed by nvcc in one .cu per folder. nvcc spends about
@@ -120,7 +120,7 @@ function(zeppelin_add_header_check)
     target_compile_options(zeppelin_header_check_cuda PRIVATE
       "$<$<CUDA_COMPILER_ID:NVIDIA>:SHELL:--Werror all-warnings>"
       "$<$<AND:$<CUDA_COMPILER_ID:NVIDIA>,$<CXX_COMPILER_ID:GNU,Clang>>:SHELL:-Xcompiler -Wall,-Wextra,-Werror>"
-      "$<$<CUDA_COMPILER_ID:NVIDIA>:-O0>")
+      "$<$<CUDA_COMPILER_ID:NVIDIA>:-Xcompiler=-O0>")
     set(arch "${CMAKE_CUDA_ARCHITECTURES}")
     if(arch MATCHES "^[0-9]")
       list(TRANSFORM arch REPLACE "-(real|virtual)$" "")
