@@ -332,16 +332,23 @@ struct execution_program {
                  {{"micro_batch", double(micro_batch)}, {"kind", double(static_cast<int>(kind))}});
 }
 
-//! Whether the program computes on head lanes (the all-to-all collective): a launch with a
-//! head lane, or an operation on a share of the heads.
+//! Whether one rank's pass of `prog` computes on head lanes (the all-to-all collective): a
+//! launch with a head lane, or an operation on a share of the heads. O(its operations).
+[[nodiscard]] inline bool uses_head_lanes(const execution_program& prog, const rank_pass& rp) noexcept {
+  for (const program_segment& seg : rp.segments)
+    for (const program_op& op : seg.ops) {
+      const auto* run = std::get_if<run_attention>(&op.body);
+      if ((run && !prog.launches[static_cast<std::size_t>(run->launch)].lane.whole()) || std::holds_alternative<copy_heads>(op.body) ||
+          std::holds_alternative<add_heads>(op.body))
+        return true;
+    }
+  return false;
+}
+//! Whether any rank's pass of `prog` does.
 [[nodiscard]] inline bool uses_head_lanes(const execution_program& prog) noexcept {
-  for (const program_launch& l : prog.launches)
-    if (!l.lane.whole()) return true;
   for (const auto& pass : prog.passes)
     for (const rank_pass& rp : pass)
-      for (const program_segment& seg : rp.segments)
-        for (const program_op& op : seg.ops)
-          if (std::holds_alternative<copy_heads>(op.body) || std::holds_alternative<add_heads>(op.body)) return true;
+      if (uses_head_lanes(prog, rp)) return true;
   return false;
 }
 

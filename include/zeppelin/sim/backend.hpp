@@ -45,7 +45,6 @@ ZEPPELIN_NAMESPACE_BEGIN
 struct launch_stats {
   double launches = 0;     //!< attention launches with work
   double flops = 0;        //!< executed FLOPs, forward + backward, tile padding included
-  std::int64_t pairs = 0;  //!< (query, key) pairs per head, every launch
   //! (query, key) pairs x heads computed, every launch: pairs x wire heads when every launch
   //! computes every head; a head lane of the all-to-all collective adds its share
   std::int64_t head_pairs = 0;
@@ -115,7 +114,6 @@ class sim_backend {
       if (c.flops > 0) {
         stats_.launches += 1;
         stats_.flops += pass_ == pass_kind::forward ? c.flops : attention_backward_ratio * c.flops;
-        stats_.pairs += c.pairs;
         stats_.head_pairs += c.pairs * (l.lane.whole() ? prog_.wire.heads : l.lane.heads);
       }
       if (record_) record_->add(l);

@@ -98,7 +98,7 @@ class device_backend {
       : prog_(prog), pass_(pass), c_(c), caller_(stream), dims_(dims), type_(type), t_(t), csr_(csr), desc_(descriptors),
         record_(record), step_(step), me_(c.rank()) {
     const rank_pass& mine = prog.pass(pass).at(static_cast<std::size_t>(me_));
-    ZEPPELIN_EXPECTS(!uses_head_lanes(prog), device_lanes_refused, {{"rank", double(me_)}});
+    ZEPPELIN_EXPECTS(!uses_head_lanes(prog, mine), device_lanes_refused, {{"rank", double(me_)}});
     for (const arena& a : mine.arenas)
       arenas_.emplace_back(static_cast<std::size_t>(a.rows) * row_bytes(a.rows_of), stream), kinds_.push_back(a.rows_of);
     if (prog.streams.size() > 1) {

@@ -137,13 +137,12 @@ struct subgroup_rows {
     else out.runs.push_back({x.seq, x.range, -1, row});
     row += x.range.size();
   }
-  std::sort(out.permute.begin(), out.permute.end(), [](const row_run& a, const row_run& b) { return a.from_row < b.from_row; });
   return out;
 }
 
-//! `runs` with `offset` added to their rows.
-[[nodiscard]] inline std::vector<row_run> shifted(std::vector<row_run> runs, token_count from_offset, token_count to_offset) {
-  for (row_run& r : runs) r.from_row += from_offset, r.to_row += to_offset;
+//! `runs` with `offset` added to their destination rows.
+[[nodiscard]] inline std::vector<row_run> shifted(std::vector<row_run> runs, token_count offset) {
+  for (row_run& r : runs) r.to_row += offset;
   return runs;
 }
 //! `runs` from `to` back to `from`.
@@ -204,7 +203,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
     // member-major -> sequence-major rows of a lane arena of `x` of subgroup i (K/V arenas hold
     // every subgroup, subgroup i from row place(i u))
     const auto permute = [&](const stream_of_rows& x, std::int32_t i) {
-      return shifted(subgroups[at(i)].permute, 0, x.kv ? place[at(i * u)] : 0);
+      return shifted(subgroups[at(i)].permute, x.kv ? place[at(i * u)] : 0);
     };
 
     // arenas: [position][stream]; lane arenas sequence-major, staged ones member-major
