@@ -115,17 +115,17 @@ int main(int argc, char** argv) {
   const int shrink = quick ? 16 : 1;       // tokens and sequences
   const int fewer_nodes = quick ? 64 : 1;  // the two GitHub clusters: 16 and 2 nodes
   const token_count million = 1 << 20;
-  const std::vector<std::string> all = {"te_cp", "llama_cp", "hybrid_dp", "te_cp+routing", "te_cp+routing+engine", "zeppelin"};
+  const std::vector<std::string> all = {"te_cp", "llama_cp", "hybrid_dp", "te_cp+routing", "te_cp+routing+engine", "zeppelin_paper"};
   const std::vector<scale_case> cases = {
       {std::to_string(million / shrink) + " one-token sequences",
        [&] { return batch(std::vector<token_count>(static_cast<std::size_t>(million / shrink), 1)); }, 8, all},
       {std::to_string(4 * million / 512 / shrink) + " documents of 512 tokens",
        [&] { return batch(std::vector<token_count>(static_cast<std::size_t>(4 * million / 512 / shrink), 512)); }, 4,
-       {"te_cp", "zeppelin"}},
+       {"te_cp", "zeppelin_paper"}},
       {"GitHub, " + std::to_string(million / shrink) + " tokens", [&] { return sample_batch(dataset_by_name("github"), million / shrink, 1); },
-       std::max(1, 128 / fewer_nodes), {"hybrid_dp", "zeppelin"}},
+       std::max(1, 128 / fewer_nodes), {"hybrid_dp", "zeppelin_paper"}},
       {"GitHub, " + std::to_string(million / shrink) + " tokens", [&] { return sample_batch(dataset_by_name("github"), million / shrink, 1); },
-       1024 / fewer_nodes, {"te_cp", "hybrid_dp", "zeppelin"}},
+       1024 / fewer_nodes, {"te_cp", "hybrid_dp", "zeppelin_paper"}},
   };
   std::printf("%-34s %6s %-22s %9s %10s %11s %8s %10s  %s\n", "batch", "GPUs", "method", "plan s", "program s", "simulate s",
               "peak MB", "step ms", "refused / error");

@@ -19,6 +19,7 @@
 //   max_abs_err_out=<O and LSE> max_abs_err_grad=<dQ, dK, dV>
 // Exit status 1 when an error exceeds the tolerance (1e-10 in fp64, 1e-4 in fp32), 2 on bad input.
 #include <zeppelin/comm.hpp>
+#include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/length_file.hpp>
@@ -286,7 +287,7 @@ int main(int argc, char** argv) {
   CLI::App app{"One attention layer of a method on host thread ranks, checked against a dense reference"};
   std::vector<std::string> method_names;
   for (const method_spec& s : method_specs) method_names.emplace_back(s.name);
-  app.add_option("--method", o.method, "te_cp | llama_cp | hybrid_dp | te_cp+routing | te_cp+routing+engine | zeppelin")
+  app.add_option("--method", o.method, "a method of zeppelin simulate (default zeppelin)")
       ->check(CLI::IsMember(method_names));
   app.add_option("--lengths", o.lengths, "file of sequence lengths, one per line")->required()->check(CLI::ExistingFile);
   app.add_option("--cluster", o.cluster, "cluster preset: a, b, c, wlb, hydraulis, infinipipe")->check(CLI::IsMember({"a", "b", "c", "wlb", "hydraulis", "infinipipe"}));
@@ -310,15 +311,23 @@ int main(int argc, char** argv) {
     method_setup setup;
     setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
     setup.capacity_slack = o.slack;
-    const plan p = partition_for(spec, b, t, method_capacity(setup), setup.metric);
     const attention_dims dims{.heads = o.heads, .kv_heads = o.kv_heads, .head_dim = o.head_dim};
     validate(dims);
+    // zeppelin chooses its layout and execution by cost: priced as `zeppelin simulate` prices
+    // it by default (LLaMA-7B with this attention shape and element type)
+    model_config priced = models::llama_7b();
+    priced.heads = o.heads;
+    priced.kv_heads = o.kv_heads;
+    priced.head_dim = o.head_dim;
+    priced.bytes_per_element = o.fp32 ? 4 : 8;
+    const method_spec& executed = spec.kind == method_kind::zeppelin ? plan_by_cost(b, t, priced, setup).execution : spec;
+    const plan p = partition_for(executed, b, t, method_capacity(setup), setup.metric, &priced);
     const program_options po =
-        to_program_options(options_for(spec, setup), wire_format::for_shape(o.heads, o.kv_heads, o.head_dim, o.fp32 ? 4 : 8));
-    std::printf("batch: %d sequences, %lld tokens (longest %lld); method %s: plan %s on %dx%d ranks, capacity %lld, %zu groups, "
+        to_program_options(options_for(executed, setup), wire_format::for_shape(o.heads, o.kv_heads, o.head_dim, o.fp32 ? 4 : 8));
+    std::printf("batch: %d sequences, %lld tokens (longest %lld); method %s (%s): plan %s on %dx%d ranks, capacity %lld, %zu groups, "
                 "%d micro-batch(es), %s\n",
                 static_cast<int>(b.size()), static_cast<long long>(b.total_tokens()), static_cast<long long>(b.max_length()),
-                o.method.c_str(), p.method.c_str(), t.nodes(), t.gpus_per_node(), static_cast<long long>(p.capacity),
+                o.method.c_str(), std::string(executed.name).c_str(), p.method.c_str(), t.nodes(), t.gpus_per_node(), static_cast<long long>(p.capacity),
                 p.groups.size(), p.micro_batches(), o.fp32 ? "fp32" : "fp64");
     for (const auto& note : p.notes) std::printf("note: %s\n", note.c_str());
     return o.fp32 ? run<float>(o, b, p, t, po) : run<double>(o, b, p, t, po);

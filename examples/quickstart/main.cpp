@@ -1,7 +1,8 @@
 // examples/quickstart/main.cpp
 // The README's API example, compiled and run by ctest so it cannot drift: plan a sampled
 // batch with Zeppelin's hierarchical partitioner, check and fingerprint the plan, build a
-// ring group's schedule and the remap to the token-balanced layout, and price the step.
+// ring group's schedule and the remap to the token-balanced layout, price the step, and let
+// the cost-driven planner choose the fastest layout and execution.
 // Out: one line per stage on stdout; exit status 0.
 #include <zeppelin/zeppelin.hpp>
 
@@ -32,9 +33,16 @@ int main() {
               static_cast<long long>(evaluate(make_remap_problem(p, 1.0, 8.0), to_linear.matrix).inter_node_tokens),
               back.ranks.size());
 
-  // Price one forward + backward step of the plan against the perfect-balance bound.
-  const method_run run = run_method("zeppelin", b, cluster, model);
+  // Price one forward + backward step of this plan with Zeppelin's execution (proxy routing,
+  // prioritized engine, remapping) against the perfect-balance bound.
+  const method_run run = run_method("zeppelin_paper", b, cluster, model);
   std::printf("simulated step %.1f ms, %.0f tokens/s, efficiency %.2f\n", run.result.step_time_s * 1e3,
               run.result.tokens_per_s, run.result.efficiency);
+
+  // Or let the planner choose the layout and execution by cost: it prices Zeppelin's layout,
+  // Ulysses', the rings' and the other baselines' with the simulator and keeps the fastest.
+  const cost_driven_choice choice = plan_by_cost(b, cluster, model);
+  std::printf("cost-driven planner: %s, step %.1f ms, efficiency %.2f\n", choice.chosen.candidate.c_str(),
+              choice.chosen.result.step_time_s * 1e3, choice.chosen.result.efficiency);
   return 0;
 }

@@ -180,6 +180,7 @@ void run_simulate(const simulate_options& o) {
       for (const auto& br : s.ranks) attention += br.attention_s, linear += br.linear_s, comm += br.exposed_comm_s, idle += br.idle_s;
       const double n = static_cast<double>(s.ranks.size());
       j["methods"].push_back({{"name", r.name},
+                              {"planned_by", r.candidate},
                               {"step_time_s", s.step_time_s},
                               {"tokens_per_s", s.tokens_per_s},
                               {"lower_bound_s", s.lower_bound_s},
@@ -212,7 +213,7 @@ void run_simulate(const simulate_options& o) {
               cluster.name().c_str(), cluster.nodes(), cluster.gpus_per_node(), cluster.gpu().name.c_str(), cluster.nics_per_node(),
               model.name.c_str(), setup.tensor_parallel, setup.capacity_slack, o.no_contention ? "off" : "on",
               o.launch ? std::string(to_string(*o.launch)).c_str() : "the method's");
-  std::printf("%-22s %10s %10s %8s %6s %6s %8s %9s %9s\n", "method", "step ms", "tokens/s", "speedup", "eff", "imbal",
+  std::printf("%-34s %10s %10s %8s %6s %6s %8s %9s %9s\n", "method (zeppelin: its choice)", "step ms", "tokens/s", "speedup", "eff", "imbal",
               "xnode GB", "comm ms", "idle ms");
   for (const auto& r : runs) {
     const sim_result& s = r.result;
@@ -221,10 +222,11 @@ void run_simulate(const simulate_options& o) {
     const double n = static_cast<double>(s.ranks.size());
     char speedup[16] = "       -";  // no TE CP run to compare with
     if (te > 0) std::snprintf(speedup, sizeof speedup, "%7.2fx", te / s.step_time_s);
-    std::printf("%-22s %10.1f %10.0f %s %6.3f %6.2f %8.1f %9.1f %9.1f\n", r.name.c_str(), s.step_time_s * 1e3, s.tokens_per_s,
+    const std::string label = r.candidate == r.name ? r.name : r.name + " (" + r.candidate + ")";
+    std::printf("%-34s %10.1f %10.0f %s %6.3f %6.2f %8.1f %9.1f %9.1f\n", label.c_str(), s.step_time_s * 1e3, s.tokens_per_s,
                 speedup, s.efficiency, s.imbalance, s.cross_node_bytes / 1e9, comm / n * 1e3, idle / n * 1e3);
   }
-  for (const auto& [name, reason] : refused) std::printf("%-22s refused: %s\n", name.c_str(), reason.c_str());
+  for (const auto& [name, reason] : refused) std::printf("%-34s refused: %s\n", name.c_str(), reason.c_str());
   std::printf("\nlower bound (perfect balance, no exposed communication): %.1f ms; comm/idle: mean per rank\n",
               runs.empty() ? 0.0 : runs.front().result.lower_bound_s * 1e3);
   if (!o.trace_file.empty()) std::printf("trace of %s written to %s\n", o.trace_method.c_str(), o.trace_file.c_str());
@@ -247,7 +249,8 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--model", options->model, "model preset: 3b, 7b, 13b, 30b, 70b, 550m, 8x550m, llama3-8b, gpt-7b, ...")
       ->capture_default_str();
   auto* methods = cmd->add_option("--methods", options->methods,
-                                  "comma-separated: te_cp, llama_cp, hybrid_dp, te_cp+routing, te_cp+routing+engine, zeppelin; or all")
+                                  "comma-separated: te_cp, llama_cp, ulysses, hybrid_dp, te_cp+routing, te_cp+routing+engine, "
+                                  "zeppelin_paper, zeppelin; or all")
                       ->capture_default_str();
   cmd->add_option("--method", options->method, "one method (see --methods)")->excludes(methods);
   cmd->add_option("--record", options->record_file,

@@ -11,6 +11,8 @@
 #include <zeppelin/sim/event_engine.hpp>
 #include <zeppelin/sim/link_sharing.hpp>
 #include <zeppelin/sim/lower_bound.hpp>
+#include <zeppelin/sim/cost_driven_planner.hpp>
+#include <zeppelin/sim/method_spec.hpp>
 #include <zeppelin/sim/methods.hpp>
 #include <zeppelin/sim/options.hpp>
 #include <zeppelin/sim/packed_stream.hpp>
@@ -19,6 +21,7 @@
 #include <zeppelin/sim/pipeline_result.hpp>
 #include <zeppelin/sim/pipeline_simulator.hpp>
 #include <zeppelin/sim/pipeline_trace.hpp>
+#include <zeppelin/sim/plan_compute_bound.hpp>
 #include <zeppelin/sim/result.hpp>
 #include <zeppelin/sim/simulate.hpp>
 #include <zeppelin/sim/sm_contention.hpp>

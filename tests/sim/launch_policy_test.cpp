@@ -194,13 +194,13 @@ TEST_CASE("fused and per-group launches on hierarchical plans: same work, fewer 
     const topology t = seed == 2 ? clusters::cluster_c(2) : clusters::cluster_a(2);
     random_generator rng(seed, 11);
     const batch b = sample_batch(dataset_by_name(names[seed - 1]), 16 * 4096, rng);
-    const plan p = partition_for(method_by_name("zeppelin"), b, t, 4608);
+    const plan p = partition_for(method_by_name("zeppelin_paper"), b, t, 4608);
     std::int64_t pairs = 0;
     for (sequence_index s = 0; s < b.size(); ++s) pairs += causal_pairs(b.length(s));
     sim_result res[2];
     for (const launch_policy l : {launch_policy::per_group, launch_policy::fused_round}) {
       CAPTURE(seed, static_cast<int>(l));
-      sim_options o = options_for(method_by_name("zeppelin"), {});
+      sim_options o = options_for(method_by_name("zeppelin_paper"), {});
       o.launch = l;
       o.record_trace = true;
       sim_result r = simulate(p, b, t, m, o);
@@ -221,7 +221,7 @@ TEST_CASE("fused and per-group launches on hierarchical plans: same work, fewer 
 
     // a launch of round k starts only after every K/V its level sent in round k - 1 reached
     // its rank (no routing here, so every K/V flow ends at its consumer)
-    sim_options o = options_for(method_by_name("zeppelin"), {});
+    sim_options o = options_for(method_by_name("zeppelin_paper"), {});
     o.launch = launch_policy::fused_round;
     o.router = {};
     o.remap.reset();
@@ -267,7 +267,7 @@ TEST_CASE("one global ring (TE CP): both launch policies give the same step", "[
     CHECK(fused.step_time_s == per_group.step_time_s);
     CHECK(fused.attention_launches == per_group.attention_launches);
   }
-  CHECK(method_by_name("zeppelin").launch == launch_policy::fused_round);
+  CHECK(method_by_name("zeppelin_paper").launch == launch_policy::fused_round);
   CHECK(method_by_name("te_cp+routing+engine").launch == launch_policy::fused_round);
-  CHECK(options_for(method_by_name("zeppelin"), {}).launch == launch_policy::fused_round);
+  CHECK(options_for(method_by_name("zeppelin_paper"), {}).launch == launch_policy::fused_round);
 }

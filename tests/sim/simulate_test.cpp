@@ -249,7 +249,7 @@ TEST_CASE("step time is monotone in link bandwidth and GPU FLOP/s", "[sim][metho
 }
 
 TEST_CASE("method names and bad input", "[sim][methods]") {
-  CHECK(method_by_name("zeppelin").remap);
+  CHECK(method_by_name("zeppelin_paper").remap);
   CHECK(method_by_name("te_cp+routing").routing);
   CHECK_FALSE(method_by_name("te_cp+routing").remap);
   CHECK_THROWS_AS(method_by_name("ring"), invalid_argument);
@@ -396,7 +396,7 @@ TEST_CASE("exact fill (capacity slack 0): every method plans, and remapping has 
     if (spec.kind == method_kind::hybrid_dp) continue;  // extra micro-batches split the step otherwise
     for (const rank_breakdown& br : run.result.ranks) CHECK(br.attention_tokens == 4096);
   }
-  CHECK(run_method("zeppelin", b, t, m, setup).result.step_time_s ==
+  CHECK(run_method("zeppelin_paper", b, t, m, setup).result.step_time_s ==
         Approx(run_method("te_cp+routing+engine", b, t, m, setup).result.step_time_s));
 }
 

@@ -1,184 +1,36 @@
 // zeppelin/sim/methods.hpp
-// The methods of the Zeppelin evaluation as (partitioner, execution options) pairs, and a
-// runner that plans and simulates one of them.
-//   in : a method name, a batch, the PHYSICAL topology, a model, method_setup
-//   out: method_run: the plan (on the tensor_parallel_view when TP > 1) and its sim_result
-// | name                  | partitioner              | collective | routing | engine      | launches    | remap |
-// |-----------------------|--------------------------|------------|---------|-------------|-------------|-------|
-// | te_cp                 | even_split (global ring) | ring       | no      | in order    | per group   | no    |
-// | llama_cp              | allgather (one group)    | all-gather | NCCL*   | in order    | per group   | no    |
-// | ulysses               | ulysses (one group)      | all-to-all | no      | in order    | per group   | no    |
-// | hybrid_dp             | hybrid_dp (micro-batches)| ring       | no      | in order    | per group   | no    |
-// | te_cp+routing         | even_split               | ring       | yes     | in order    | per group   | no    |
-// | te_cp+routing+engine  | hierarchical             | ring       | yes     | prioritized | fused round | no    |
-// | zeppelin              | hierarchical             | ring       | yes     | prioritized | fused round | yes   |
-// (*) NCCL runs an all-gather over several rings (channels) whose node crossings use every
-// NIC, which the simulator expresses as routed inter-node transfers; TE CP's P2P ring sends
-// each K/V block through the one NIC of the sending GPU. ulysses is DeepSpeed-Ulysses over
-// every rank: all-to-all over head lanes, and where the ranks outnumber the heads (or do not
-// divide them) the Ulysses x ring hybrid of USP (program/detail/all_to_all_collective.hpp);
-// each GPU's all-to-all traffic leaves through its own NIC, as NCCL's all-to-all sends it.
-// Launches (sim_options::launch) follow what each method's implementation does. TE CP runs
-// ring attention per CP group (AttnFuncWithCPAndKVP2P: one kernel call per round for its
-// group); with all sequences in ONE global ring that is already one launch per rank and
-// round, so per_group and fused_round give the same step for te_cp, te_cp+routing and
-// llama_cp (one group each). Hybrid DP (ByteScale-like) runs each CP group's ring on its own:
-// per_group. Zeppelin's engine runs a level's ring groups round by round in lockstep and its
-// kernels take a CSR list of blocks with per-block offsets and masks over one K/V arena, so
-// round k of every group of a level is one launch per rank, split only where the CSR form
-// needs it (program/launch_waves.hpp): fused_round for te_cp+routing+engine and zeppelin.
-// Without it, a rank in many small rings issues many small launches that the throughput
-// tables price at a low rate. Every engine and the simulator run the same execution program
-// (program/), so these launches are the ones the engines make.
-// The ablations follow Fig. 11: TE CP + routing; + partitioner and engine; + remapping (the
-// full Zeppelin). Capacity: setup.tokens_per_gpu x (1 + capacity_slack) tokens per GPU (x TP
-// per CP rank), the same for every method. The paper's L is a token CAPACITY per GPU, not
-// the 4K tokens per GPU of the workload, and its remapping layer moves tokens (Table 3:
-// 14-16 ms per forward; Fig. 11: 3.51x -> 3.64x on ArXiv), which needs attention-balanced
-// layouts holding more than the average on some GPUs: L > 4K. At slack 0 (exact fill) every
-// partitioner now plans, but every plan then holds exactly L tokens per GPU by construction:
-// hierarchical<> cannot trade tokens for attention balance and remapping moves nothing. The
-// paper does not give L; 1/8 (4608 tokens for 4K per GPU) is the headroom kept by default
-// (bench/README.md, "Reproduction", shows both; reproduce_zeppelin --slack 0). Host-only.
+// Runs a method of the evaluation by name: plans the batch and simulates the step.
+//   in : a method (method_specs, sim/method_spec.hpp), a batch, the PHYSICAL topology, a
+//        model, method_setup
+//   out: method_run: the plan (on the tensor_parallel_view when TP > 1) and its sim_result;
+//        for the cost-driven `zeppelin`, the chosen candidate's (sim/cost_driven_planner.hpp),
+//        named in method_run::candidate
+// Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/config.hpp>
-#include <zeppelin/core/error.hpp>
 #include <zeppelin/core/model.hpp>
-#include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
-#include <zeppelin/partition/any_load_metric.hpp>
-#include <zeppelin/partition/registry.hpp>
-#include <zeppelin/sim/cost_model.hpp>
-#include <zeppelin/sim/options.hpp>
-#include <zeppelin/sim/result.hpp>
-#include <zeppelin/sim/simulate.hpp>
-#include <zeppelin/sim/tensor_parallel.hpp>
+#include <zeppelin/sim/cost_driven_planner.hpp>
+#include <zeppelin/sim/method_spec.hpp>
 
-#include <algorithm>
-#include <array>
-#include <cmath>
-#include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 ZEPPELIN_NAMESPACE_BEGIN
-
-enum class method_kind : std::uint8_t { te_cp, llama_cp, hybrid_dp, te_cp_routing, te_cp_routing_engine, zeppelin, ulysses };
-
-//! A method: its name and how it partitions and executes (the rows of the table above).
-struct method_spec {
-  method_kind kind = method_kind::te_cp;
-  std::string_view name;
-  std::string_view description;
-  std::string_view partitioner;                     //!< a partitioner_names entry (partition/registry.hpp)
-  bool routing = false;                             //!< proxy_router, else direct_router
-  engine_policy engine = engine_policy::in_order;
-  bool remap = false;                               //!< remap with the exact solver (max_send)
-  launch_policy launch = launch_policy::per_group;  //!< see the file comment
-};
-
-//! Every method, baselines first, then the ablations and Zeppelin.
-inline constexpr std::array<method_spec, 7> method_specs{{
-    {method_kind::te_cp, "te_cp", "TransformerEngine CP: even zigzag split, one global ring", even_split::name, false,
-     engine_policy::in_order, false},
-    {method_kind::llama_cp, "llama_cp", "LLaMA-3 CP: even split, all-gather K/V before attention", allgather::name, true,
-     engine_policy::in_order, false},
-    {method_kind::ulysses, "ulysses", "DeepSpeed-Ulysses: contiguous split, all-to-all over head lanes (USP's ring where ranks outnumber heads)",
-     ulysses::name, false, engine_policy::in_order, false},
-    {method_kind::hybrid_dp, "hybrid_dp", "ByteScale-like: DP for short, ring CP for long, FLOP-balanced micro-batches",
-     hybrid_dp::name, false, engine_policy::in_order, false},
-    {method_kind::te_cp_routing, "te_cp+routing", "TE CP with proxy routing over every NIC", even_split::name, true,
-     engine_policy::in_order, false},
-    {method_kind::te_cp_routing_engine, "te_cp+routing+engine",
-     "routing + hierarchical partitioner + attention engine (no remapping)", hierarchical<>::name, true,
-     engine_policy::prioritized, false, launch_policy::fused_round},
-    {method_kind::zeppelin, "zeppelin", "Zeppelin: hierarchical partitioner, engine, routing, remapping",
-     hierarchical<>::name, true, engine_policy::prioritized, true, launch_policy::fused_round},
-}};
-
-//! The method called `name` (a method_specs name). Throws invalid_argument listing the names.
-[[nodiscard]] inline const method_spec& method_by_name(std::string_view name) {
-  std::string valid;
-  for (const method_spec& s : method_specs) {
-    if (s.name == name) return s;
-    valid += (valid.empty() ? "" : ", ") + std::string(s.name);
-  }
-  ZEPPELIN_THROW(invalid_argument, "unknown method '" + std::string(name) + "' (valid: " + valid + ")", {});
-}
-
-//! How a method is run.
-struct method_setup {
-  token_count tokens_per_gpu = 4096;  //!< the paper's 4K per GPU
-  double capacity_slack = 1.0 / 8;    //!< headroom over tokens_per_gpu; 0 = exact fill (see the file comment)
-  int tensor_parallel = 1;            //!< TP inside CP (13B on cluster A, 30B on cluster C: 2)
-  int chained_layers = 1;             //!< sim_options::chained_layers
-  //! The load metric hierarchical<> balances with (te_cp+routing+engine and zeppelin;
-  //! partition/load_metric.hpp); the cost-model metric prices the model's heads and head_dim.
-  load_metric_kind metric = load_metric_kind::attention;
-  bool record_trace = false;
-  bool record_execution = false;          //!< sim_options::record_execution
-  std::optional<launch_policy> launch{};  //!< default: the method's (method_spec::launch)
-  std::optional<sim_cost_model> cost{};  //!< default: sim_cost_model::for_topology(view)
-};
-
-struct method_run {
-  std::string name;
-  topology view;  //!< the CP topology (tensor_parallel_view of the physical one)
-  plan layout;
-  sim_result result;
-};
-
-//! Capacity in tokens per CP rank for `setup` (x TP).
-[[nodiscard]] inline token_count method_capacity(const method_setup& setup) {
-  ZEPPELIN_EXPECTS(setup.tokens_per_gpu >= 1 && std::isfinite(setup.capacity_slack) && setup.capacity_slack >= 0,
-                   "tokens per GPU must be positive and the slack non-negative",
-                   {{"tokens_per_gpu", double(setup.tokens_per_gpu)}, {"capacity_slack", setup.capacity_slack}});
-  const double per_rank =
-      std::ceil(static_cast<double>(setup.tokens_per_gpu) * (1 + setup.capacity_slack)) * std::max(setup.tensor_parallel, 1);
-  ZEPPELIN_EXPECTS(per_rank < 0x1p62, "tokens per GPU x (1 + capacity slack) x TP must stay below 2^62 tokens",
-                   {{"tokens_per_gpu", double(setup.tokens_per_gpu)},
-                    {"capacity_slack", setup.capacity_slack},
-                    {"tensor_parallel", double(setup.tensor_parallel)}});
-  return static_cast<token_count>(per_rank);
-}
-
-//! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank; the
-//! cost-model metric prices model `m`'s heads (32 x 128 when none is given) on view.gpu().
-[[nodiscard]] inline plan partition_for(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
-                                       load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
-  const partitioner_settings settings{
-      .capacity = capacity, .cp_size = 0, .metric = make_load_metric(metric, view.gpu(), m ? m->heads : 32, m ? m->head_dim : 128)};
-  return partition(partitioner_by_name(spec.partitioner, settings), b, view);
-}
-
-//! The sim_options of `spec` under `setup` (the collective of llama_cp's all-gather groups is
-//! in its plan: partition/allgather.hpp sets it).
-[[nodiscard]] inline sim_options options_for(const method_spec& spec, const method_setup& setup) {
-  sim_options o;
-  if (spec.routing) o.router.policy = proxy_router{};
-  if (spec.remap) o.remap = remap_objective::max_send;
-  o.engine = spec.engine;
-  o.launch = setup.launch ? *setup.launch : spec.launch;
-  o.tensor_parallel = setup.tensor_parallel;
-  o.chained_layers = setup.chained_layers;
-  o.record_trace = setup.record_trace;
-  o.record_execution = setup.record_execution;
-  return o;
-}
 
 //! Plans and simulates `spec` on batch `b`, physical topology `physical`, model `m`.
 //! Throws what the partitioner and simulate() throw (infeasible when the batch does not fit).
 [[nodiscard]] inline method_run run_method(const method_spec& spec, const batch& b, const topology& physical,
                                            const model_config& m, const method_setup& setup = {}) {
-  topology view = tensor_parallel_view(physical, setup.tensor_parallel);
-  plan layout = partition_for(spec, b, view, method_capacity(setup), setup.metric, &m);
-  const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(view);
-  sim_result result = simulate(layout, b, view, m, options_for(spec, setup), cost);
-  result.method = std::string(spec.name);
-  return {std::string(spec.name), std::move(view), std::move(layout), std::move(result)};
+  if (spec.kind != method_kind::zeppelin) return run_spec(spec, b, physical, m, setup);
+  cost_driven_choice choice = plan_by_cost(b, physical, m, setup);
+  method_run run = std::move(choice.chosen);
+  run.name = std::string(spec.name);
+  run.result.method = run.name;
+  return run;
 }
 
 [[nodiscard]] inline method_run run_method(std::string_view name, const batch& b, const topology& physical,

@@ -1,0 +1,177 @@
+// zeppelin/sim/cost_driven_planner.hpp
+// Zeppelin's planner: plan a batch with every candidate (a layout policy and an execution),
+// price each with the step simulator, keep the fastest.
+//   in : batch, PHYSICAL topology, model, method_setup, candidates (method_specs; default
+//        cost_driven_candidates: Zeppelin as published, its ablation without remapping, every
+//        baseline as it runs, and the baselines' layouts under Zeppelin's execution)
+//   out: cost_driven_choice: the chosen run (plan, simulated result), the execution options it
+//        needs (sim_options: routing, engine, launches, remapping) and, per candidate, the
+//        bound, the simulated step or why it was not simulated (pruned, infeasible, refused).
+// Search: every candidate is partitioned (microseconds) and bounded by plan_compute_bound
+// (sim/plan_compute_bound.hpp); candidates are simulated in increasing order of bound (ties:
+// candidate order) until the next bound is no smaller than the best step found. Pruning never
+// changes the choice: the chosen step is the minimum over all feasible candidates, ties going
+// to the earlier candidate, exactly as simulating all of them would choose. A candidate whose
+// partitioner finds the batch infeasible, or whose program exceeds the library's limits, is
+// recorded with the reason and skipped; when no candidate can run, the first one's error is
+// thrown. Deterministic: no clocks, no unordered containers.
+// Because the baselines' own (layout, execution) pairs are candidates, the planner's step is
+// never above theirs under the same cost model. Host-only.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/partition/registry.hpp>
+#include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/method_spec.hpp>
+#include <zeppelin/sim/options.hpp>
+#include <zeppelin/sim/plan_compute_bound.hpp>
+#include <zeppelin/sim/simulate.hpp>
+#include <zeppelin/sim/tensor_parallel.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <exception>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! The candidates of the `zeppelin` method, in tie-breaking order.
+inline constexpr std::array<method_spec, 8> cost_driven_candidates{{
+    method_spec_of(method_kind::zeppelin_paper),
+    method_spec_of(method_kind::te_cp_routing_engine),
+    method_spec_of(method_kind::ulysses),
+    method_spec_of(method_kind::llama_cp),
+    method_spec_of(method_kind::te_cp_routing),
+    method_spec_of(method_kind::te_cp),
+    method_spec_of(method_kind::hybrid_dp),
+    {method_kind::candidate, "hybrid_dp+engine", "ByteScale-like micro-batches with routing and Zeppelin's engine",
+     hybrid_dp::name, true, engine_policy::prioritized, false, launch_policy::fused_round},
+}};
+
+//! Why a candidate has no simulated step.
+enum class candidate_outcome : std::uint8_t {
+  simulated,   //!< step_s holds its simulated step
+  pruned,      //!< its bound was no smaller than a simulated step: it cannot win
+  infeasible,  //!< the partitioner or the program builder refused it (reason)
+};
+
+[[nodiscard]] constexpr const char* to_string(candidate_outcome o) noexcept {
+  switch (o) {
+    case candidate_outcome::simulated: return "simulated";
+    case candidate_outcome::pruned: return "pruned";
+    case candidate_outcome::infeasible: return "infeasible";
+  }
+  return "?";
+}
+
+//! One candidate's price.
+struct candidate_price {
+  std::string name;
+  candidate_outcome outcome = candidate_outcome::infeasible;
+  double bound_s = 0;  //!< plan_compute_bound (0 when infeasible)
+  double step_s = 0;   //!< simulated step (outcome simulated)
+  std::string reason;  //!< the error (outcome infeasible)
+};
+
+struct cost_driven_choice {
+  method_run chosen;        //!< the chosen candidate's plan and simulated result
+  std::size_t chosen_index = 0;  //!< into the candidate list
+  method_spec execution;    //!< the chosen candidate (its partitioner and execution)
+  sim_options options;      //!< what an engine runs the chosen plan with (options_for)
+  std::vector<candidate_price> candidates;  //!< in candidate order
+};
+
+//! Plans `b` on `physical` for model `m` with every candidate and keeps the fastest under the
+//! simulator (see the file comment). Throws invalid_argument for an empty candidate list or a
+//! candidate that is itself the cost-driven zeppelin, and the first candidate's error when none
+//! is feasible.
+[[nodiscard]] inline cost_driven_choice plan_by_cost(const batch& b, const topology& physical, const model_config& m,
+                                                     const method_setup& setup = {},
+                                                     std::span<const method_spec> candidates = cost_driven_candidates) {
+  ZEPPELIN_EXPECTS(!candidates.empty(), "the cost-driven planner needs at least one candidate", {});
+  const topology view = tensor_parallel_view(physical, setup.tensor_parallel);
+  const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(view);
+  const token_count capacity = method_capacity(setup);
+
+  std::vector<candidate_price> prices(candidates.size());
+  std::vector<std::optional<plan>> layouts(candidates.size());
+  std::optional<std::exception_ptr> first_error;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const method_spec& spec = candidates[i];
+    ZEPPELIN_EXPECTS(spec.kind != method_kind::zeppelin, "the cost-driven planner cannot be its own candidate",
+                     {{"candidate", double(i)}});
+    candidate_price& price = prices[i];
+    price.name = std::string(spec.name);
+    try {
+      layouts[i] = partition_for(spec, b, view, capacity, setup.metric, &m);
+      price.bound_s = plan_compute_bound(*layouts[i], b, m, view, cost,
+                                         spec.remap ? linear_layout::token_balanced : linear_layout::attention_layout);
+    } catch (const error& e) {
+      price.reason = e.what();
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+
+  // candidates are priced without traces or records; the chosen one is simulated again with
+  // them when the setup asks (the same step: the simulator is deterministic)
+  method_setup pricing = setup;
+  pricing.record_trace = false;
+  pricing.record_execution = false;
+
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (layouts[i]) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    return prices[x].bound_s < prices[y].bound_s;
+  });
+
+  std::optional<std::size_t> best;
+  std::optional<sim_result> best_result;
+  for (const std::size_t i : order) {
+    candidate_price& price = prices[i];
+    const bool cannot_win = best && (price.bound_s > best_result->step_time_s ||
+                                     (price.bound_s == best_result->step_time_s && i > *best));
+    if (cannot_win) {
+      price.outcome = candidate_outcome::pruned;
+      continue;
+    }
+    try {
+      sim_result r = simulate(*layouts[i], b, view, m, options_for(candidates[i], pricing), cost);
+      price.outcome = candidate_outcome::simulated;
+      price.step_s = r.step_time_s;
+      const bool better = !best || r.step_time_s < best_result->step_time_s ||
+                          (r.step_time_s == best_result->step_time_s && i < *best);
+      if (better) {
+        best = i;
+        best_result = std::move(r);
+      }
+    } catch (const error& e) {
+      price.reason = e.what();
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (!best) std::rethrow_exception(*first_error);
+
+  const method_spec& spec = candidates[*best];
+  if (setup.record_trace || setup.record_execution)
+    best_result = simulate(*layouts[*best], b, view, m, options_for(spec, setup), cost);
+  best_result->method = std::string(spec.name);
+  return {.chosen = {std::string(spec.name), std::string(spec.name), view, std::move(*layouts[*best]), std::move(*best_result)},
+          .chosen_index = *best,
+          .execution = spec,
+          .options = options_for(spec, setup),
+          .candidates = std::move(prices)};
+}
+
+ZEPPELIN_NAMESPACE_END

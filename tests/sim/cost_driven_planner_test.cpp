@@ -1,0 +1,199 @@
+// The cost-driven planner (sim/cost_driven_planner.hpp) and the bound that prunes its search
+// (sim/plan_compute_bound.hpp): the bound never exceeds a simulated step, the choice equals
+// the brute-force minimum over every candidate, the plan validates, the planner is
+// deterministic and never slower than a method it considers.
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/core/validate.hpp>
+#include <zeppelin/data/datasets.hpp>
+#include <zeppelin/data/sampler.hpp>
+#include <zeppelin/sim/cost_driven_planner.hpp>
+#include <zeppelin/sim/methods.hpp>
+#include <zeppelin/sim/plan_compute_bound.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+using namespace zeppelin;
+
+namespace {
+
+// A seeded batch of `total` tokens: one of the Table 2 datasets, or (case 3) one long
+// sequence among many short ones, the shape where no single layout wins everywhere.
+batch sampled_batch(std::uint64_t seed, token_count total) {
+  random_generator rng(seed, 23);
+  switch (seed % 4) {
+    case 0: return sample_batch(datasets::github(), total, rng);
+    case 1: return sample_batch(datasets::arxiv(), total, rng);
+    case 2: return sample_batch(datasets::prolong64k(), total, rng);
+    default: {
+      std::vector<token_count> lengths{total / 2};
+      for (token_count left = total - total / 2; left > 0;) {
+        const token_count n = std::min<token_count>(left, 1 + static_cast<token_count>(rng.below(700)));
+        lengths.push_back(n);
+        left -= n;
+      }
+      return batch(lengths);
+    }
+  }
+}
+
+topology small_cluster(std::uint64_t seed) {
+  switch (seed % 3) {
+    case 0: return clusters::cluster_c(2);
+    case 1: return clusters::cluster_a(2);
+    default: return cluster_by_name("c", 2, 4);
+  }
+}
+
+method_setup setup_for(const batch& b, const topology& t) {
+  method_setup s;
+  s.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the plan compute bound never exceeds the simulated step", "[sim][planner]") {
+  const model_config models_tried[] = {models::llama_3b(), models::llama3_8b()};
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const topology t = small_cluster(seed);
+    const batch b = sampled_batch(seed, 8 * 4096 + static_cast<token_count>(seed) * 517);
+    const model_config& m = models_tried[seed % 2];
+    const method_setup setup = setup_for(b, t);
+    for (const method_spec& spec : cost_driven_candidates) {
+      CAPTURE(seed, spec.name);
+      const method_run run = run_spec(spec, b, t, m, setup);
+      const double bound = plan_compute_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view),
+                                              spec.remap ? linear_layout::token_balanced : linear_layout::attention_layout);
+      CHECK(bound >= run.result.lower_bound_s * (1 - 1e-12));
+      CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
+    }
+  }
+}
+
+TEST_CASE("the plan compute bound is the perfect-balance bound for one rank and grows with imbalance", "[sim][planner]") {
+  const model_config m = models::llama_3b();
+  const topology one = cluster_by_name("c", 1, 1);
+  const batch b({3000, 1000});
+  const plan single{"manual", 1, 1, 4000, {placement{{shard{0, {0, 3000}, no_group, 0}, shard{1, {0, 1000}, no_group, 0}}}}, {}, {}};
+  const sim_cost_model cost = sim_cost_model::for_topology(one);
+  CHECK(plan_compute_bound(single, b, m, one, cost, linear_layout::attention_layout) ==
+        Approx(step_lower_bound(b, m, one, cost)).epsilon(1e-12));
+
+  // two ranks: the long sequence alone on rank 0 is the busier rank whatever the layout of
+  // the linear modules
+  const topology two = cluster_by_name("c", 1, 2);
+  const plan split{"manual", 1, 2, 4000,
+                   {placement{{shard{0, {0, 3000}, no_group, 0}}}, placement{{shard{1, {0, 1000}, no_group, 0}}}}, {}, {}};
+  const sim_cost_model cost2 = sim_cost_model::for_topology(two);
+  const double balanced = step_lower_bound(b, m, two, cost2);
+  const double as_laid_out = plan_compute_bound(split, b, m, two, cost2, linear_layout::attention_layout);
+  const double remapped = plan_compute_bound(split, b, m, two, cost2, linear_layout::token_balanced);
+  CHECK(as_laid_out > remapped);
+  CHECK(remapped > balanced);
+}
+
+TEST_CASE("the cost-driven planner chooses the brute-force minimum over its candidates", "[sim][planner]") {
+  const model_config m = models::llama_3b();
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const topology t = small_cluster(seed);
+    const batch b = sampled_batch(seed, 8 * 4096 + static_cast<token_count>(seed) * 911);
+    const method_setup setup = setup_for(b, t);
+    CAPTURE(seed);
+    const cost_driven_choice choice = plan_by_cost(b, t, m, setup);
+    REQUIRE(choice.candidates.size() == cost_driven_candidates.size());
+
+    double best = std::numeric_limits<double>::infinity();
+    std::size_t best_index = 0;
+    for (std::size_t i = 0; i < cost_driven_candidates.size(); ++i) {
+      CAPTURE(cost_driven_candidates[i].name);
+      const double step = run_spec(cost_driven_candidates[i], b, t, m, setup).result.step_time_s;
+      const candidate_price& price = choice.candidates[i];
+      CHECK(price.name == cost_driven_candidates[i].name);
+      if (price.outcome == candidate_outcome::simulated) CHECK(price.step_s == step);
+      if (price.outcome == candidate_outcome::pruned) CHECK(price.bound_s >= choice.chosen.result.step_time_s);
+      CHECK(price.bound_s <= step * (1 + 1e-12));
+      if (step < best) best = step, best_index = i;
+    }
+    CHECK(choice.chosen.result.step_time_s == best);
+    CHECK(choice.chosen_index == best_index);
+    CHECK(choice.candidates[best_index].outcome == candidate_outcome::simulated);
+    CHECK(choice.execution.name == cost_driven_candidates[best_index].name);
+    CHECK(choice.chosen.candidate == std::string(choice.execution.name));
+    validate(choice.chosen.layout, b, choice.chosen.view);
+
+    // what an engine runs: the chosen candidate's options
+    const sim_options expected = options_for(cost_driven_candidates[best_index], setup);
+    CHECK(choice.options.engine == expected.engine);
+    CHECK(choice.options.launch == expected.launch);
+    CHECK(choice.options.remap == expected.remap);
+  }
+}
+
+TEST_CASE("the zeppelin method is deterministic and never slower than a method it considers", "[sim][planner]") {
+  const model_config m = models::llama3_8b();
+  for (std::uint64_t seed = 11; seed <= 14; ++seed) {
+    const topology t = small_cluster(seed);
+    const batch b = sampled_batch(seed, 12 * 4096);
+    const method_setup setup = setup_for(b, t);
+    CAPTURE(seed);
+    const method_run ours = run_method("zeppelin", b, t, m, setup);
+    CHECK(ours.name == "zeppelin");
+    CHECK(ours.result.method == "zeppelin");
+    for (const method_spec& spec : method_specs) {
+      if (spec.kind == method_kind::zeppelin) continue;
+      CAPTURE(spec.name);
+      CHECK(ours.result.step_time_s <= run_method(spec, b, t, m, setup).result.step_time_s);
+    }
+    const cost_driven_choice again = plan_by_cost(b, t, m, setup);
+    CHECK(again.chosen.result.step_time_s == ours.result.step_time_s);
+    CHECK(again.chosen.layout == ours.layout);
+    CHECK(again.chosen.candidate == ours.candidate);
+  }
+}
+
+TEST_CASE("the cost-driven planner records a trace for the chosen candidate only when asked", "[sim][planner]") {
+  const model_config m = models::llama_3b();
+  const topology t = clusters::cluster_c(2);
+  const batch b = sampled_batch(3, 8 * 4096);
+  method_setup setup = setup_for(b, t);
+  const cost_driven_choice plain = plan_by_cost(b, t, m, setup);
+  CHECK(plain.chosen.result.trace.empty());
+  setup.record_trace = true;
+  const cost_driven_choice traced = plan_by_cost(b, t, m, setup);
+  CHECK_FALSE(traced.chosen.result.trace.empty());
+  CHECK(traced.chosen.result.step_time_s == plain.chosen.result.step_time_s);
+}
+
+TEST_CASE("the cost-driven planner: infeasible candidates are recorded, and bad candidate lists refused", "[sim][planner]") {
+  const model_config m = models::llama_3b();
+  const topology t = cluster_by_name("c", 1, 4);
+  const batch b({4000, 3000, 1000});
+  const method_setup setup = setup_for(b, t);
+  const std::array<method_spec, 2> with_unknown{{
+      {method_kind::candidate, "unknown", "a partitioner that does not exist", "no_such_partitioner", false,
+       engine_policy::in_order, false},
+      method_spec_of(method_kind::te_cp),
+  }};
+  const cost_driven_choice choice = plan_by_cost(b, t, m, setup, with_unknown);
+  CHECK(choice.chosen_index == 1);
+  CHECK(choice.candidates[0].outcome == candidate_outcome::infeasible);
+  CHECK(choice.candidates[0].reason.find("no_such_partitioner") != std::string::npos);
+  CHECK(choice.candidates[1].outcome == candidate_outcome::simulated);
+
+  // no feasible candidate: the first candidate's error
+  CHECK_THROWS_WITH(plan_by_cost(b, t, m, setup, std::span<const method_spec>(with_unknown).first(1)),
+                    Catch::Contains("no_such_partitioner"));
+  CHECK_THROWS_AS(plan_by_cost(b, t, m, setup, std::span<const method_spec>{}), invalid_argument);
+  const std::array<method_spec, 1> itself{{method_by_name("zeppelin")}};
+  CHECK_THROWS_WITH(plan_by_cost(b, t, m, setup, itself), Catch::Contains("its own candidate"));
+  CHECK_THROWS_WITH(partition_for(method_by_name("zeppelin"), b, t, 4096), Catch::Contains("plan_by_cost"));
+}
