@@ -17,6 +17,18 @@ foreach(method IN ITEMS hierarchical even_split allgather hybrid_dp per_document
     COMMAND ${zeppelin_tool_cmd} plan --method ${method} --lengths ${zeppelin_fixtures}/lengths_small.txt
             --nodes 2 --gpus-per-node 4 --capacity 100000 --json)
 endforeach()
+# --explain: the cost-driven planner's candidates, its choice and the per-sequence layout
+zeppelin_add_cli_test(tool.plan_explain EXIT_CODE 0
+  STDOUT "zeppelin_paper +(simulated|pruned).*chosen: .*step .* ms, efficiency .*seq +length +micro +group +zone +collective +ranks"
+  COMMAND ${zeppelin_tool_cmd} plan --explain --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4)
+zeppelin_add_cli_test(tool.plan_explain_json EXIT_CODE 0
+  STDOUT "\"groups\".*\"explain\":.*\"candidates\":.*\"outcome\".*\"chosen\":"
+  COMMAND ${zeppelin_tool_cmd} plan --explain --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4
+          --model 3b --json)
+zeppelin_add_cli_test(tool.plan_needs_method_or_explain EXIT_CODE 106 STDERR "--method \\(or --explain\\) is required"
+  COMMAND ${zeppelin_tool_cmd} plan --lengths ${zeppelin_fixtures}/lengths_small.txt)
+zeppelin_add_cli_test(tool.plan_explain_excludes_method EXIT_CODE 108 STDERR "--method excludes --explain"
+  COMMAND ${zeppelin_tool_cmd} plan --explain --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt)
 
 zeppelin_add_cli_test(tool.remap_json EXIT_CODE 0 STDOUT "\"matrix\".*\"objective\""
   COMMAND ${zeppelin_tool_cmd} remap --tokens 10,2,6,6 --gpus-per-node 2 --intra-cost 1 --inter-cost 4 --json)
