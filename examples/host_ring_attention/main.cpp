@@ -19,15 +19,16 @@
 //   max_abs_err_out=<O and LSE> max_abs_err_grad=<dQ, dK, dV>
 // Exit status 1 when an error exceeds the tolerance (1e-10 in fp64, 1e-4 in fp32), 2 on bad input.
 #include <zeppelin/comm.hpp>
-#include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/length_file.hpp>
 #include <zeppelin/exec.hpp>
+#include <zeppelin/exec/linear_layout.hpp>
 #include <zeppelin/program.hpp>
 #include <zeppelin/sim/methods.hpp>
 
 #include "../common/cli_integers.hpp"
+#include "../common/priced_model.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -71,24 +72,6 @@ std::vector<T> rows_of(const std::vector<T>& global, const placement& pl, const 
   std::vector<T> out;
   for (const shard& s : pl.shards)
     out.insert(out.end(), global.begin() + (b.offset(s.seq) + s.range.begin) * w, global.begin() + (b.offset(s.seq) + s.range.end) * w);
-  return out;
-}
-
-// the layout the linear modules see, per rank: each micro-batch's token-balanced layout when
-// the program remaps it, else its shards of the attention layout
-std::vector<placement> linear_layout(const plan& p, const execution_program& prog) {
-  std::vector<placement> out(static_cast<std::size_t>(p.num_ranks()));
-  for (std::int32_t mb = 0; mb < prog.micro_batches; ++mb)
-    for (std::size_t r = 0; r < out.size(); ++r) {
-      const bool remapped = static_cast<std::size_t>(mb) < prog.linear_layout.size() && !prog.linear_layout[static_cast<std::size_t>(mb)].empty();
-      if (remapped) {
-        const auto& s = prog.linear_layout[static_cast<std::size_t>(mb)][r].shards;
-        out[r].shards.insert(out[r].shards.end(), s.begin(), s.end());
-      } else {
-        for (const shard& s : p.placements[r].shards)
-          if (s.micro_batch == mb) out[r].shards.push_back(s);
-      }
-    }
   return out;
 }
 
@@ -158,38 +141,10 @@ int run(const options& o, const batch& b, const plan& p, const topology& t, cons
       execute_remap(c, disp, std::span<const T>(src), std::span<T>(dst), w, "dispatch");
       return dst;
     };
-    // per micro-batch: the program's remap segment between the linear layout (rows `lin`, the
-    // micro-batch's part of the linear buffer) and the attention layout, or a plain copy of the
-    // micro-batch's rows when the program does not remap it
+    // the linear layout <-> the attention layout (exec/linear_layout.hpp)
     const auto move = [&](pass_kind pass, segment_kind kind, std::span<const T> from, std::span<T> to, std::int64_t w) {
-      token_count lin = 0;
-      for (std::int32_t mb = 0; mb < prog.micro_batches; ++mb) {
-        const bool remapped = static_cast<std::size_t>(mb) < prog.linear_layout.size() &&
-                              !prog.linear_layout[static_cast<std::size_t>(mb)].empty();
-        token_count rows = 0;
-        if (remapped) {
-          rows = prog.linear_layout[static_cast<std::size_t>(mb)][ri].tokens();
-        } else {
-          for (const shard& s : p.placements[ri].shards) rows += s.micro_batch == mb ? s.range.size() : 0;
-        }
-        const bool into_attention = kind == segment_kind::remap_in;
-        const auto part = [&](auto span) { return span.subspan(static_cast<std::size_t>(lin * w), static_cast<std::size_t>(rows * w)); };
-        if (remapped) {
-          engine.remap(c, pass, mb, kind, into_attention ? part(from) : from, into_attention ? to : part(to), &mine);
-        } else {
-          token_count at = lin;
-          for (std::size_t i = 0; i < p.placements[ri].shards.size(); ++i) {
-            const shard& s = p.placements[ri].shards[i];
-            if (s.micro_batch != mb) continue;
-            const auto a = static_cast<std::size_t>(engine.shard_row(me, i) * w), l = static_cast<std::size_t>(at * w);
-            const auto count = static_cast<std::size_t>(s.range.size() * w);
-            if (into_attention) std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(l), count, to.begin() + static_cast<std::ptrdiff_t>(a));
-            else std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(a), count, to.begin() + static_cast<std::ptrdiff_t>(l));
-            at += s.range.size();
-          }
-        }
-        lin += rows;
-      }
+      if (kind == segment_kind::remap_in) to_attention_layout(engine, c, p, pass, from, to, w, &mine);
+      else to_linear_layout(engine, c, p, pass, from, to, w, &mine);
     };
     const token_count lin_rows = disp.ranks[ri].target_tokens;
     const auto in_qkv = dispatch(qkv_rows, qkv), in_do = dispatch(d_o, qw);
@@ -315,12 +270,8 @@ int main(int argc, char** argv) {
     validate(dims);
     // zeppelin chooses its layout and execution by cost: priced as `zeppelin simulate` prices
     // it by default (LLaMA-7B with this attention shape and element type)
-    model_config priced = models::llama_7b();
-    priced.heads = o.heads;
-    priced.kv_heads = o.kv_heads;
-    priced.head_dim = o.head_dim;
-    priced.bytes_per_element = o.fp32 ? 4 : 8;
-    const method_spec& executed = spec.kind == method_kind::zeppelin ? plan_by_cost(b, t, priced, setup).execution : spec;
+    const model_config priced = example_cli::priced_model(o.heads, o.kv_heads, o.head_dim, o.fp32 ? 4 : 8);
+    const method_spec executed = resolve_method(spec, b, t, priced, setup);
     const plan p = partition_for(executed, b, t, method_capacity(setup), setup.metric, &priced);
     const program_options po =
         to_program_options(options_for(executed, setup), wire_format::for_shape(o.heads, o.kv_heads, o.head_dim, o.fp32 ? 4 : 8));

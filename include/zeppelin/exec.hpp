@@ -8,6 +8,7 @@
 #include <zeppelin/exec/attention_kernel.hpp>
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/exec/host_backend.hpp>
+#include <zeppelin/exec/linear_layout.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
 #include <zeppelin/exec/pipeline_runner.hpp>
 #include <zeppelin/exec/plan_agreement.hpp>

@@ -72,7 +72,7 @@ TEST_CASE("the plan compute bound never exceeds the simulated step", "[sim][plan
       CAPTURE(seed, spec.name);
       const method_run run = run_spec(spec, b, t, m, setup);
       const double bound = plan_compute_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view),
-                                              spec.remap ? linear_layout::token_balanced : linear_layout::attention_layout);
+                                              spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
       CHECK(bound >= run.result.lower_bound_s * (1 - 1e-12));
       CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
     }
@@ -85,7 +85,7 @@ TEST_CASE("the plan compute bound is the perfect-balance bound for one rank and 
   const batch b({3000, 1000});
   const plan single{"manual", 1, 1, 4000, {placement{{shard{0, {0, 3000}, no_group, 0}, shard{1, {0, 1000}, no_group, 0}}}}, {}, {}};
   const sim_cost_model cost = sim_cost_model::for_topology(one);
-  CHECK(plan_compute_bound(single, b, m, one, cost, linear_layout::attention_layout) ==
+  CHECK(plan_compute_bound(single, b, m, one, cost, linear_layout_kind::attention_layout) ==
         Approx(step_lower_bound(b, m, one, cost)).epsilon(1e-12));
 
   // two ranks: the long sequence alone on rank 0 is the busier rank whatever the layout of
@@ -95,8 +95,8 @@ TEST_CASE("the plan compute bound is the perfect-balance bound for one rank and 
                    {placement{{shard{0, {0, 3000}, no_group, 0}}}, placement{{shard{1, {0, 1000}, no_group, 0}}}}, {}, {}};
   const sim_cost_model cost2 = sim_cost_model::for_topology(two);
   const double balanced = step_lower_bound(b, m, two, cost2);
-  const double as_laid_out = plan_compute_bound(split, b, m, two, cost2, linear_layout::attention_layout);
-  const double remapped = plan_compute_bound(split, b, m, two, cost2, linear_layout::token_balanced);
+  const double as_laid_out = plan_compute_bound(split, b, m, two, cost2, linear_layout_kind::attention_layout);
+  const double remapped = plan_compute_bound(split, b, m, two, cost2, linear_layout_kind::token_balanced);
   CHECK(as_laid_out > remapped);
   CHECK(remapped > balanced);
 }

@@ -116,7 +116,7 @@ struct cost_driven_choice {
     try {
       layouts[i] = partition_for(spec, b, view, capacity, setup.metric, &m);
       price.bound_s = plan_compute_bound(*layouts[i], b, m, view, cost,
-                                         spec.remap ? linear_layout::token_balanced : linear_layout::attention_layout);
+                                         spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();

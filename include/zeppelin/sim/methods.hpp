@@ -21,6 +21,16 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
+//! The (partitioner, execution) pair `spec` runs on batch `b`: `spec` itself, or for the
+//! cost-driven zeppelin the candidate plan_by_cost chooses (priced for model `m`). What an
+//! executor needs to plan with partition_for and run with options_for exactly what
+//! run_method simulates.
+[[nodiscard]] inline method_spec resolve_method(const method_spec& spec, const batch& b, const topology& physical,
+                                                const model_config& m, const method_setup& setup = {}) {
+  if (spec.kind != method_kind::zeppelin) return spec;
+  return plan_by_cost(b, physical, m, setup).execution;
+}
+
 //! Plans and simulates `spec` on batch `b`, physical topology `physical`, model `m`.
 //! Throws what the partitioner and simulate() throw (infeasible when the batch does not fit).
 [[nodiscard]] inline method_run run_method(const method_spec& spec, const batch& b, const topology& physical,

@@ -38,12 +38,12 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! Whether the linear modules run in the plan's attention layout or a token-balanced one.
-enum class linear_layout : std::uint8_t { attention_layout, token_balanced };
+enum class linear_layout_kind : std::uint8_t { attention_layout, token_balanced };
 
 //! Seconds no execution of `p` can beat under `cost` (see the file comment). `p` must be a
 //! valid plan of `b` on `view` (core/validate.hpp).
 [[nodiscard]] inline double plan_compute_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
-                                               const sim_cost_model& cost, linear_layout linear) {
+                                               const sim_cost_model& cost, linear_layout_kind linear) {
   const step_work work = estimate_step_work(b, m, view.gpu(), cost.attention, cost.linear);
   double total_pairs = 0;
   for (const token_count len : b.lengths()) total_pairs += static_cast<double>(causal_pairs(len));
@@ -82,7 +82,7 @@ enum class linear_layout : std::uint8_t { attention_layout, token_balanced };
     double mb_tokens = 0;
     for (std::size_t r = 0; r < ranks; ++r) mb_tokens += held[base + r];
     const auto rank_work = [&](std::size_t r) {
-      const double linear_tokens = linear == linear_layout::token_balanced ? mb_tokens / static_cast<double>(ranks) : held[base + r];
+      const double linear_tokens = linear == linear_layout_kind::token_balanced ? mb_tokens / static_cast<double>(ranks) : held[base + r];
       return own_pairs[base + r] * per_pair + linear_tokens * per_token;
     };
     double busiest = 0;
