@@ -3,7 +3,7 @@
 //   train_gpt [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
-//             [--lr x] [--fp32] [--gradient-check N]
+//             [--lr x] [--fp32] [--checkpoint none|full|selective:K] [--gradient-check N]
 // Each step, on every rank:
 //   1. the step's documents (corpus.hpp) are planned with method M (any method of
 //      `zeppelin simulate`, sim/methods.hpp; `zeppelin`, the default, lets the cost-driven
@@ -19,7 +19,10 @@
 //      (gpt.hpp);
 //   4. backward through the same path (dO to the attention layout, the engine's backward,
 //      dQ|dK|dV back), gradients summed over the ranks (all-gather in rank order, so every rank
-//      gets the same bits), AdamW.
+//      gets the same bits), AdamW. --checkpoint (checkpoint/any_checkpoint_policy.hpp) makes the
+//      ranks keep only the input of the first K layers and run their forward, attention
+//      included, again right before their backward; the reference keeps everything, so parity
+//      also proves the recomputation exact.
 // The reference is the same code with one rank. Prints a progress bar on a terminal (plain
 // lines otherwise) and, last,
 //   loss parity: max |loss - reference| = X over S steps
@@ -33,6 +36,7 @@
 #include "../common/cli_integers.hpp"
 #include "../common/priced_model.hpp"
 
+#include <zeppelin/checkpoint/any_checkpoint_policy.hpp>
 #include <zeppelin/comm.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/exec.hpp>
@@ -72,11 +76,13 @@ struct options {
   double lr = 1e-2;
   bool fp32 = false;
   int gradient_check = 0;  //!< coordinates to check; 0: train
+  std::string checkpoint = "none";  //!< checkpoint/any_checkpoint_policy.hpp text form
 };
 
 struct run_result {
   std::vector<double> loss;  //!< per step
   double tokens = 0, seconds = 0;
+  double kept = 0;           //!< most activation values a rank held between forward and backward
   std::string executed;      //!< the candidate of the last step (for zeppelin)
 };
 
@@ -190,11 +196,14 @@ planned_step<T> plan_step(train_gpt::step_batch sb, const topology& t, const met
 }
 
 // The calling rank's share of one step: its loader rows dispatched to the linear layout, the
-// forward pass, and (when `grads` is given) the backward pass into `grads` (zeroed first).
+// forward pass, and (when `grads` is given) the backward pass into `grads` (zeroed first),
+// recomputing the layers `recompute` names; `kept`, when given, receives the activation values
+// the rank held between its forward and backward.
 // Returns the rank's summed cross-entropy; the gradients are those of the MEAN loss of the
 // whole batch (its rows scaled by 1 / step.targets), not yet summed over the ranks.
 template <class T, communicator C>
-double forward_backward(C& c, const gpt_config& cfg, const planned_step<T>& step, const gpt_params<T>& w, gpt_params<T>* grads) {
+double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy& recompute, const planned_step<T>& step,
+                        const gpt_params<T>& w, gpt_params<T>* grads, double* kept = nullptr) {
   const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden), V = static_cast<std::size_t>(cfg.vocab);
   const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
   const std::size_t kvw = KV * hd, qkv = D + 2 * kvw;
@@ -222,11 +231,9 @@ double forward_backward(C& c, const gpt_config& cfg, const planned_step<T>& step
   for (std::size_t r = 0; r < n; ++r)
     std::copy_n(w.embed.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tok[r]) * D), D,
                 x.begin() + static_cast<std::ptrdiff_t>(r * D));
-  std::vector<layer_cache<T>> caches(static_cast<std::size_t>(cfg.layers));
-  for (int l = 0; l < cfg.layers; ++l) {
+  // one layer's forward from its input k.x, filling the rest of its cache; returns its output
+  const auto layer_forward = [&](int l, layer_cache<T>& k) {
     const auto& lw = w.layers[static_cast<std::size_t>(l)];
-    layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
-    k.x = x;
     train_gpt::rmsnorm(k.x, lw.norm1, k.h1, k.inv1, n, D, cfg.eps);
     train_gpt::matmul(k.h1, lw.wq, k.q, n, D, D);
     train_gpt::matmul(k.h1, lw.wk, k.k, n, D, kvw);
@@ -251,8 +258,28 @@ double forward_backward(C& c, const gpt_config& cfg, const planned_step<T>& step
     k.act.resize(k.z.size());
     for (std::size_t i = 0; i < k.z.size(); ++i) k.act[i] = k.z[i] * train_gpt::sigmoid(k.z[i]);
     train_gpt::matmul(k.act, lw.w2, y, n, F, D);
-    x = k.x1;
-    add(x, y);
+    std::vector<T> out = k.x1;
+    add(out, y);
+    return out;
+  };
+  // the first `recomputed` layers keep only their input until their backward (checkpoint
+  // policy, whole-layer recomputation)
+  const int recomputed =
+      std::clamp(recompute.recomputed_layers({.stage = 0, .chunk = 0, .micro_batch = 0, .layers = cfg.layers}), 0, cfg.layers);
+  std::vector<layer_cache<T>> caches(static_cast<std::size_t>(cfg.layers));
+  for (int l = 0; l < cfg.layers; ++l) {
+    layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
+    k.x = x;
+    x = layer_forward(l, k);
+    if (l < recomputed) k = layer_cache<T>{.x = std::move(k.x)};
+  }
+  if (kept) {
+    double values = 0;
+    for (const auto& k : caches)
+      for (const std::vector<T>* t : {&k.x, &k.inv1, &k.h1, &k.q, &k.k, &k.v, &k.aq, &k.ak, &k.av, &k.ao, &k.lse, &k.o, &k.x1, &k.inv2,
+                                      &k.h2, &k.z, &k.act})
+        values += static_cast<double>(t->size());
+    *kept = values;
   }
   std::vector<T> hf, inv_f, logits, dlogits;
   train_gpt::rmsnorm(x, w.norm_final, hf, inv_f, n, D, cfg.eps);
@@ -269,7 +296,8 @@ double forward_backward(C& c, const gpt_config& cfg, const planned_step<T>& step
   for (int l = cfg.layers - 1; l >= 0; --l) {
     const auto& lw = w.layers[static_cast<std::size_t>(l)];
     auto& gl = g.layers[static_cast<std::size_t>(l)];
-    const layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
+    layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
+    if (l < recomputed) (void)layer_forward(l, k);  // the same values, bit for bit
     // MLP: x_out = x1 + silu(norm2(x1) W1) W2
     std::vector<T> dact, dz, dh2, dx1;
     train_gpt::matmul_backward(k.act, lw.w2, dx, dact, gl.w2, n, F, D);
@@ -309,7 +337,7 @@ double forward_backward(C& c, const gpt_config& cfg, const planned_step<T>& step
 }
 
 template <class T>
-run_result train(const options& o, const topology& t, bool progress, const char* label) {
+run_result train(const options& o, const topology& t, const any_checkpoint_policy& recompute, bool progress, const char* label) {
   const gpt_config& cfg = o.model;
   const method_spec requested = method_or_partitioner(o.method);
   train_gpt::corpus data = o.corpus_file.empty() ? train_gpt::corpus(cfg.vocab, o.min_length, o.max_length, o.seed)
@@ -331,13 +359,13 @@ run_result train(const options& o, const topology& t, bool progress, const char*
     world.run([&](host_loopback_comm& c) {
       const auto ri = static_cast<std::size_t>(c.rank());
       gpt_params<T> g;
-      double loss = forward_backward(c, cfg, planned, params[ri], &g);
+      double kept = 0;
+      double loss = forward_backward(c, cfg, recompute, planned, params[ri], &g, &kept);
       sum_over_ranks(c, g, loss);
       optimizers[ri].step(params[ri], g);
-      if (c.rank() == 0) {
-        std::lock_guard lock(m);
-        step_loss = loss / planned.targets;
-      }
+      std::lock_guard lock(m);
+      result.kept = std::max(result.kept, kept);
+      if (c.rank() == 0) step_loss = loss / planned.targets;
     });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const auto tokens = static_cast<double>(planned.data.lengths.total_tokens());
@@ -374,6 +402,7 @@ double gradient_check(const options& o, const topology& t, int samples) {
   train_gpt::corpus data = o.corpus_file.empty() ? train_gpt::corpus(cfg.vocab, o.min_length, o.max_length, o.seed)
                                                  : train_gpt::corpus(o.corpus_file, cfg.vocab);
   const planned_step<T> planned = plan_step<T>(data.next(0, o.tokens), t, method_or_partitioner(o.method), cfg);
+  const any_checkpoint_policy recompute = checkpoint_policy_by_name(o.checkpoint);
   host_loopback_world world{.ranks = t.num_ranks(), .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
   gpt_params<T> w = train_gpt::init_params<T>(cfg, o.seed), analytic;
   std::mutex m;
@@ -381,7 +410,7 @@ double gradient_check(const options& o, const topology& t, int samples) {
     double total = 0;
     world.run([&](host_loopback_comm& c) {
       gpt_params<T> g;
-      double loss = forward_backward(c, cfg, planned, at, grads ? &g : nullptr);
+      double loss = forward_backward(c, cfg, recompute, planned, at, grads ? &g : nullptr);
       if (!grads) g = train_gpt::zero_params<T>(cfg);
       sum_over_ranks(c, g, loss);
       if (c.rank() == 0) {
@@ -431,8 +460,9 @@ int run(const options& o) {
                 t.num_ranks(), tolerance);
     return worst <= tolerance ? 0 : 1;
   }
-  const run_result reference = train<T>(o, single, progress, "reference");
-  const run_result distributed = train<T>(o, t, progress, "ranks");
+  // the reference keeps every activation; the ranks recompute what --checkpoint says
+  const run_result reference = train<T>(o, single, {no_recompute{}}, progress, "reference");
+  const run_result distributed = train<T>(o, t, checkpoint_policy_by_name(o.checkpoint), progress, "ranks");
   double worst = 0, scale = 0;
   for (std::size_t i = 0; i < reference.loss.size(); ++i) {
     worst = std::max(worst, std::abs(reference.loss[i] - distributed.loss[i]));
@@ -442,6 +472,8 @@ int run(const options& o) {
   std::printf("loss: %.6f -> %.6f; tokens/s: reference %.0f, %d ranks %.0f (method %s, last step: %s)\n", reference.loss.front(),
               reference.loss.back(), reference.tokens / reference.seconds, t.num_ranks(), distributed.tokens / distributed.seconds,
               o.method.c_str(), distributed.executed.c_str());
+  std::printf("activations kept between forward and backward: reference %.0f values, ranks at most %.0f each (checkpoint %s)\n",
+              reference.kept, distributed.kept, o.checkpoint.c_str());
   std::printf("loss parity: max |loss - reference| = %.3e over %d steps\n", worst, o.steps);
   return worst <= tolerance ? 0 : 1;
 }
@@ -475,6 +507,8 @@ int main(int argc, char** argv) {
   add_integer_option(&app, "--hidden", o.model.hidden, "MLP width")->check(CLI::Range(1, 16384));
   app.add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--fp32", o.fp32, "train in fp32 (default fp64)");
+  app.add_option("--checkpoint", o.checkpoint, "layers the ranks recompute in backward: none, full, selective:K")
+      ->capture_default_str();
   add_integer_option(&app, "--gradient-check", o.gradient_check,
                      "instead of training: check the distributed gradient of the first step at N coordinates against "
                      "central differences")
@@ -486,6 +520,7 @@ int main(int argc, char** argv) {
                      {{"dim", double(o.model.dim)}, {"heads", double(o.model.heads)}, {"kv_heads", double(o.model.kv_heads)}});
     ZEPPELIN_EXPECTS(o.min_length <= o.max_length, "train_gpt: --min-length exceeds --max-length",
                      {{"min_length", double(o.min_length)}, {"max_length", double(o.max_length)}});
+    (void)checkpoint_policy_by_name(o.checkpoint);  // a bad policy fails before any training
     return o.fp32 ? run<float>(o) : run<double>(o);
   } catch (const std::exception& e) {
     std::cerr << "train_gpt: " << e.what() << '\n';
