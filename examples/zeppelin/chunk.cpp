@@ -99,7 +99,7 @@ void run_chunk(const chunk_options& o) {
 void add_chunk_command(CLI::App& app) {
   auto options = std::make_shared<chunk_options>();
   CLI::App* cmd = app.add_subcommand("chunk", "chunk a batch into elastic pipelines with stage-aware checkpointing (InfiniPipe)");
-  cmd->add_option("--lengths", options->lengths_file, "file with one sequence length per line")->required();
+  cmd->add_option("--lengths", options->lengths_file, "file with one sequence length per line")->required()->check(CLI::ExistingFile);
   add_integer_option(cmd, "--sp", options->sp, "Ulysses sequence-parallel degree Ds (inside a node)")->capture_default_str();
   add_integer_option(cmd, "--pp", options->pp, "pipeline stages Dp")->capture_default_str();
   cmd->add_option("--model", options->model, "model: 7b, 13b, 30b (GPT shapes) or a preset's full name")->capture_default_str();

@@ -26,6 +26,7 @@ inline std::vector<command_registration>& command_registry() {
 }
 
 using example_cli::add_integer_option;
+using example_cli::add_size_option;
 using example_cli::exact_integer;
 
 //! The subcommand `zeppelin` runs when given no arguments (the main job).

@@ -92,9 +92,9 @@ void add_pack_command(CLI::App& app) {
   auto options = std::make_shared<pack_options>();
   CLI::App* cmd = app.add_subcommand("pack", "pack a stream of documents into micro-batches per iteration (WLB-LLM)");
   cmd->add_option("--method", options->method, "original, fixed_greedy, fixed_exact or wlb")->capture_default_str();
-  cmd->add_option("--lengths", options->lengths_file, "file with one document length per line")->required();
+  cmd->add_option("--lengths", options->lengths_file, "file with one document length per line")->required()->check(CLI::ExistingFile);
   add_integer_option(cmd, "--micro-batches", options->micro_batches, "micro-batches per iteration N")->capture_default_str();
-  add_integer_option(cmd, "--max-tokens", options->max_tokens, "tokens per micro-batch at most, L")->capture_default_str();
+  add_size_option(cmd, "--max-tokens", options->max_tokens, "tokens per micro-batch at most, L (e.g. 16384, 16K)")->capture_default_str();
   add_integer_option(cmd, "--queues", options->queues, "wlb: outlier queues (thresholds 1/2, 3/4, 7/8, ... of L)")
       ->capture_default_str();
   add_integer_option(cmd, "--window", options->window, "fixed_greedy: global batches packed together")->capture_default_str();

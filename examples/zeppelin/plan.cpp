@@ -2,7 +2,8 @@
 // `zeppelin plan`: partition one batch of sequence lengths over a cluster and print the plan.
 // In:  --method hierarchical|even_split|allgather|hybrid_dp|per_document, --lengths FILE (one
 //      length per line, data/length_file.hpp), --nodes N, --gpus-per-node P, --capacity L
-//      (tokens per GPU per micro-batch); optional --metric tokens|attention|cost_model (the
+//      (tokens per GPU per micro-batch; default partition/capacity.hpp's balanced_capacity: the
+//      batch's mean tokens per GPU plus 1/8); optional --metric tokens|attention|cost_model (the
 //      hierarchical load metric), --cp-size C (allgather / per_document CP group size, 0 = all).
 // Out: --json prints
 //        {"method", "topology":{"nodes","gpus_per_node"}, "capacity", "micro_batches",
@@ -226,11 +227,13 @@ void add_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "partition a batch of sequence lengths over a cluster and print the plan");
   auto* method = cmd->add_option("--method", args->method, "partitioner (or --explain)")
                      ->check(CLI::IsMember(as_strings(zeppelin::partitioner_names)));
-  cmd->add_option("--lengths", args->lengths_file, "file with one sequence length per line")->required();
+  cmd->add_option("--lengths", args->lengths_file, "file with one sequence length per line")->required()->check(CLI::ExistingFile);
   add_integer_option(cmd, "--nodes", args->nodes, "number of nodes N")->check(CLI::PositiveNumber);
   add_integer_option(cmd, "--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(CLI::PositiveNumber);
-  add_integer_option(cmd, "--capacity", args->capacity, "tokens per GPU per micro-batch L")
+  add_size_option(cmd, "--capacity", args->capacity,
+                  "tokens per GPU per micro-batch L (e.g. 4608, 8K)")
       ->check(CLI::PositiveNumber)
+      ->default_str("the batch's mean per GPU + 1/8")
       ->each([args](const std::string&) { args->capacity_given = true; });
   cmd->add_option("--metric", args->metric, "hierarchical load metric for local sequences")
       ->check(CLI::IsMember([] {
@@ -268,7 +271,9 @@ void add_plan_command(CLI::App& app) {
       return;
     }
     if (args->method.empty()) throw CLI::RequiredError("--method (or --explain)");
-    const zeppelin::plan p = zeppelin::partition(make_partitioner(*args, t), b, t);
+    plan_arguments a = *args;
+    if (!a.capacity_given) a.capacity = zeppelin::balanced_capacity(b, t);
+    const zeppelin::plan p = zeppelin::partition(make_partitioner(a, t), b, t);
     zeppelin::validate(p, b, t);
     if (args->json) write_plan_json(std::cout, p);
     else print_summary(p, b, t);

@@ -30,38 +30,14 @@ namespace {
 struct sample_arguments {
   std::string dataset;
   std::string histogram_file;
-  std::string tokens;
-  std::uint64_t seed = 0;
-  std::string min_length = "1";
-  std::string max_length = "0";
+  zeppelin::token_count tokens = 0;
+  std::uint64_t seed = 1;
+  zeppelin::token_count min_length = 1;
+  zeppelin::token_count max_length = 0;
   std::string rule = "clamp";
   bool stats = false;
   bool json = false;
 };
-
-//! "4096", "64K", "1M", "2G" (K = 1024) -> tokens; throws zeppelin::invalid_argument.
-zeppelin::token_count parse_tokens(const std::string& text, const char* option) {
-  zeppelin::token_count value = 0;
-  const char* first = text.data();
-  const char* last = text.data() + text.size();
-  auto [end, ec] = std::from_chars(first, last, value);
-  int shift = 0;
-  if (ec == std::errc() && end + 1 == last) {
-    switch (*end) {
-      case 'k': case 'K': shift = 10; ++end; break;
-      case 'm': case 'M': shift = 20; ++end; break;
-      case 'g': case 'G': shift = 30; ++end; break;
-      default: break;
-    }
-  }
-  const bool fits = ec == std::errc() && value >= 0 &&
-                    value <= (std::numeric_limits<zeppelin::token_count>::max() >> shift);
-  if (!fits || end != last)
-    ZEPPELIN_THROW(invalid_argument,
-                   std::string(option) + " expects a non-negative token count such as 4096, 64K or 1M, got '" + text + "'",
-                   {});
-  return value << shift;
-}
 
 nlohmann::ordered_json stats_json(const zeppelin::length_stats& s, const std::optional<zeppelin::length_histogram>& table2) {
   nlohmann::ordered_json columns = nlohmann::ordered_json::array();
@@ -115,11 +91,11 @@ void run_sample(const sample_arguments& args) {
   const zeppelin::length_histogram distribution =
       from_dataset ? zeppelin::dataset_by_name(args.dataset) : zeppelin::read_histogram_file(args.histogram_file);
   const zeppelin::sampler_options options{
-      .min_length = parse_tokens(args.min_length, "--min-length"),
-      .max_length = parse_tokens(args.max_length, "--max-length"),
+      .min_length = args.min_length,
+      .max_length = args.max_length,
       .limit_rule = args.rule == "condition" ? zeppelin::length_limit_rule::condition
                                              : zeppelin::length_limit_rule::clamp};
-  const zeppelin::token_count total = parse_tokens(args.tokens, "--tokens");
+  const zeppelin::token_count total = args.tokens;
   const auto lengths = zeppelin::sample_lengths(distribution, total, args.seed, options);
   // The Table 2 row to compare with, when the distribution is one.
   const std::optional<zeppelin::length_histogram> table2 =
@@ -159,10 +135,11 @@ void add_sample_command(CLI::App& app) {
                         ->check(CLI::ExistingFile);
   dataset->excludes(histogram);
   histogram->excludes(dataset);
-  sub->add_option("--tokens", args->tokens, "token budget, filled exactly (e.g. 262144, 256K, 1M)")->required();
+  add_size_option(sub, "--tokens", args->tokens, "token budget, filled exactly (e.g. 262144, 256K, 1M)")->required();
   add_integer_option(sub, "--seed", args->seed, "random seed (same seed, same lengths on every machine)")->capture_default_str();
-  sub->add_option("--min-length", args->min_length, "shortest drawn length")->capture_default_str();
-  sub->add_option("--max-length", args->max_length, "longest drawn length, e.g. the context window; 0: no cap")->capture_default_str();
+  add_size_option(sub, "--min-length", args->min_length, "shortest drawn length")->capture_default_str();
+  add_size_option(sub, "--max-length", args->max_length, "longest drawn length, e.g. the context window; 0: no cap")
+      ->capture_default_str();
   sub->add_option("--rule", args->rule, "out-of-range draws: clamp (truncate/raise) or condition (redistribute)")
       ->capture_default_str()
       ->check(CLI::IsMember({"clamp", "condition"}));

@@ -40,6 +40,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 namespace zeppelin_tool {
 namespace {
 
@@ -126,7 +128,10 @@ void run_simulate(const simulate_options& o) {
   // (the others still run); when every method is refused, the command fails with the first
   std::vector<method_run> runs;
   std::vector<std::pair<std::string, std::string>> refused;  // method, reason
+  // progress on stderr when it is a terminal: a large batch takes minutes over every method
+  const bool progress = isatty(fileno(stderr)) != 0;
   for (const auto& n : names) {
+    if (progress) std::fprintf(stderr, "\rsimulating %zu/%zu: %-24s", runs.size() + refused.size() + 1, names.size(), n.c_str());
     method_setup s = setup;
     s.record_trace = !o.trace_file.empty() && n == o.trace_method;
     s.record_execution = !o.record_file.empty();
@@ -137,6 +142,7 @@ void run_simulate(const simulate_options& o) {
       refused.emplace_back(n, e.what());
     }
   }
+  if (progress) std::fprintf(stderr, "\r%60s\r", "");
   if (runs.empty())
     ZEPPELIN_THROW(resource_limit, "every method was refused; " + refused.front().first + ": " + refused.front().second,
                    {{"methods", double(names.size())}});
@@ -240,7 +246,7 @@ void add_simulate_command(CLI::App& app) {
   cmd->add_option("--lengths", options->lengths_file, "file of sequence lengths, one per line")
       ->check(CLI::ExistingFile)
       ->excludes(dataset);
-  add_integer_option(cmd, "--tokens", options->tokens, "total tokens of the sampled batch")->capture_default_str();
+  add_size_option(cmd, "--tokens", options->tokens, "total tokens of the sampled batch (e.g. 131072, 128K, 1M)")->capture_default_str();
   add_integer_option(cmd, "--seed", options->seed, "sampler seed")->capture_default_str();
   cmd->add_option("--cluster", options->cluster, "cluster preset: a, b, c, wlb, hydraulis, infinipipe")->capture_default_str();
   add_integer_option(cmd, "--nodes", options->nodes, "number of nodes")->capture_default_str()->check(CLI::PositiveNumber);

@@ -65,7 +65,7 @@ zeppelin_add_cli_test(tool.rejects_sequence_too_long EXIT_CODE 1 STDERR "max_seq
           --nodes 3 --gpus-per-node 8 --capacity 6990718424049071899)
 # Integers outside their type's range are refused (CLI11 alone would clamp them).
 zeppelin_add_cli_test(tool.rejects_capacity_past_int64 EXIT_CODE 105
-  STDERR "--capacity: '9223372036854775808' is not an integer in \\[-9223372036854775808, 9223372036854775807\\]"
+  STDERR "--capacity: '9223372036854775808' is not a token count such as .*at most 2\\^63 - 1"
   COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt
           --capacity 9223372036854775808)
 zeppelin_add_cli_test(tool.rejects_negative_seed EXIT_CODE 105 STDERR "--seed: '-1' is not an integer in \\[0, 18446744073709551615\\]"
@@ -169,3 +169,17 @@ zeppelin_add_cli_test(tool.chunk_rejects_batch_that_fits_nowhere EXIT_CODE 1
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpu-memory-gib 12)
 zeppelin_add_cli_test(tool.chunk_rejects_zero_sp EXIT_CODE 1 STDERR "SP and PP degrees must be at least 1 .sp=0"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 0)
+
+# one size parser, file arguments checked, defaults in --help, --version (the first hour)
+zeppelin_add_cli_test(tool.version EXIT_CODE 0 STDOUT "^zeppelin [0-9]+\\.[0-9]+\\.[0-9]+" COMMAND ${zeppelin_tool_cmd} --version)
+zeppelin_add_cli_test(tool.simulate_accepts_sizes EXIT_CODE 0 STDOUT "32768 tokens"
+  COMMAND ${zeppelin_tool_cmd} simulate --tokens 32K --nodes 1 --methods te_cp)
+zeppelin_add_cli_test(tool.rejects_bad_size EXIT_CODE 105 STDERR "--tokens: '12Q' is not a token count such as 4096, 64K, 1M or 2G"
+  COMMAND ${zeppelin_tool_cmd} sample --dataset github --tokens 12Q)
+zeppelin_add_cli_test(tool.plan_checks_lengths_file EXIT_CODE 105 STDERR "--lengths: File does not exist: .*no_such_file"
+  COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths ${zeppelin_fixtures}/no_such_file.txt)
+# lengths_small.txt holds 221696 tokens: 27712 per GPU on 8 GPUs, plus 1/8
+zeppelin_add_cli_test(tool.plan_derives_capacity EXIT_CODE 0 STDOUT "on 2 x 4 GPUs, capacity 31176,"
+  COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4)
+zeppelin_add_cli_test(tool.plan_help_shows_defaults EXIT_CODE 0 STDOUT "--nodes INT:POSITIVE=1.*--gpus-per-node INT:POSITIVE=8"
+  COMMAND ${zeppelin_tool_cmd} plan --help)

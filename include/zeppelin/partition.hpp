@@ -6,6 +6,7 @@
 
 #include <zeppelin/partition/allgather.hpp>
 #include <zeppelin/partition/any_load_metric.hpp>
+#include <zeppelin/partition/capacity.hpp>
 #include <zeppelin/partition/even_split.hpp>
 #include <zeppelin/partition/hierarchical.hpp>
 #include <zeppelin/partition/hybrid_dp.hpp>

@@ -54,6 +54,7 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/partition/any_load_metric.hpp>
+#include <zeppelin/partition/capacity.hpp>
 #include <zeppelin/partition/registry.hpp>
 #include <zeppelin/sim/cost_model.hpp>
 #include <zeppelin/sim/options.hpp>
@@ -138,7 +139,7 @@ inline constexpr std::array<method_spec, 8> method_specs{{
 //! How a method is run.
 struct method_setup {
   token_count tokens_per_gpu = 4096;  //!< the paper's 4K per GPU
-  double capacity_slack = 1.0 / 8;    //!< headroom over tokens_per_gpu; 0 = exact fill (see the file comment)
+  double capacity_slack = default_capacity_slack;  //!< headroom over tokens_per_gpu; 0 = exact fill (see the file comment)
   int tensor_parallel = 1;            //!< TP inside CP (13B on cluster A, 30B on cluster C: 2)
   int chained_layers = 1;             //!< sim_options::chained_layers
   //! The load metric hierarchical<> balances with (te_cp+routing+engine and zeppelin;
