@@ -6,7 +6,9 @@
 // Out: one line per stage on stdout; exit status 0.
 #include <zeppelin/zeppelin.hpp>
 
+#include <cstddef>
 #include <cstdio>
+#include <vector>
 
 int main() {
   using namespace zeppelin;
@@ -20,6 +22,8 @@ int main() {
   const plan p = hierarchical<>{.capacity = 4608}.partition(b, cluster);
   validate(p, b, cluster);  // throws invalid_plan naming the broken invariant
   std::printf("plan %016llx: %zu ring groups\n", static_cast<unsigned long long>(fingerprint(p)), p.groups.size());
+  const std::vector<std::byte> wire = to_bytes(p);  // plan on one rank, broadcast, plan_from_bytes(wire)
+  if (plan_from_bytes(wire) != p) return 1;
 
   // The rounds of ring group 0: per rank, the blocks (query x key ranges, mask) and peers.
   const ring_schedule ring = make_ring_schedule(p, b, /*group=*/0);

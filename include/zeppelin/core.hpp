@@ -12,6 +12,7 @@
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/parallel_layout.hpp>
 #include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/plan_bytes.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/topology_presets.hpp>
