@@ -198,7 +198,7 @@ void run_simulate(const simulate_options& o) {
                               {"forward_s", s.forward_s},
                               {"backward_s", s.backward_s},
                               {"lm_head_s", s.lm_head_s},
-                              {"attention_launches", s.attention_launches},
+                              {"attention_launches", std::llround(s.attention_launches)},
                               {"attention_flops", s.attention_flops},
                               {"micro_batches", s.micro_batches},
                               {"mean_attention_s", attention / n},

@@ -7,7 +7,7 @@ set(zeppelin_tool_cmd "$<TARGET_FILE:zeppelin_tool>")
 
 zeppelin_add_cli_test(tool.main_job EXIT_CODE 0 STDOUT "te_cp.*zeppelin" COMMAND ${zeppelin_tool_cmd})
 zeppelin_add_cli_test(tool.simulate_json EXIT_CODE 0
-  STDOUT "\"methods\".*\"name\": *\"te_cp\".*\"step_time_s\".*\"tokens_per_s\".*\"lower_bound_s\""
+  STDOUT "\"methods\".*\"name\": *\"te_cp\".*\"step_time_s\".*\"tokens_per_s\".*\"lower_bound_s\".*\"attention_launches\": [0-9]+,"
   COMMAND ${zeppelin_tool_cmd} simulate --json)
 zeppelin_add_cli_test(tool.options_go_to_main_job EXIT_CODE 0 STDOUT "\"methods\"" COMMAND ${zeppelin_tool_cmd} --nodes 2 --json)
 
