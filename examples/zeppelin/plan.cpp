@@ -8,7 +8,7 @@
 // Out: --json prints
 //        {"method", "topology":{"nodes","gpus_per_node"}, "capacity", "micro_batches",
 //         "ranks":[{"rank","node","shards":[{"seq","begin","end","group","micro_batch"}]}],
-//         "groups":[{"id","zone":"local|intra|inter","collective":"ring|all_gather","ranks":[...]}], "notes":[...]}
+//         "groups":[{"id","zone":"local|intra|inter","collective":"ring|all_gather|all_to_all","ranks":[...]}], "notes":[...]}
 //      (seq indexes the lengths file; "group" is null for a sequence held by one rank);
 //      otherwise a per-rank summary: tokens, causal pairs, tokens per zone, cross-node KV
 //      tokens sent per forward pass (partition/plan_stats.hpp), then the totals and notes.
