@@ -271,8 +271,7 @@ int main(int argc, char** argv) {
     // zeppelin chooses its layout and execution by cost: priced as `zeppelin simulate` prices
     // it by default (LLaMA-7B with this attention shape and element type)
     const model_config priced = example_cli::priced_model(o.heads, o.kv_heads, o.head_dim, o.fp32 ? 4 : 8);
-    const method_spec executed = resolve_method(spec, b, t, priced, setup);
-    const plan p = partition_for(executed, b, t, method_capacity(setup), setup.metric, &priced);
+    const auto [executed, p] = plan_method(spec, b, t, priced, setup);
     const program_options po =
         to_program_options(options_for(executed, setup), wire_format::for_shape(o.heads, o.kv_heads, o.head_dim, o.fp32 ? 4 : 8));
     std::printf("batch: %d sequences, %lld tokens (longest %lld); method %s (%s): plan %s on %dx%d ranks, capacity %lld, %zu groups, "

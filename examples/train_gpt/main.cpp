@@ -185,8 +185,7 @@ planned_step<T> plan_step(train_gpt::step_batch sb, const topology& t, const met
   const model_config priced = example_cli::priced_model(cfg.heads, cfg.kv_heads, cfg.head_dim(), static_cast<int>(sizeof(T)));
   method_setup setup;
   setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
-  const method_spec spec = resolve_method(requested, b, t, priced, setup);
-  plan p = partition_for(spec, b, t, method_capacity(setup), setup.metric, &priced);
+  auto [spec, p] = plan_method(requested, b, t, priced, setup);
   const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
   attention_engine<T> engine(p, b, t, dims, to_program_options(options_for(spec, setup), {}));
   std::vector<placement> loader = loader_layout(b, t.num_ranks());

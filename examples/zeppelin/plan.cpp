@@ -54,12 +54,11 @@ struct plan_arguments {
   std::string lengths_file;
   int nodes = 1;
   int gpus_per_node = 8;
-  zeppelin::token_count capacity = 4096;
+  zeppelin::token_count capacity = 0;  // 0: balanced_capacity of the batch
   std::string metric = "tokens";
   std::int32_t cp_size = 0;
   bool json = false;
   bool explain = false;
-  bool capacity_given = false;
   std::string model = "7b";
 };
 
@@ -233,8 +232,7 @@ void add_plan_command(CLI::App& app) {
   add_size_option(cmd, "--capacity", args->capacity,
                   "tokens per GPU per micro-batch L (e.g. 4608, 8K)")
       ->check(CLI::PositiveNumber)
-      ->default_str("the batch's mean per GPU + 1/8")
-      ->each([args](const std::string&) { args->capacity_given = true; });
+      ->default_str("the batch's mean per GPU + 1/8");
   cmd->add_option("--metric", args->metric, "hierarchical load metric for local sequences")
       ->check(CLI::IsMember([] {
         std::vector<std::string> names;
@@ -254,12 +252,14 @@ void add_plan_command(CLI::App& app) {
     // per GPU) matter for the cost model metric.
     const zeppelin::topology t({"plan", args->nodes, args->gpus_per_node, args->gpus_per_node, {},
                                 zeppelin::links::nvlink_h100(), zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
-    if (args->explain) {
+    plan_arguments a = *args;
+    if (a.capacity == 0) a.capacity = zeppelin::balanced_capacity(b, t);
+    if (a.explain) {
       const zeppelin::model_config m = zeppelin::model_by_name(args->model);
       zeppelin::method_setup setup;
       setup.metric = zeppelin::load_metric_kind_by_name(args->metric);
-      if (args->capacity_given) setup.tokens_per_gpu = args->capacity, setup.capacity_slack = 0;
-      else setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+      setup.tokens_per_gpu = a.capacity;
+      setup.capacity_slack = 0;
       const zeppelin::cost_driven_choice choice = zeppelin::plan_by_cost(b, t, m, setup);
       zeppelin::validate(choice.chosen.layout, b, t);
       if (args->json) {
@@ -271,8 +271,6 @@ void add_plan_command(CLI::App& app) {
       return;
     }
     if (args->method.empty()) throw CLI::RequiredError("--method (or --explain)");
-    plan_arguments a = *args;
-    if (!a.capacity_given) a.capacity = zeppelin::balanced_capacity(b, t);
     const zeppelin::plan p = zeppelin::partition(make_partitioner(a, t), b, t);
     zeppelin::validate(p, b, t);
     if (args->json) write_plan_json(std::cout, p);

@@ -104,6 +104,7 @@ struct cost_driven_choice {
   const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(view);
   const token_count capacity = method_capacity(setup);
 
+  const bound_prices unit = bound_prices_for(b, m, view, cost);  // once per batch, not per candidate
   std::vector<candidate_price> prices(candidates.size());
   std::vector<std::optional<plan>> layouts(candidates.size());
   std::optional<std::exception_ptr> first_error;
@@ -115,8 +116,8 @@ struct cost_driven_choice {
     price.name = std::string(spec.name);
     try {
       layouts[i] = partition_for(spec, b, view, capacity, setup.metric, &m);
-      price.bound_s = plan_compute_bound(*layouts[i], b, m, view, cost,
-                                         spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
+      price.bound_s =
+          plan_compute_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();

@@ -11,9 +11,11 @@
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/model.hpp>
+#include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/sim/cost_driven_planner.hpp>
 #include <zeppelin/sim/method_spec.hpp>
+#include <zeppelin/sim/tensor_parallel.hpp>
 
 #include <string>
 #include <string_view>
@@ -21,14 +23,24 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-//! The (partitioner, execution) pair `spec` runs on batch `b`: `spec` itself, or for the
-//! cost-driven zeppelin the candidate plan_by_cost chooses (priced for model `m`). What an
-//! executor needs to plan with partition_for and run with options_for exactly what
-//! run_method simulates.
-[[nodiscard]] inline method_spec resolve_method(const method_spec& spec, const batch& b, const topology& physical,
+//! What an executor runs for a method on one batch: the execution (partitioner, routing,
+//! engine, launches, remapping; options_for gives its sim_options) and the plan.
+struct planned_method {
+  method_spec execution;
+  plan layout;  //!< on the tensor_parallel_view of the topology
+};
+
+//! The plan and execution `spec` runs on batch `b`, exactly what run_method simulates: `spec`'s
+//! partitioner, or for the cost-driven zeppelin the candidate plan_by_cost chooses (priced for
+//! model `m`) with the plan it already made.
+[[nodiscard]] inline planned_method plan_method(const method_spec& spec, const batch& b, const topology& physical,
                                                 const model_config& m, const method_setup& setup = {}) {
-  if (spec.kind != method_kind::zeppelin) return spec;
-  return plan_by_cost(b, physical, m, setup).execution;
+  if (spec.kind == method_kind::zeppelin) {
+    cost_driven_choice choice = plan_by_cost(b, physical, m, setup);
+    return {choice.execution, std::move(choice.chosen.layout)};
+  }
+  const topology view = tensor_parallel_view(physical, setup.tensor_parallel);
+  return {spec, partition_for(spec, b, view, method_capacity(setup), setup.metric, &m)};
 }
 
 //! Plans and simulates `spec` on batch `b`, physical topology `physical`, model `m`.

@@ -28,7 +28,6 @@
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/cost/step_work.hpp>
 #include <zeppelin/sim/cost_model.hpp>
-#include <zeppelin/sim/lower_bound.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -40,20 +39,33 @@ ZEPPELIN_NAMESPACE_BEGIN
 //! Whether the linear modules run in the plan's attention layout or a token-balanced one.
 enum class linear_layout_kind : std::uint8_t { attention_layout, token_balanced };
 
-//! Seconds no execution of `p` can beat under `cost` (see the file comment). `p` must be a
-//! valid plan of `b` on `view` (core/validate.hpp).
-[[nodiscard]] inline double plan_compute_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
-                                               const sim_cost_model& cost, linear_layout_kind linear) {
+//! What one causal pair and one token cost at the best modelled rates, and the batch's
+//! perfect-balance bound: the per-batch part of plan_compute_bound, computed once when many
+//! plans of the same batch are bounded (the cost-driven planner).
+struct bound_prices {
+  double per_pair = 0;   //!< seconds per causal pair, forward + backward, every layer
+  double per_token = 0;  //!< seconds of linear work per token, every layer and the LM head
+  double balanced = 0;   //!< step_lower_bound of the batch
+};
+
+[[nodiscard]] inline bound_prices bound_prices_for(const batch& b, const model_config& m, const topology& view,
+                                                   const sim_cost_model& cost) {
   const step_work work = estimate_step_work(b, m, view.gpu(), cost.attention, cost.linear);
   double total_pairs = 0;
   for (const token_count len : b.lengths()) total_pairs += static_cast<double>(causal_pairs(len));
   const double tokens = static_cast<double>(b.total_tokens());
-  const double per_pair = total_pairs > 0 ? (work.attention_forward_flops / work.best_attention_forward_rate +
-                                             work.attention_backward_flops / work.best_attention_backward_rate) /
-                                                total_pairs
-                                          : 0.0;
-  const double per_token = tokens > 0 ? work.linear_flops() / work.linear_rate / tokens : 0.0;
+  return {.per_pair = total_pairs > 0 ? (work.attention_forward_flops / work.best_attention_forward_rate +
+                                         work.attention_backward_flops / work.best_attention_backward_rate) /
+                                            total_pairs
+                                      : 0.0,
+          .per_token = tokens > 0 ? work.linear_flops() / work.linear_rate / tokens : 0.0,
+          .balanced = work.balanced_lower_bound(view.num_ranks())};
+}
 
+//! Seconds no execution of `p` can beat, with the batch's `prices` (see the file comment).
+//! `p` must be a valid plan of the batch on its view (core/validate.hpp).
+[[nodiscard]] inline double plan_compute_bound(const plan& p, const bound_prices& prices, linear_layout_kind linear) {
+  const double per_pair = prices.per_pair, per_token = prices.per_token;
   const std::size_t ranks = p.placements.size();
   const std::int32_t micro_batches = p.micro_batches();
   // [micro-batch][rank]: pairs a rank surely computes, and tokens it holds.
@@ -97,7 +109,13 @@ enum class linear_layout_kind : std::uint8_t { attention_layout, token_balanced 
     }
     bound += busiest;
   }
-  return std::max(bound, step_lower_bound(b, m, view, cost));
+  return std::max(bound, prices.balanced);
+}
+
+//! plan_compute_bound of one plan of `b` on `view`.
+[[nodiscard]] inline double plan_compute_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
+                                               const sim_cost_model& cost, linear_layout_kind linear) {
+  return plan_compute_bound(p, bound_prices_for(b, m, view, cost), linear);
 }
 
 ZEPPELIN_NAMESPACE_END
