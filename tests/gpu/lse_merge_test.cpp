@@ -1,4 +1,4 @@
-// tests/gpu/lse_merge_test.cu
+// tests/gpu/lse_merge_test.cpp
 // [gpu] LSE merge against the fp64 formula, for fp32 / bf16 / fp16 partials, with -inf rows
 // on either side (no NaN), strided LSE (a slice of a larger [heads][total] array), head dims
 // that do not fill a warp (4, 64) and that need two passes (288).

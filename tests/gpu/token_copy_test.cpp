@@ -1,4 +1,4 @@
-// tests/gpu/token_copy_test.cu
+// tests/gpu/token_copy_test.cpp
 // Token runs: gather_runs / scatter_runs on the host (fusion of adjacent runs, errors), and
 // the device copies (CUB batched memcpy and the vectorised kernel) against a host copy, for
 // 16-byte, 4-byte and odd row sizes, with dst poisoned outside the runs ([gpu]).

@@ -1,4 +1,4 @@
-// tests/gpu/attention_test.cu
+// tests/gpu/attention_test.cpp
 // [gpu] varlen attention forward / backward against the fp64 host reference (reference.hpp):
 // uneven lengths (tile remainders), causal / full / none blocks with ring-style positions,
 // GQA, bf16 and fp16, head dims 64 and 128; every output poisoned with NaN before the launch.
