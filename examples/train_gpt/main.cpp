@@ -270,7 +270,11 @@ double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy
     layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
     k.x = x;
     x = layer_forward(l, k);
-    if (l < recomputed) k = layer_cache<T>{.x = std::move(k.x)};
+    if (l < recomputed) {  // keep the input only
+      layer_cache<T> input_only;
+      input_only.x = std::move(k.x);
+      k = std::move(input_only);
+    }
   }
   if (kept) {
     double values = 0;
