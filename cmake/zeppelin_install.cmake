@@ -1,10 +1,12 @@
 # Install rules and the exported package. find_package(zeppelin CONFIG REQUIRED) gives
-# zeppelin::core, and zeppelin::cuda when the install was configured with CUDA and the
-# consumer's machine has the CUDA toolkit and NCCL (COMPONENTS cuda makes that required).
-# Two export sets, so that a consumer without CUDA still loads zeppelin::core:
+# zeppelin::core, and zeppelin::cuda and zeppelin::kernels when the install was configured
+# with CUDA and the consumer's machine has the CUDA toolkit and NCCL (COMPONENTS cuda makes
+# that required). Two export sets, so that a consumer without CUDA still loads zeppelin::core:
 #   zeppelin-targets.cmake       zeppelin::core
 #   zeppelin-cuda-targets.cmake  zeppelin::cuda (links CUDA::cudart, CCCL::CCCL, NCCL::NCCL,
 #                                which zeppelin-config.cmake finds again on the consumer side)
+#                                and zeppelin::kernels (lib/libzeppelin_kernels.a; kernels/)
+# The `zeppelin` tool goes to bin/ (examples/CMakeLists.txt).
 include(CMakePackageConfigHelpers)
 
 set(ZEPPELIN_CMAKE_INSTALL_DIR "${CMAKE_INSTALL_DATADIR}/cmake/zeppelin"
