@@ -183,8 +183,8 @@ int run(int argc, char** argv) {
   options.router.policy = proxy_router{};
   const device_attention_engine engine(p, b, topo, dims, device::dtype::bf16, options);
   const auto loader = loader_layout(b, size);
-  const remap_plan disp = make_dispatch_plan(loader, p.placements);
-  const remap_plan back = inverse(disp);
+  const relayout_plan disp = make_dispatch_plan(loader, p.placements);
+  const relayout_plan back = inverse(disp);
   const auto me = static_cast<std::size_t>(rank);
   const auto nl = static_cast<std::size_t>(disp.ranks[me].source_tokens);
   const auto n = static_cast<std::size_t>(engine.rows(rank));

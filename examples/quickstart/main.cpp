@@ -29,12 +29,14 @@ int main() {
   const ring_schedule ring = make_ring_schedule(p, b, /*group=*/0);
   std::printf("group 0: %d ranks, %d forward rounds\n", ring.size(), ring.rounds());
 
-  // Remap to equal tokens per GPU for the linear modules (exact min-max solver) and back.
-  const remap_plan to_linear = plan_remap(p, /*intra_cost=*/1.0, /*inter_cost=*/8.0, exact_remap{});
-  const remap_plan back = inverse(to_linear);
-  std::printf("remap moves %lld tokens (%lld across nodes); inverse has %zu ranks\n",
-              static_cast<long long>(evaluate(make_remap_problem(p, 1.0, 8.0), to_linear.matrix).moved_tokens),
-              static_cast<long long>(evaluate(make_remap_problem(p, 1.0, 8.0), to_linear.matrix).inter_node_tokens),
+  // Remap to equal tokens per GPU for the linear modules (exact min-max solver, priced in
+  // seconds on this cluster's links for one hidden state per token) and back.
+  const double bytes = hidden_bytes_per_token(model);
+  const relayout_plan to_linear = plan_remap(p, cluster, bytes, exact_remap{});
+  const relayout_plan back = inverse(to_linear);
+  const remap_costs cost = evaluate(make_remap_problem(p, cluster, bytes), to_linear.matrix);
+  std::printf("remap moves %lld tokens (%lld across nodes), busiest sender %.3f ms; inverse has %zu ranks\n",
+              static_cast<long long>(cost.moved_tokens), static_cast<long long>(cost.inter_node_tokens), cost.max_send * 1e3,
               back.ranks.size());
 
   // Price one forward + backward step of this plan with Zeppelin's execution (proxy routing,

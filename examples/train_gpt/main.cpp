@@ -167,7 +167,7 @@ struct planned_step {
   method_spec executed;
   plan layout;
   std::vector<placement> loader;
-  remap_plan dispatch;
+  relayout_plan dispatch;
   attention_engine<T> engine;
 };
 
@@ -189,7 +189,7 @@ planned_step<T> plan_step(train_gpt::step_batch sb, const topology& t, const met
   const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
   attention_engine<T> engine(p, b, t, dims, to_program_options(options_for(spec, setup), {}));
   std::vector<placement> loader = loader_layout(b, t.num_ranks());
-  remap_plan dispatch = make_dispatch_plan(loader, linear_layout(p, engine.program()));
+  relayout_plan dispatch = make_dispatch_plan(loader, linear_layout(p, engine.program()));
   return {std::move(sb), std::move(target), std::move(position), targets, spec, std::move(p), std::move(loader), std::move(dispatch),
           std::move(engine)};
 }
@@ -220,7 +220,7 @@ double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy
     }
   const auto n = static_cast<std::size_t>(step.dispatch.ranks[ri].target_tokens);
   std::vector<std::int64_t> rows(n * 3);
-  execute_remap(c, step.dispatch, std::span<const std::int64_t>(mine), std::span<std::int64_t>(rows), 3, "dispatch");
+  execute_relayout(c, step.dispatch, std::span<const std::int64_t>(mine), std::span<std::int64_t>(rows), 3, "dispatch");
   std::vector<std::int64_t> tok(n), tgt(n), pos(n);
   for (std::size_t r = 0; r < n; ++r) tok[r] = rows[3 * r], tgt[r] = rows[3 * r + 1], pos[r] = rows[3 * r + 2];
   const auto na = static_cast<std::size_t>(engine.rows(me));

@@ -105,8 +105,8 @@ run_errors run_distributed(const plan& p, const batch& b, const topology& t, con
   const attention_engine<T> engine(p, b, t, dims, options);
   const rank_index R = p.num_ranks();
   const auto loader = loader_layout(b, R);
-  const remap_plan disp = make_dispatch_plan(loader, p.placements);
-  const remap_plan back = inverse(disp);
+  const relayout_plan disp = make_dispatch_plan(loader, p.placements);
+  const relayout_plan back = inverse(disp);
   std::vector<T> o(d.o.size()), dq(d.dq.size()), dk(d.dk.size()), dv(d.dv.size());
   std::vector<run_errors> per_rank(static_cast<std::size_t>(R));
   host_loopback_world world{.ranks = R, .gpus_per_node = p.gpus_per_node, .timeout = std::chrono::milliseconds(20000)};
@@ -121,7 +121,7 @@ run_errors run_distributed(const plan& p, const batch& b, const topology& t, con
     const auto to_plan = [&](const std::vector<T>& global, std::int64_t w, const char* what) {
       const std::vector<T> src = loader_rows(global, lp, b, w);
       std::vector<T> dst(static_cast<std::size_t>(n * w));
-      execute_remap(c, disp, std::span<const T>(src), std::span<T>(dst), w, std::string("dispatch ") + what);
+      execute_relayout(c, disp, std::span<const T>(src), std::span<T>(dst), w, std::string("dispatch ") + what);
       return dst;
     };
     const auto q = to_plan(d.q, qw, "q"), k = to_plan(d.k, kw, "k"), v = to_plan(d.v, kw, "v"), g = to_plan(d.d_o, qw, "do");
@@ -171,7 +171,7 @@ run_errors run_distributed(const plan& p, const batch& b, const topology& t, con
     // back to the loader layout
     const auto to_loader = [&](const std::vector<T>& local, std::int64_t w, std::vector<T>& global, const char* what) {
       std::vector<T> dst(static_cast<std::size_t>(back.ranks[static_cast<std::size_t>(me)].target_tokens * w));
-      execute_remap(c, back, std::span<const T>(local), std::span<T>(dst), w, std::string("undispatch ") + what);
+      execute_relayout(c, back, std::span<const T>(local), std::span<T>(dst), w, std::string("undispatch ") + what);
       std::lock_guard lock(out_mutex);
       std::size_t at = 0;
       for (const shard& s : lp.shards)

@@ -112,8 +112,8 @@ inline gpu_results run_device_distributed(const plan& p, const batch& b, const t
   const device_attention_engine engine(p, b, t, dims, g.type, options);
   const rank_index R = p.num_ranks();
   const auto loader = loader_layout(b, R);
-  const remap_plan disp = make_dispatch_plan(loader, p.placements);
-  const remap_plan back = inverse(disp);
+  const relayout_plan disp = make_dispatch_plan(loader, p.placements);
+  const relayout_plan back = inverse(disp);
   const auto T = static_cast<std::size_t>(b.total_tokens());
   const auto qw = static_cast<std::size_t>(dims.q_row()), kw = static_cast<std::size_t>(dims.kv_row());
   const auto H = static_cast<std::size_t>(dims.heads);

@@ -59,7 +59,7 @@ TEST_CASE("nccl: one rank sends to itself in one group; remap runs through it", 
   const auto loader = loader_layout(bt, 1);
   std::vector<placement> target(1);
   for (sequence_index s = bt.size() - 1; s >= 0; --s) target[0].shards.push_back(shard{s, {0, bt.length(s)}, no_group, 0});
-  const remap_plan x = make_dispatch_plan(loader, target);
+  const relayout_plan x = make_dispatch_plan(loader, target);
   device_buffer<std::int32_t> src(std::vector<std::int32_t>(init.begin(), init.begin() + 15 * 4)), dst(15 * 4);
   dst.fill_bytes(0xff);
   cudaStream_t s = nullptr;

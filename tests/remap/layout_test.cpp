@@ -51,7 +51,7 @@ std::vector<token_id> expand(const placement& pl) {
 }
 
 // What an alltoallv with these arguments does, rank by rank.
-buffers run_alltoallv(const remap_plan& x, const buffers& in) {
+buffers run_alltoallv(const relayout_plan& x, const buffers& in) {
   const auto d = static_cast<rank_index>(x.ranks.size());
   std::vector<alltoallv_args> args;
   for (rank_index r = 0; r < d; ++r) args.push_back(alltoallv(x, r));
@@ -80,7 +80,7 @@ TEST_CASE("remap lists move every token where the target layout says; the invers
   for (int trial = 0; trial < 200; ++trial) {
     const auto p = random_plan(rng);
     const std::int32_t mb = trial % 4 == 0 ? 1 : 0;
-    const remap_plan x = trial % 3 == 0 ? plan_remap(p, 1.0, 8.0, greedy_remap{}, mb)
+    const relayout_plan x = trial % 3 == 0 ? plan_remap(p, 1.0, 8.0, greedy_remap{}, mb)
                                         : plan_remap(p, 1.0, 8.0, exact_remap{}, mb);
     const auto d = p.placements.size();
     buffers src(d);
@@ -151,9 +151,9 @@ TEST_CASE("a remap plan pins its segments on a small plan", "[remap]") {
   p.placements = {placement{{shard{0, {0, 6}, 0}, shard{1, {0, 2}}}}, placement{}};
   const auto x = plan_remap(p, 1, 4, exact_remap{});
   REQUIRE(x.ranks[0].sends.size() == 3);
-  CHECK(x.ranks[0].sends[0] == remap_segment{0, {0, 4}, 0, 0, 0, 0, 0, 0});
-  CHECK(x.ranks[0].sends[1] == remap_segment{0, {4, 6}, 0, 1, 4, 0, 0, 0});
-  CHECK(x.ranks[0].sends[2] == remap_segment{1, {0, 2}, 0, 1, 6, 2, no_group, 0});
+  CHECK(x.ranks[0].sends[0] == relayout_segment{0, {0, 4}, 0, 0, 0, 0, 0, 0});
+  CHECK(x.ranks[0].sends[1] == relayout_segment{0, {4, 6}, 0, 1, 4, 0, 0, 0});
+  CHECK(x.ranks[0].sends[2] == relayout_segment{1, {0, 2}, 0, 1, 6, 2, no_group, 0});
   CHECK(x.target[1].shards == std::vector<shard>{shard{0, {4, 6}, 0}, shard{1, {0, 2}}});
   const auto a0 = alltoallv(x, 0);
   CHECK(a0.send_counts == std::vector<token_count>{4, 4});

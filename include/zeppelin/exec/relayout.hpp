@@ -5,11 +5,11 @@
 //   loader_layout(batch, R)          the layout a data loader produces: rank r holds the packed
 //                                    stream rows [floor(r T / R), floor((r + 1) T / R)), cut at
 //                                    sequence boundaries into shards
-//   make_dispatch_plan(from, to)     a remap_plan (remap/layout.hpp) moving every token of
+//   make_dispatch_plan(from, to)     a relayout_plan (remap/layout.hpp) moving every token of
 //                                    layout `from` to its place in layout `to` (per rank: its
 //                                    shards concatenated in placement order); every
 //                                    micro-batch at once
-//   execute_remap(c, x, src, dst, w) runs ANY remap_plan (dispatch, a solver's remap, their
+//   execute_relayout(c, x, src, dst, w) runs ANY relayout_plan (dispatch, a solver's remap, their
 //                                    inverse()) on the calling rank: rows of w elements, as
 //                                    the execution program of the remap
 //                                    (program/remap_program.hpp: segments packed per peer in
@@ -65,7 +65,7 @@ ZEPPELIN_NAMESPACE_BEGIN
 //! Segments carry the target shard's group and micro-batch. Throws invalid_argument when the
 //! rank counts differ, a layout holds a token twice, or `to` holds a token `from` lacks (or
 //! the totals differ).
-[[nodiscard]] inline remap_plan make_dispatch_plan(const std::vector<placement>& from, const std::vector<placement>& to) {
+[[nodiscard]] inline relayout_plan make_dispatch_plan(const std::vector<placement>& from, const std::vector<placement>& to) {
   ZEPPELIN_EXPECTS(from.size() == to.size() && !from.empty(), "dispatch: both layouts need the same number of ranks",
                    {{"from_ranks", double(from.size())}, {"to_ranks", double(to.size())}});
   const auto n = from.size();
@@ -92,7 +92,7 @@ ZEPPELIN_NAMESPACE_BEGIN
       ZEPPELIN_EXPECTS(list[i - 1].range.end <= list[i].range.begin, "dispatch: the source layout holds a token twice",
                        {{"seq", double(seq)}, {"position", double(list[i].range.begin)}});
   }
-  remap_plan out{{static_cast<rank_index>(n), {}}, std::vector<rank_remap>(n), from, to};
+  relayout_plan out{{static_cast<rank_index>(n), {}}, std::vector<rank_relayout>(n), from, to};
   std::map<std::pair<rank_index, rank_index>, token_count> matrix;
   for (std::size_t r = 0; r < n; ++r) {
     token_count off = 0;
@@ -107,7 +107,7 @@ ZEPPELIN_NAMESPACE_BEGIN
         for (; p != list.end() && p->range.begin < s.range.end; ++p) {
           const token_count lo = std::max(p->range.begin, s.range.begin), hi = std::min(p->range.end, s.range.end);
           if (lo >= hi) continue;
-          const remap_segment seg{s.seq, {lo, hi}, p->rank, static_cast<rank_index>(r), p->offset + (lo - p->range.begin),
+          const relayout_segment seg{s.seq, {lo, hi}, p->rank, static_cast<rank_index>(r), p->offset + (lo - p->range.begin),
                                   off + (lo - s.range.begin), s.group, s.micro_batch};
           out.ranks[static_cast<std::size_t>(p->rank)].sends.push_back(seg);
           out.ranks[r].receives.push_back(seg);
@@ -128,26 +128,26 @@ ZEPPELIN_NAMESPACE_BEGIN
   for (std::size_t r = 0; r < n; ++r) {
     auto& rr = out.ranks[r];
     for (const shard& s : from[r].shards) rr.source_tokens += s.range.size();
-    std::sort(rr.sends.begin(), rr.sends.end(), [](const remap_segment& a, const remap_segment& b) { return a.from_offset < b.from_offset; });
-    std::sort(rr.receives.begin(), rr.receives.end(), [](const remap_segment& a, const remap_segment& b) { return a.to_offset < b.to_offset; });
+    std::sort(rr.sends.begin(), rr.sends.end(), [](const relayout_segment& a, const relayout_segment& b) { return a.from_offset < b.from_offset; });
+    std::sort(rr.receives.begin(), rr.receives.end(), [](const relayout_segment& a, const relayout_segment& b) { return a.to_offset < b.to_offset; });
   }
   for (const auto& [key, tokens] : matrix) out.matrix.entries.push_back({key.first, key.second, tokens});
   return out;
 }
 
-//! Runs remap plan `x` on the calling rank: `source` holds x.ranks[me].source_tokens rows of
+//! Runs relayout plan `x` (a dispatch, a remap or an inverse) on the calling rank: `source` holds x.ranks[me].source_tokens rows of
 //! `row_elems` elements, `target` receives x.ranks[me].target_tokens rows. Every rank of `c`
 //! must call it; `step` labels the exchange in communicator errors. The rows move through
 //! the execution program of the remap (program/remap_program.hpp) and the host backend, as
 //! the attention engine moves its own. Throws invalid_argument on a size mismatch.
 template <communicator C, class T>
-void execute_remap(C& c, const remap_plan& x, std::span<const T> source, std::span<T> target, std::int64_t row_elems,
-                   std::string_view step) {
+void execute_relayout(C& c, const relayout_plan& x, std::span<const T> source, std::span<T> target, std::int64_t row_elems,
+                      std::string_view step) {
   const rank_index me = c.rank();
   ZEPPELIN_EXPECTS(static_cast<rank_index>(x.ranks.size()) == c.size() && row_elems >= 1 && row_elems <= (std::int64_t{1} << 30),
                    "remap: the plan and the communicator have different rank counts, or a bad row width",
                    {{"plan_ranks", double(x.ranks.size())}, {"ranks", double(c.size())}, {"row_elems", double(row_elems)}});
-  const rank_remap& mine = x.ranks[static_cast<std::size_t>(me)];
+  const rank_relayout& mine = x.ranks[static_cast<std::size_t>(me)];
   ZEPPELIN_EXPECTS(static_cast<std::int64_t>(source.size()) == mine.source_tokens * row_elems &&
                        static_cast<std::int64_t>(target.size()) == mine.target_tokens * row_elems,
                    "remap: buffer sizes do not match the plan",
@@ -164,6 +164,14 @@ void execute_remap(C& c, const remap_plan& x, std::span<const T> source, std::sp
   host_backend<T, no_attention_kernel, C> backend(prog, pass_kind::forward, c, kernel, attention_dims{width, 1, 1, 0}, t, nullptr,
                                                   step);
   run_segment(prog, pass_kind::forward, 0, backend);
+}
+
+//! The name before 0.2.
+template <communicator C, class T>
+[[deprecated("renamed zeppelin::execute_relayout")]] void execute_remap(C& c, const relayout_plan& x, std::span<const T> source,
+                                                                         std::span<T> target, std::int64_t row_elems,
+                                                                         std::string_view step) {
+  execute_relayout(c, x, source, target, row_elems, step);
 }
 
 ZEPPELIN_NAMESPACE_END

@@ -68,7 +68,7 @@ struct micro_batch_work {
   std::int32_t micro_batch = 0;
   std::vector<ring_schedule> inter, intra;               //!< by group id
   std::vector<std::vector<attention_block>> local;      //!< [rank]
-  std::optional<remap_plan> remap;                       //!< attention -> token-balanced layout
+  std::optional<relayout_plan> remap;                       //!< attention -> token-balanced layout
   std::int32_t remap_in = -1, inter_level = -1, intra_level = -1, local_level = -1, remap_out = -1;  //!< level indices
 };
 
@@ -228,7 +228,7 @@ inline void refuse_oversized_program(const plan& p, const std::vector<std::set<g
       out.levels[static_cast<size_t>(w.level)].rounds[static_cast<int>(pass)] = w.rounds;
     };
     // a remap segment moving y; `from_attention` maps the attention layout's side
-    const auto run_remap = [&](const remap_plan& y, segment_kind kind, std::int32_t mb, std::int32_t level, row_kind rows_of) {
+    const auto run_remap = [&](const relayout_plan& y, segment_kind kind, std::int32_t mb, std::int32_t level, row_kind rows_of) {
       const bool from_attention = kind == segment_kind::remap_out;
       std::vector<detail::offset_map> attention(R), identity(R);
       for (size_t r = 0; r < R; ++r) attention[r] = detail::micro_batch_rows(p, out, static_cast<rank_index>(r), mb);

@@ -2,7 +2,7 @@
 // The execution program of one stand-alone remap: a dispatch from a data loader's layout
 // (exec/relayout.hpp), a solver's remap, or their inverse (remap/layout.hpp), so the
 // engines move it with the same backends and driver as the attention layer.
-//   in : a remap_plan x (identical on every rank), the wire format and the kind of row moved
+//   in : a relayout_plan x (identical on every rank), the wire format and the kind of row moved
 //   out: an execution program with one level, one forward segment per rank (remap_out) of
 //        source rows x.ranks[r].source_tokens -> target rows x.ranks[r].target_tokens:
 //        pack, keep, one phase (a direct payload per sender and receiver pair), unpack
@@ -27,7 +27,7 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-[[nodiscard]] inline execution_program make_remap_program(const remap_plan& x, const wire_format& wire, row_kind rows_of) {
+[[nodiscard]] inline execution_program make_remap_program(const relayout_plan& x, const wire_format& wire, row_kind rows_of) {
   wire.check();
   execution_program out;
   out.wire = wire;

@@ -2,7 +2,8 @@
 // From a transfer matrix to token-level remap lists and alltoallv arguments, and back.
 //   in : a plan (core/plan.hpp; the shards of one micro-batch, in each rank's storage order)
 //        and a transfer matrix M for the rank token counts A of that micro-batch
-//   out: a remap_plan: every token range that stays or moves as a segment
+//   out: a relayout_plan (every exchange of token rows between two layouts is one: this
+//        remap, and the dispatch of exec/relayout.hpp): every token range that stays or moves as a segment
 //        (seq, range, from, to, offset in the from-rank's buffer, offset in the to-rank's
 //        buffer), per rank the segments it sends and receives in buffer order, the layouts
 //        before and after, and per rank the alltoallv counts and displacements (in tokens;
@@ -40,7 +41,7 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 //! A token range of one sequence that goes from one rank's buffer to another's (or stays:
 //! from == to).
-struct remap_segment {
+struct relayout_segment {
   sequence_index seq = 0;
   token_range range{};
   rank_index from = 0;
@@ -49,26 +50,33 @@ struct remap_segment {
   token_count to_offset = 0;     //!< position of range.begin in the to-rank's destination buffer
   group_index group = no_group;  //!< the ring group of the shard it came from
   std::int32_t micro_batch = 0;
-  friend bool operator==(const remap_segment&, const remap_segment&) = default;
+  friend bool operator==(const relayout_segment&, const relayout_segment&) = default;
 };
 
 //! What one rank does in a remap.
-struct rank_remap {
-  std::vector<remap_segment> sends{};     //!< from == this rank, sorted by from_offset
-  std::vector<remap_segment> receives{};  //!< to == this rank, sorted by to_offset
+struct rank_relayout {
+  std::vector<relayout_segment> sends{};     //!< from == this rank, sorted by from_offset
+  std::vector<relayout_segment> receives{};  //!< to == this rank, sorted by to_offset
   token_count source_tokens = 0;          //!< A_r
   token_count target_tokens = 0;          //!< B_r
-  friend bool operator==(const rank_remap&, const rank_remap&) = default;
+  friend bool operator==(const rank_relayout&, const rank_relayout&) = default;
 };
 
 //! A whole remap (one micro-batch): identical on every rank.
-struct remap_plan {
+struct relayout_plan {
   remap_matrix matrix{};            //!< the off-diagonal transfers
-  std::vector<rank_remap> ranks{};  //!< one per rank
+  std::vector<rank_relayout> ranks{};  //!< one per rank
   std::vector<placement> source{};  //!< the layout before (the plan's shards of the micro-batch)
   std::vector<placement> target{};  //!< the layout after (adjacent pieces of a sequence merged)
-  friend bool operator==(const remap_plan&, const remap_plan&) = default;
+  friend bool operator==(const relayout_plan&, const relayout_plan&) = default;
 };
+
+// The names before 0.2, when the dispatch (exec/relayout.hpp: make_dispatch_plan) returned a
+// "remap_plan" too: both are relayouts, the remap being the one between the attention layout
+// and the token-balanced layout.
+using remap_plan [[deprecated("renamed zeppelin::relayout_plan")]] = relayout_plan;
+using remap_segment [[deprecated("renamed zeppelin::relayout_segment")]] = relayout_segment;
+using rank_remap [[deprecated("renamed zeppelin::rank_relayout")]] = rank_relayout;
 
 //! MPI_Alltoallv / ncclSend-ncclRecv arguments of one rank, in tokens, indexed by peer.
 struct alltoallv_args {
@@ -116,7 +124,7 @@ struct alltoallv_args {
 }
 
 namespace detail {
-inline void append_merged(placement& pl, const remap_segment& s) {
+inline void append_merged(placement& pl, const relayout_segment& s) {
   if (!pl.shards.empty()) {
     auto& last = pl.shards.back();
     if (last.seq == s.seq && last.group == s.group && last.micro_batch == s.micro_batch &&
@@ -132,7 +140,7 @@ inline void append_merged(placement& pl, const remap_segment& s) {
 //! Token-level remap of micro-batch `micro_batch` of `p` by matrix `m`. Throws
 //! invalid_argument when m does not fit the plan (rank count, a rank sending more than it
 //! holds, an unsorted, duplicate, diagonal or non-positive entry).
-[[nodiscard]] inline remap_plan make_remap_plan(const plan& p, const remap_matrix& m, std::int32_t micro_batch = 0) {
+[[nodiscard]] inline relayout_plan make_remap_plan(const plan& p, const remap_matrix& m, std::int32_t micro_batch = 0) {
   const auto d = static_cast<rank_index>(p.placements.size());
   ZEPPELIN_EXPECTS(m.ranks == d, "the matrix and the plan have different rank counts",
                    {{"matrix_ranks", double(m.ranks)}, {"plan_ranks", double(d)}});
@@ -149,7 +157,7 @@ inline void append_merged(placement& pl, const remap_segment& s) {
     sent[static_cast<std::size_t>(t.from)] += t.tokens;
     received[static_cast<std::size_t>(t.to)] += t.tokens;
   }
-  remap_plan out{m, std::vector<rank_remap>(n), std::vector<placement>(n), std::vector<placement>(n)};
+  relayout_plan out{m, std::vector<rank_relayout>(n), std::vector<placement>(n), std::vector<placement>(n)};
   for (std::size_t r = 0; r < n; ++r) {
     ZEPPELIN_EXPECTS(sent[r] <= a[r], "a rank cannot send more tokens than it holds",
                      {{"rank", double(r)}, {"sends", double(sent[r])}, {"holds", double(a[r])}});
@@ -180,7 +188,7 @@ inline void append_merged(placement& pl, const remap_segment& s) {
         const auto& s = src_pl.shards[shard_at];
         const token_count q = std::min(count, s.range.size() - in_shard);
         if (q > 0) {
-          remap_segment seg{s.seq, {s.range.begin + in_shard, s.range.begin + in_shard + q}, r, to, offset, to_offset,
+          relayout_segment seg{s.seq, {s.range.begin + in_shard, s.range.begin + in_shard + q}, r, to, offset, to_offset,
                             s.group, s.micro_batch};
           out.ranks[ri].sends.push_back(seg);
           out.ranks[static_cast<std::size_t>(to)].receives.push_back(seg);
@@ -198,29 +206,42 @@ inline void append_merged(placement& pl, const remap_segment& s) {
   }
   for (std::size_t r = 0; r < n; ++r) {
     auto& rec = out.ranks[r].receives;
-    std::sort(rec.begin(), rec.end(), [](const remap_segment& x, const remap_segment& y) { return x.to_offset < y.to_offset; });
+    std::sort(rec.begin(), rec.end(), [](const relayout_segment& x, const relayout_segment& y) { return x.to_offset < y.to_offset; });
     for (const auto& seg : rec) detail::append_merged(out.target[r], seg);
   }
   return out;
 }
 
-//! Solves the remap problem of a plan's micro-batch with `solver` and builds its lists.
+//! Solves the remap problem of a plan's micro-batch on topology `t`, moving `bytes_per_token`
+//! per token (cost/transfer_bytes.hpp), with `solver`, and builds its lists. The costs are the
+//! physical ones of remap_token_costs (seconds per token over NVLink and over the NICs), so
+//! the solver's objective is the remap's predicted time. Throws invalid_argument when the plan
+//! and the topology disagree on the cluster shape or bytes_per_token is not positive.
 template <remap_solver Solver>
-[[nodiscard]] remap_plan plan_remap(const plan& p, double intra_cost, double inter_cost, const Solver& solver,
-                                    std::int32_t micro_batch = 0) {
+[[nodiscard]] relayout_plan plan_remap(const plan& p, const topology& t, double bytes_per_token, const Solver& solver,
+                                       std::int32_t micro_batch = 0) {
+  return make_remap_plan(p, solver.solve(make_remap_problem(p, t, bytes_per_token, micro_batch)), micro_batch);
+}
+
+//! The same with relative per-token weights (intra_cost for a token moved inside a node,
+//! inter_cost across nodes; only their ratio matters to the plan), for a cluster the library
+//! has no topology for.
+template <remap_solver Solver>
+[[nodiscard]] relayout_plan plan_remap(const plan& p, double intra_cost, double inter_cost, const Solver& solver,
+                                       std::int32_t micro_batch = 0) {
   return make_remap_plan(p, solver.solve(make_remap_problem(p, intra_cost, inter_cost, micro_batch)), micro_batch);
 }
 
 //! The exact inverse: moves every token back (source and destination swapped).
-[[nodiscard]] inline remap_plan inverse(const remap_plan& x) {
-  remap_plan y{};
+[[nodiscard]] inline relayout_plan inverse(const relayout_plan& x) {
+  relayout_plan y{};
   y.matrix.ranks = x.matrix.ranks;
   y.matrix.entries.reserve(x.matrix.entries.size());
   for (const auto& t : x.matrix.entries) y.matrix.entries.push_back({t.to, t.from, t.tokens});
   std::sort(y.matrix.entries.begin(), y.matrix.entries.end(), [](const remap_entry& a, const remap_entry& b) {
     return a.from != b.from ? a.from < b.from : a.to < b.to;
   });
-  const auto flip = [](remap_segment s) {
+  const auto flip = [](relayout_segment s) {
     std::swap(s.from, s.to);
     std::swap(s.from_offset, s.to_offset);
     return s;
@@ -243,7 +264,7 @@ template <remap_solver Solver>
 
 //! alltoallv arguments of rank r (dense over the d peers; O(d + segments of r)). A peer
 //! with nothing to exchange has count 0 and displacement 0.
-[[nodiscard]] inline alltoallv_args alltoallv(const remap_plan& x, rank_index r) {
+[[nodiscard]] inline alltoallv_args alltoallv(const relayout_plan& x, rank_index r) {
   ZEPPELIN_EXPECTS(r >= 0 && static_cast<std::size_t>(r) < x.ranks.size(), "rank out of range",
                    {{"rank", double(r)}, {"ranks", double(x.ranks.size())}});
   const auto n = x.ranks.size();

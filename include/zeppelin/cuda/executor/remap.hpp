@@ -1,5 +1,5 @@
 // zeppelin/cuda/executor/remap.hpp
-// Device execution of ANY remap_plan (remap/layout.hpp): the dispatch (loader layout -> the
+// Device execution of ANY relayout_plan (remap/layout.hpp): the dispatch (loader layout -> the
 // plan's attention layout, exec/relayout.hpp make_dispatch_plan), Zeppelin's remap (attention
 // layout <-> token-balanced layout) and their inverse().
 //   in : a device_communicator c, the plan x (identical on every rank), the rank's source rows
@@ -9,7 +9,7 @@
 // The rows move as the execution program of the remap (program/remap_program.hpp: pack the
 // segments for each peer in ascending peer order, keep the segments that stay, one phase on
 // c.stream(), unpack) on the device backend (cuda/executor/device_backend.hpp): exactly what
-// the host's execute_remap runs, so host and device ranks interoperate.
+// the host's execute_relayout runs, so host and device ranks interoperate.
 // nvcc-safe; host code: links zeppelin::kernels.
 #pragma once
 
@@ -36,7 +36,7 @@ ZEPPELIN_NAMESPACE_BEGIN
 //! with the same x. Throws invalid_argument when x and c disagree on the rank count or
 //! row_bytes is 0.
 template <device_communicator C>
-void execute_remap_device(C& c, const remap_plan& x, const void* source, void* target, std::size_t row_bytes, cudaStream_t stream,
+void execute_remap_device(C& c, const relayout_plan& x, const void* source, void* target, std::size_t row_bytes, cudaStream_t stream,
                           std::string_view step) {
   ZEPPELIN_EXPECTS(static_cast<rank_index>(x.ranks.size()) == c.size() && row_bytes >= 1 && row_bytes <= (std::size_t{1} << 30),
                    "device remap: the plan and the communicator have different rank counts, or a bad row size",

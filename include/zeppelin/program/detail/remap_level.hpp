@@ -1,7 +1,7 @@
 // zeppelin/program/detail/remap_level.hpp
 // A remap (remap/layout.hpp: Zeppelin 3.4's remap, its inverse, a dispatch) as one level of
 // one round, written into a level_work.
-//   in : a remap_plan y (source layout -> target layout, segments with offsets in each
+//   in : a relayout_plan y (source layout -> target layout, segments with offsets in each
 //        rank's source and target buffers), maps from those offsets to the rows of the
 //        remap_source / remap_target tensors, an arena allocator, the row kind moved
 //   out: per rank: pack (the segments for other ranks copied into a send arena, peer after
@@ -55,7 +55,7 @@ using offset_map = std::vector<row_run>;
 }
 
 //! Writes remap `y` into `w` (one round). source_map / target_map: per rank.
-inline void build_remap(level_work& w, const remap_plan& y, const std::vector<offset_map>& source_map,
+inline void build_remap(level_work& w, const relayout_plan& y, const std::vector<offset_map>& source_map,
                         const std::vector<offset_map>& target_map, row_kind rows_of, std::int64_t row_bytes,
                         const arena_allocator& allocate) {
   const auto n = y.ranks.size();
@@ -65,9 +65,9 @@ inline void build_remap(level_work& w, const remap_plan& y, const std::vector<of
   std::vector<std::int32_t> send_arena(n, -1), recv_arena(n, -1);
   for (std::size_t r = 0; r < n; ++r) {
     std::vector<token_count> send_rows(n, 0), recv_rows(n, 0);
-    for (const remap_segment& s : y.ranks[r].sends)
+    for (const relayout_segment& s : y.ranks[r].sends)
       if (static_cast<std::size_t>(s.to) != r) send_rows[static_cast<std::size_t>(s.to)] += s.range.size();
-    for (const remap_segment& s : y.ranks[r].receives)
+    for (const relayout_segment& s : y.ranks[r].receives)
       if (static_cast<std::size_t>(s.from) != r) recv_rows[static_cast<std::size_t>(s.from)] += s.range.size();
     token_count sent = 0, received = 0;
     for (std::size_t q = 0; q < n; ++q) {
@@ -79,10 +79,10 @@ inline void build_remap(level_work& w, const remap_plan& y, const std::vector<of
   }
   for (std::size_t r = 0; r < n; ++r) {
     const auto me = static_cast<rank_index>(r);
-    const rank_remap& mine = y.ranks[r];
+    const rank_relayout& mine = y.ranks[r];
     copy_rows pack{src, buffer_ref::arena(send_arena[r]), {}}, keep{src, dst, {}}, unpack{buffer_ref::arena(recv_arena[r]), dst, {}};
     std::vector<token_count> cursor(send_at[r]);
-    for (const remap_segment& s : mine.sends) {
+    for (const relayout_segment& s : mine.sends) {
       const token_count from = map_offset(source_map[r], s.from_offset);
       if (s.to == me) {
         append_run(keep.runs, {from, map_offset(target_map[r], s.to_offset), s.range.size()});
@@ -93,14 +93,14 @@ inline void build_remap(level_work& w, const remap_plan& y, const std::vector<of
       }
     }
     // received segments: source after source, each source's in its send order
-    std::vector<const remap_segment*> incoming;
-    for (const remap_segment& s : mine.receives)
+    std::vector<const relayout_segment*> incoming;
+    for (const relayout_segment& s : mine.receives)
       if (s.from != me) incoming.push_back(&s);
-    std::stable_sort(incoming.begin(), incoming.end(), [](const remap_segment* a, const remap_segment* b) {
+    std::stable_sort(incoming.begin(), incoming.end(), [](const relayout_segment* a, const relayout_segment* b) {
       return a->from != b->from ? a->from < b->from : a->from_offset < b->from_offset;
     });
     token_count at = 0;
-    for (const remap_segment* s : incoming) {
+    for (const relayout_segment* s : incoming) {
       append_run(unpack.runs, {at, map_offset(target_map[r], s->to_offset), s->range.size()});
       at += s->range.size();
     }
@@ -112,7 +112,7 @@ inline void build_remap(level_work& w, const remap_plan& y, const std::vector<of
   // one payload per (sender, receiver), in ascending (sender, receiver) order
   for (std::size_t r = 0; r < n; ++r) {
     std::vector<token_count> rows(n, 0);
-    for (const remap_segment& s : y.ranks[r].sends)
+    for (const relayout_segment& s : y.ranks[r].sends)
       if (static_cast<std::size_t>(s.to) != r) rows[static_cast<std::size_t>(s.to)] += s.range.size();
     for (std::size_t q = 0; q < n; ++q)
       if (rows[q] > 0)
