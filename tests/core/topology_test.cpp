@@ -260,9 +260,11 @@ TEST_CASE("zero or negative counts are rejected with the count", "[core][topolog
     c = base_config();
     c.gpus_per_node = bad;
     CHECK(expect_invalid_config(c).value("gpus_per_node") == static_cast<double>(bad));
-    c = base_config();
-    c.nics_per_node = bad;
-    CHECK(expect_invalid_config(c).value("nics_per_node") == static_cast<double>(bad));
+    if (bad < 0) {  // 0 NICs means one per GPU
+      c = base_config();
+      c.nics_per_node = bad;
+      CHECK(expect_invalid_config(c).value("nics_per_node") == static_cast<double>(bad));
+    }
   }
   auto c = base_config();
   c.nodes = 1 << 16;
@@ -366,5 +368,17 @@ TEST_CASE("bad GPU -> NIC maps are rejected", "[core][topology]") {
     for (int k = 0; k < r.nics_per_node && first_idle < 0; ++k)
       if (std::find(r.gpu_to_nic.begin(), r.gpu_to_nic.end(), k) == r.gpu_to_nic.end()) first_idle = k;
     REQUIRE(err.value("nic") == static_cast<double>(first_idle));
+  }
+}
+
+TEST_CASE("a topology plans from its counts alone, with an H100 SXM node's documented figures", "[core][topology]") {
+  for (const int gpus : {1, 2, 8}) {
+    const zp::topology t({.nodes = 3, .gpus_per_node = gpus});
+    CHECK(t.num_ranks() == 3 * gpus);
+    CHECK(t.nics_per_node() == gpus);  // 0 NICs per node: one per GPU
+    for (int g = 0; g < gpus; ++g) CHECK(t.local_nic_of_gpu(g) == g);
+    CHECK(t.gpu() == zp::gpus::h100_sxm());
+    CHECK(t.config().intra_node == zp::links::nvlink_h100());
+    CHECK(t.config().nic == zp::links::nic_400g());
   }
 }

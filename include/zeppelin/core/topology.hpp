@@ -44,20 +44,25 @@ struct gpu_spec {
 //! Everything a topology is made from. gpu_to_nic: local NIC of each local GPU (size P,
 //! the same on every node); left empty, GPUs are spread over NICs in contiguous blocks
 //! (GPU g -> NIC g * nics_per_node / gpus_per_node).
+//! Defaults, so that `topology({.nodes = N, .gpus_per_node = P})` plans from counts alone: an
+//! H100 SXM server (989 TFLOP/s dense bf16, 80 GB, 3.35 TB/s HBM; NVLink 4 through NVSwitch at
+//! 380 GB/s and 3 us per direction per GPU) with one 400 Gb/s NIC per GPU (48 GB/s, 10 us), the
+//! figures of core/topology_presets.hpp's h100_sxm, nvlink_h100 and nic_400g. Token-based
+//! planning never reads them; the cost model and the simulator do.
 struct topology_config {
   std::string name = "custom";
   int nodes = 1;
   int gpus_per_node = 1;
-  int nics_per_node = 1;
+  int nics_per_node = 0;  //!< 0: one NIC per GPU (nics_per_node = gpus_per_node)
   std::vector<int> gpu_to_nic{};
-  link_spec intra_node{};  //!< per GPU, one direction
-  link_spec nic{};         //!< per NIC, one direction
-  gpu_spec gpu{};
+  link_spec intra_node{380e9, 3e-6};  //!< per GPU, one direction
+  link_spec nic{48e9, 10e-6};         //!< per NIC, one direction
+  gpu_spec gpu{"H100-SXM", 989e12, 80e9, 3.35e12};
 };
 
 class topology {
  public:
-  //! Throws invalid_argument when a count is < 1, the GPU -> NIC map has the wrong size or
+  //! Throws invalid_argument when a count is < 1 (nics_per_node < 0), the GPU -> NIC map has the wrong size or
   //! an entry outside [0, nics_per_node), a NIC serves no GPU, or a bandwidth, latency or
   //! GPU figure is NaN, infinite or out of range (bandwidths and peak FLOP/s > 0,
   //! latencies >= 0; intra-node figures only matter when gpus_per_node > 1 but must still
@@ -66,8 +71,9 @@ class topology {
     ZEPPELIN_EXPECTS(c_.nodes >= 1, "a topology needs at least one node", {{"nodes", double(c_.nodes)}});
     ZEPPELIN_EXPECTS(c_.gpus_per_node >= 1, "a topology needs at least one GPU per node",
                      {{"gpus_per_node", double(c_.gpus_per_node)}});
-    ZEPPELIN_EXPECTS(c_.nics_per_node >= 1, "a topology needs at least one NIC per node",
+    ZEPPELIN_EXPECTS(c_.nics_per_node >= 0, "a topology needs at least one NIC per node (0: one per GPU)",
                      {{"nics_per_node", double(c_.nics_per_node)}});
+    if (c_.nics_per_node == 0) c_.nics_per_node = c_.gpus_per_node;
     ZEPPELIN_EXPECTS(static_cast<long long>(c_.nodes) * c_.gpus_per_node <= (1ll << 30),
                      "too many ranks", {{"nodes", double(c_.nodes)}, {"gpus_per_node", double(c_.gpus_per_node)}});
     if (c_.gpu_to_nic.empty()) {
