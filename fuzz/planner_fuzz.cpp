@@ -96,7 +96,7 @@ void check_plan(const plan& p, const batch& b, const topology& t, std::string_vi
   ZEPPELIN_FUZZ_CHECK(p.method == name);
   ZEPPELIN_FUZZ_CHECK(p.capacity == capacity);
   if (name == "hierarchical")
-    for (const std::string& note : p.notes) ZEPPELIN_FUZZ_CHECK(note.find("contiguous") == std::string::npos);
+    for (const plan_note& note : p.notes) ZEPPELIN_FUZZ_CHECK(note.kind != note_kind::contiguous_fallback);
 }
 
 //! Runs `plan_it` and checks its plan; a zeppelin::error is a refusal, and an infeasible one

@@ -120,7 +120,7 @@ int run(const options& o, const batch& b, const plan& p, const topology& t, cons
   const execution_program& prog = engine.program();
   const auto loader = loader_layout(b, p.num_ranks());
   const auto linear = linear_layout(p, prog);
-  const remap_plan disp = make_dispatch_plan(loader, linear), back = inverse(disp);
+  const relayout_plan disp = make_dispatch_plan(loader, linear), back = inverse(disp);
   const double setup_s = seconds_since(t0);
 
   std::vector<T> o_out(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
@@ -138,7 +138,7 @@ int run(const options& o, const batch& b, const plan& p, const topology& t, cons
     const auto dispatch = [&](const std::vector<T>& global, std::int64_t w) {
       const auto src = rows_of(global, loader[ri], b, w);
       std::vector<T> dst(static_cast<std::size_t>(disp.ranks[ri].target_tokens * w));
-      execute_remap(c, disp, std::span<const T>(src), std::span<T>(dst), w, "dispatch");
+      execute_relayout(c, disp, std::span<const T>(src), std::span<T>(dst), w, "dispatch");
       return dst;
     };
     // the linear layout <-> the attention layout (exec/linear_layout.hpp)
@@ -191,7 +191,7 @@ int run(const options& o, const batch& b, const plan& p, const topology& t, cons
     // back to the loader layout, into the global tensors
     const auto undispatch = [&](const std::vector<T>& local, std::int64_t w) {
       std::vector<T> dst(static_cast<std::size_t>(back.ranks[ri].target_tokens * w));
-      execute_remap(c, back, std::span<const T>(local), std::span<T>(dst), w, "undispatch");
+      execute_relayout(c, back, std::span<const T>(local), std::span<T>(dst), w, "undispatch");
       return dst;
     };
     const auto lo_back = undispatch(out_o, qw), grad_back = undispatch(out_grad, qkv);
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
                 static_cast<int>(b.size()), static_cast<long long>(b.total_tokens()), static_cast<long long>(b.max_length()),
                 o.method.c_str(), std::string(executed.name).c_str(), p.method.c_str(), t.nodes(), t.gpus_per_node(), static_cast<long long>(p.capacity),
                 p.groups.size(), p.micro_batches(), o.fp32 ? "fp32" : "fp64");
-    for (const auto& note : p.notes) std::printf("note: %s\n", note.c_str());
+    for (const auto& note : p.notes) std::printf("note: %s\n", note.text.c_str());
     return o.fp32 ? run<float>(o, b, p, t, po) : run<double>(o, b, p, t, po);
   } catch (const std::bad_alloc&) {
     std::cerr << "error: out of memory: every rank's Q, K, V and the dense reference of this batch do not fit in this "

@@ -95,7 +95,7 @@ zp::plan random_plan(zp::random_generator& rng) {
     p.groups[g].ranks.resize(static_cast<std::size_t>(pick(rng, 0, 5)));
     for (auto& r : p.groups[g].ranks) r = pick(rng, 0, 63);
   }
-  if (rng.below(2) == 0) p.notes.push_back("fallback taken");
+  if (rng.below(2) == 0) p.notes.push_back({zp::note_kind::other, "fallback taken", {}, {}});
   return p;
 }
 
@@ -268,7 +268,7 @@ TEST_CASE("equal plans have equal fingerprints and notes do not count", "[core][
     zp::plan q = random_plan(b);  // built independently from the same draws
     REQUIRE(p == q);
     REQUIRE(zp::fingerprint(p) == zp::fingerprint(q));
-    q.notes.push_back("a different note");
+    q.notes.push_back({zp::note_kind::other, "a different note", {}, {}});
     REQUIRE(zp::fingerprint(p) == zp::fingerprint(q));
   }
 }

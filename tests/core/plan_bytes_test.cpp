@@ -28,7 +28,7 @@ std::vector<plan> sample_plans() {
       plans.push_back(partition(partitioner_by_name(name, settings), b, t));
     }
   }
-  plans.back().notes.push_back("a note, with bytes \xff\x01 of any value");
+  plans.back().notes.push_back({note_kind::other, "a note, with bytes \xff\x01 of any value", {3, 1}, {{"x", 0.1}, {"y", -2.5e300}}});
   return plans;
 }
 
@@ -68,7 +68,7 @@ TEST_CASE("plan bytes: corrupted, truncated or foreign bytes are refused", "[cor
 
   // a well-formed stream of another version names the version
   std::vector<std::byte> other = bytes;
-  other[4] = std::byte{2};
+  other[4] = std::byte{1};  // version 1: text-only notes
   other.resize(other.size() - 8);
   std::uint64_t sum = 0xCBF29CE484222325ull;
   for (const std::byte b : other) sum = (sum ^ static_cast<std::uint64_t>(b)) * 0x100000001B3ull;

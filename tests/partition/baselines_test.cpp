@@ -117,7 +117,9 @@ TEST_CASE("hybrid_dp opens extra micro-batches when short sequences exceed memor
   validate(p, b, t);
   CHECK(p.micro_batches() == 2);
   REQUIRE(p.notes.size() == 1);
-  CHECK(p.notes[0].find("2 micro-batches") != std::string::npos);
+  CHECK(p.notes[0].text.find("2 micro-batches") != std::string::npos);
+  CHECK(p.notes[0].kind == note_kind::extra_micro_batches);
+  CHECK(p.notes[0].values == std::vector<note_value>{{"micro_batches", 2.0}});
   for (const auto& pl : p.placements)
     for (const auto& s : pl.shards) CHECK(s.group == no_group);
 }

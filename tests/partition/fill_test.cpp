@@ -220,7 +220,7 @@ TEST_CASE("hierarchical: a sequence that fits no node whole becomes an inter-nod
   // the inter-node fragment group runs first on its ranks (engine order inter -> intra)
   for (const auto& pl : p.placements) CHECK(pl.shards.front().seq == 2);
   bool noted = false;
-  for (const auto& n : p.notes) noted |= n.find("fit no node whole") != std::string::npos;
+  for (const auto& n : p.notes) noted |= n.kind == note_kind::inter_node_spill && n.text.find("fit no node whole") != std::string::npos;
   CHECK(noted);
 }
 

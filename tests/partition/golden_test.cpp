@@ -58,7 +58,7 @@ std::uint64_t golden_hash(Make make) {
   for (const golden_case& c : golden_cases()) {
     const auto [p, trace] = make(c.capacity).solve(c.b, c.t);
     h.add(static_cast<std::int64_t>(fingerprint(p)));
-    for (const std::string& n : p.notes) h.add(std::string_view(n));
+    for (const plan_note& n : p.notes) h.add(std::string_view(n.text));
     h.add(trace.inter_threshold);
     h.add(trace.inter_passes);
     h.add(trace.proportional);

@@ -50,7 +50,9 @@ TEST_CASE("hierarchical: worked example of Alg. 1 and Alg. 2", "[partition][hier
   CHECK(p.placements[0].shards.front().group == 0);
   CHECK(p.placements[0].shards.back().group == 1);
   REQUIRE(p.notes.size() == 1);  // two sequences split inside their node
-  CHECK(p.notes[0].find("2 sequence(s) fit no GPU whole") != std::string::npos);
+  CHECK(p.notes[0].text.find("2 sequence(s) fit no GPU whole") != std::string::npos);
+  CHECK(p.notes[0].kind == note_kind::intra_node_spill);
+  CHECK(p.notes[0].sequences.size() == 2);
   CHECK(fragments_balanced(p, b));
 }
 
@@ -170,7 +172,7 @@ TEST_CASE("hierarchical: proportional rank split when sum ceil(|s|/s_avg) > N", 
     if (!trace.proportional || trace.streamed) continue;
     ++seen;
     bool notes = false;
-    for (const auto& n : p.notes) notes |= n.find("proportional") != std::string::npos;
+    for (const auto& n : p.notes) notes |= n.kind == note_kind::proportional_split;
     CHECK(notes);
     std::vector<int> owner(static_cast<std::size_t>(tt.num_ranks()), -1);
     std::vector<int> nodes_used_by_z2(static_cast<std::size_t>(nodes), 0);

@@ -4,12 +4,12 @@
 #pragma once
 
 #define ZEPPELIN_VERSION_MAJOR 0
-#define ZEPPELIN_VERSION_MINOR 1
+#define ZEPPELIN_VERSION_MINOR 2
 #define ZEPPELIN_VERSION_PATCH 0
 
 //! Bumped when the layout of a public type changes; mixing two versions in one program then
 //! fails at link time instead of misbehaving.
-#define ZEPPELIN_ABI_VERSION v0
+#define ZEPPELIN_ABI_VERSION v1  // v1 (0.2): plan::notes holds plan_note, not std::string
 
 #define ZEPPELIN_NAMESPACE_BEGIN \
   namespace zeppelin {           \

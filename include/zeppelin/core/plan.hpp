@@ -87,6 +87,48 @@ struct placement {
   friend bool operator==(const placement&, const placement&) = default;
 };
 
+//! Why a partitioner wrote a note: a decision the user may want to act on.
+enum class note_kind : std::uint8_t {
+  proportional_split = 0,   //!< inter-node sequences need more whole nodes than exist: split over shared nodes
+  streamed_split = 1,       //!< the proportional split broke the capacity: inter-node sequences laid end to end
+  inter_node_spill = 2,     //!< sequences that fit no node whole, split over the nodes with the most room
+  intra_node_spill = 3,     //!< sequences that fit no GPU whole, split over the GPUs of their node
+  metric_allocation = 4,    //!< the load metric (not token counts) governed the allocation
+  contiguous_fallback = 5,  //!< the last resort: the token stream cut into equal contiguous pieces
+  extra_micro_batches = 6,  //!< the batch needed more than one micro-batch
+  other = 7,
+};
+
+[[nodiscard]] constexpr std::string_view to_string(note_kind k) noexcept {
+  switch (k) {
+    case note_kind::proportional_split: return "proportional_split";
+    case note_kind::streamed_split: return "streamed_split";
+    case note_kind::inter_node_spill: return "inter_node_spill";
+    case note_kind::intra_node_spill: return "intra_node_spill";
+    case note_kind::metric_allocation: return "metric_allocation";
+    case note_kind::contiguous_fallback: return "contiguous_fallback";
+    case note_kind::extra_micro_batches: return "extra_micro_batches";
+    case note_kind::other: return "other";
+  }
+  return "?";
+}
+
+//! A named number behind a note (e.g. {"micro_batches", 3}).
+struct note_value {
+  std::string name;
+  double value = 0;
+  friend bool operator==(const note_value&, const note_value&) = default;
+};
+
+//! A decision worth telling the user, for people (text) and for programs (the rest).
+struct plan_note {
+  note_kind kind = note_kind::other;
+  std::string text;                         //!< one sentence
+  std::vector<sequence_index> sequences{};  //!< the sequences it concerns, ascending; empty: the whole plan
+  std::vector<note_value> values{};
+  friend bool operator==(const plan_note&, const plan_note&) = default;
+};
+
 struct plan {
   std::string method;                 //!< partitioner name, e.g. "hierarchical"
   int nodes = 0;
@@ -94,7 +136,7 @@ struct plan {
   token_count capacity = 0;           //!< tokens a rank may hold per micro-batch
   std::vector<placement> placements;  //!< one per rank, node-major
   std::vector<ring_group> groups;     //!< groups[g].id == g
-  std::vector<std::string> notes;     //!< decisions worth telling the user (fallbacks taken)
+  std::vector<plan_note> notes;       //!< decisions worth telling the user (fallbacks taken)
 
   [[nodiscard]] rank_index num_ranks() const noexcept { return static_cast<rank_index>(placements.size()); }
   //! 1 + the largest micro_batch of any shard (1 for an empty plan).

@@ -5,11 +5,13 @@
 //   to_bytes(plan)      -> std::vector<std::byte>
 //   plan_from_bytes(b)  -> plan, equal (operator==) to the one written, or invalid_argument
 // Layout, every integer little-endian whatever the host:
-//   "ZPLN" | u32 format version (1) | str method | i32 nodes | i32 gpus_per_node | i64 capacity
+//   "ZPLN" | u32 format version (2) | str method | i32 nodes | i32 gpus_per_node | i64 capacity
 //   | u64 ranks, per rank: u64 shards, per shard: i32 seq, i64 begin, i64 end, i32 group,
 //     i32 micro_batch
 //   | u64 groups, per group: i32 id, u8 zone, u8 collective, u64 members, i32 each
-//   | u64 notes, str each | u64 fingerprint(plan) (core/fingerprint.hpp) | u64 checksum
+//   | u64 notes, per note: u8 kind, str text, u64 sequences, i32 each, u64 values, per value:
+//     str name, f64 value (IEEE 754 bits)
+//   | u64 fingerprint(plan) (core/fingerprint.hpp) | u64 checksum
 // where str is a u64 byte count and the bytes, and the checksum the FNV-1a hash of every byte
 // before it (the fingerprint leaves the notes out). The reader checks the checksum, every count
 // against the bytes left, every enum against its values, and the fingerprint against the plan
@@ -22,6 +24,7 @@
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/plan.hpp>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -32,7 +35,8 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! The format version to_bytes writes and plan_from_bytes reads.
-inline constexpr std::uint32_t plan_bytes_version = 1;
+//! Version 2 (0.2): structured notes (kind, sequences, values); version 1 had text only.
+inline constexpr std::uint32_t plan_bytes_version = 2;
 
 namespace detail {
 inline std::uint64_t checksum(std::span<const std::byte> bytes) noexcept {
@@ -127,7 +131,17 @@ class plan_reader {
     for (const rank_index r : g.ranks) w.i32(r);
   }
   w.unsigned_value(static_cast<std::uint64_t>(p.notes.size()));
-  for (const std::string& n : p.notes) w.text(n);
+  for (const plan_note& n : p.notes) {
+    w.unsigned_value(static_cast<std::uint8_t>(n.kind));
+    w.text(n.text);
+    w.unsigned_value(static_cast<std::uint64_t>(n.sequences.size()));
+    for (const sequence_index q : n.sequences) w.i32(q);
+    w.unsigned_value(static_cast<std::uint64_t>(n.values.size()));
+    for (const note_value& v : n.values) {
+      w.text(v.name);
+      w.unsigned_value(std::bit_cast<std::uint64_t>(v.value));
+    }
+  }
   w.unsigned_value(fingerprint(p));
   w.unsigned_value(detail::checksum(w.out));
   return std::move(w.out);
@@ -181,8 +195,22 @@ class plan_reader {
     g.ranks.resize(r.count(4, "group members"));
     for (rank_index& m : g.ranks) m = r.i32("group member");
   }
-  p.notes.resize(r.count(8, "notes"));
-  for (std::string& n : p.notes) n = r.text("note");
+  p.notes.resize(r.count(25, "notes"));
+  for (plan_note& n : p.notes) {
+    const std::size_t at = r.offset();
+    const auto kind = r.unsigned_value<std::uint8_t>("note kind");
+    ZEPPELIN_EXPECTS(kind <= static_cast<std::uint8_t>(note_kind::other), "plan bytes: a note's kind is not one the library knows",
+                     {{"offset", double(at)}, {"kind", double(kind)}});
+    n.kind = static_cast<note_kind>(kind);
+    n.text = r.text("note text");
+    n.sequences.resize(r.count(4, "note sequences"));
+    for (sequence_index& q : n.sequences) q = r.i32("note sequence");
+    n.values.resize(r.count(16, "note values"));
+    for (note_value& v : n.values) {
+      v.name = r.text("note value name");
+      v.value = std::bit_cast<double>(r.unsigned_value<std::uint64_t>("note value"));
+    }
+  }
   const std::uint64_t stored = r.unsigned_value<std::uint64_t>("fingerprint");
   ZEPPELIN_EXPECTS(r.left() == 0, "plan bytes: bytes left after the plan", {{"offset", double(r.offset())}, {"bytes_left", double(r.left())}});
   const std::uint64_t computed = fingerprint(p);

@@ -111,8 +111,11 @@ struct hybrid_dp {
       else out.add_zigzag(it.seq, len, ranks, out.group_for(ranks), mb);
     }
     if (tokens.size() > 1)
-      out.note("hybrid_dp: " + std::to_string(tokens.size()) +
-               " micro-batches: sequences did not fit the GPUs' capacity in one pass");
+      out.note({.kind = note_kind::extra_micro_batches,
+                .text = "hybrid_dp: " + std::to_string(tokens.size()) +
+                        " micro-batches: sequences did not fit the GPUs' capacity in one pass",
+                .sequences = {},
+                .values = {{"micro_batches", static_cast<double>(tokens.size())}}});
     return std::move(out).finish();
   }
   friend bool operator==(const hybrid_dp&, const hybrid_dp&) = default;

@@ -88,7 +88,7 @@ class hierarchical_solver {
     place_in_nodes(m, trace, allocation);
     for (const token_count v : rank_tokens_)
       if (v > L_) return contiguous(std::move(trace), "the zone layouts");
-    std::vector<std::string> notes;
+    std::vector<plan_note> notes;
     for (std::size_t i = m; i < len_.size(); ++i) {
       trace.node_of_sequence[static_cast<std::size_t>(order_[i])] = node_of_[i];
       if (node_of_[i] < 0) trace.inter_spilled.push_back(order_[i]);
@@ -97,20 +97,33 @@ class hierarchical_solver {
     std::sort(trace.inter_spilled.begin(), trace.inter_spilled.end());
     std::sort(trace.intra_spilled.begin(), trace.intra_spilled.end());
     if (trace.proportional)
-      notes.push_back("inter-node sequences need more than N empty nodes (sum ceil(|s|/s_avg) > N): proportional "
-                      "split over ranks that shares nodes");
+      notes.push_back({note_kind::proportional_split,
+                       "inter-node sequences need more than N empty nodes (sum ceil(|s|/s_avg) > N): proportional "
+                       "split over ranks that shares nodes",
+                       {},
+                       {}});
     if (trace.streamed)
-      notes.push_back("the proportional split needs more than the capacity on a rank: inter-node sequences are "
-                      "laid end to end over the ranks at ceil(T/R) tokens each (rings share boundary ranks)");
+      notes.push_back({note_kind::streamed_split,
+                       "the proportional split needs more than the capacity on a rank: inter-node sequences are "
+                       "laid end to end over the ranks at ceil(T/R) tokens each (rings share boundary ranks)",
+                       {},
+                       {}});
     if (!trace.inter_spilled.empty())
-      notes.push_back(std::to_string(trace.inter_spilled.size()) +
-                      " sequence(s) fit no node whole: split over the nodes with the most room (inter-node fragment "
-                      "groups, shares by room)");
-    if (std::string note = allocation.note(Metric::name); !note.empty()) notes.push_back(std::move(note));
+      notes.push_back({note_kind::inter_node_spill,
+                       std::to_string(trace.inter_spilled.size()) +
+                           " sequence(s) fit no node whole: split over the nodes with the most room (inter-node "
+                           "fragment groups, shares by room)",
+                       trace.inter_spilled,
+                       {}});
+    if (std::string note = allocation.note(Metric::name); !note.empty())
+      notes.push_back({note_kind::metric_allocation, std::move(note), {}, {}});
     if (!trace.intra_spilled.empty())
-      notes.push_back(std::to_string(trace.intra_spilled.size()) +
-                      " sequence(s) fit no GPU whole (or no equal split): split over the GPUs of their node with the "
-                      "most room (intra-node fragment groups, shares by room)");
+      notes.push_back({note_kind::intra_node_spill,
+                       std::to_string(trace.intra_spilled.size()) +
+                           " sequence(s) fit no GPU whole (or no equal split): split over the GPUs of their node with "
+                           "the most room (intra-node fragment groups, shares by room)",
+                       trace.intra_spilled,
+                       {}});
     return {build(std::move(notes)), std::move(trace)};
   }
 
@@ -341,7 +354,7 @@ class hierarchical_solver {
     return L_;
   }
 
-  plan build(std::vector<std::string> notes) const {
+  plan build(std::vector<plan_note> notes) const {
     plan_builder out(method_, t_, L_);
     for (std::size_t i = 0; i < len_.size(); ++i) {
       const layout& lay = layout_[i];
@@ -373,9 +386,12 @@ class hierarchical_solver {
       for (const rank_index q : ranks)
         out.add_range(q, s, {std::max(cut(q), begin) - begin, std::min(cut(q + 1), end) - begin}, g);
     }
-    out.note(std::string("contiguous fallback: ") + what +
-             " could not keep every GPU within the capacity; rank r holds stream tokens [floor(r T/R), "
-             "floor((r+1) T/R)), not causally balanced");
+    out.note({note_kind::contiguous_fallback,
+              std::string("contiguous fallback: ") + what +
+                  " could not keep every GPU within the capacity; rank r holds stream tokens [floor(r T/R), "
+                  "floor((r+1) T/R)), not causally balanced",
+              {},
+              {}});
     return {std::move(out).finish(), std::move(trace)};
   }
 

@@ -132,7 +132,7 @@ class plan_builder {
     }
   }
 
-  void note(std::string text) { p_.notes.push_back(std::move(text)); }
+  void note(plan_note n) { p_.notes.push_back(std::move(n)); }
 
   //! Largest token count of any (rank, micro-batch) so far, and where.
   [[nodiscard]] std::pair<token_count, rank_index> peak() const {
