@@ -14,6 +14,7 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/plan_bytes.hpp>
 #include <zeppelin/core/random.hpp>
+#include <zeppelin/core/rank_view.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/core/transfer.hpp>
