@@ -66,7 +66,7 @@ void run_chunk(const chunk_options& o) {
         checkpoint[static_cast<std::size_t>(s)].push_back(p.checkpoint.recomputed_layers(s, static_cast<std::int64_t>(k)));
   }
   if (o.json) {
-    nlohmann::ordered_json j;
+    auto j = with_format<nlohmann::ordered_json>("chunk");
     j["mesh"] = plan.chunks.mesh;
     j["chunks"] = nlohmann::ordered_json::array();
     for (const chunk& c : plan.chunks.chunks) {

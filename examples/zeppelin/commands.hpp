@@ -29,6 +29,19 @@ using example_cli::add_integer_option;
 using example_cli::add_size_option;
 using example_cli::exact_integer;
 
+//! Every --json output (and every JSON file the tool writes) carries its format name,
+//! "zeppelin.<command>", and version: a reader checks both before it trusts the rest
+//! (docs/formats.md). The version grows when a field changes meaning or goes away; a new
+//! field does not change it.
+inline constexpr int json_format_version = 1;
+
+//! {"format": "zeppelin.<command>", "version": json_format_version}: the object a JSON output
+//! (nlohmann::json or ordered_json) starts from.
+template <class Json>
+Json with_format(const char* command) {
+  return Json{{"format", std::string("zeppelin.") + command}, {"version", json_format_version}};
+}
+
 //! The subcommand `zeppelin` runs when given no arguments (the main job).
 inline constexpr const char* default_command = "simulate";
 

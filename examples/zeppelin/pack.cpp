@@ -60,7 +60,7 @@ void run_pack(const pack_options& o) {
                                       {.at_end = o.keep_pending ? stream_end::keep_pending : stream_end::flush});
   const double imbalance = mean_workload_imbalance(run.iterations);
   if (o.json) {
-    nlohmann::ordered_json j;
+    auto j = with_format<nlohmann::ordered_json>("pack");
     j["iterations"] = nlohmann::ordered_json::array();
     for (const packed_iteration& it : run.iterations) {
       nlohmann::ordered_json mbs = nlohmann::ordered_json::array();

@@ -104,7 +104,7 @@ void run_pipeline(const pipeline_options& o) {
     write_pipeline_trace(out, r);
   }
   if (o.json) {
-    nlohmann::json j;
+    auto j = with_format<nlohmann::json>("pipeline");
     j["stages"] = s.stages;
     j["schedule"] = std::string(to_string(s.kind));
     j["virtual_stages"] = s.virtual_stages;

@@ -5,11 +5,12 @@
 //      (tokens per GPU per micro-batch; default partition/capacity.hpp's balanced_capacity: the
 //      batch's mean tokens per GPU plus 1/8); optional --metric tokens|attention|cost_model (the
 //      hierarchical load metric), --cp-size C (allgather / per_document CP group size, 0 = all).
-// Out: --json prints
-//        {"method", "topology":{"nodes","gpus_per_node"}, "capacity", "micro_batches",
+// Out: --json prints the plan in the format of core/plan_json.hpp (docs/formats.md):
+//        {"format":"zeppelin.plan","version":1,"fingerprint","method","topology":{"nodes",
+//         "gpus_per_node"},"capacity","micro_batches","lengths":[...],
 //         "ranks":[{"rank","node","shards":[{"seq","begin","end","group","micro_batch"}]}],
-//         "groups":[{"id","zone":"local|intra|inter","collective":"ring|all_gather|all_to_all","ranks":[...]}], "notes":[...]}
-//      (seq indexes the lengths file; "group" is null for a sequence held by one rank);
+//         "groups":[{"id","zone","collective","ranks":[...]}],"notes":[...]}
+//      (seq indexes "lengths"; "group" is null for a sequence held by one rank);
 //      otherwise a per-rank summary: tokens, causal pairs, tokens per zone, cross-node KV
 //      tokens sent per forward pass (partition/plan_stats.hpp), then the totals and notes.
 //      --explain (instead of --method) plans with the cost-driven planner of the `zeppelin`
@@ -20,6 +21,10 @@
 //      "explain":{"model","chosen","options":{...},"candidates":[{"name","outcome","bound_s",
 //      "step_s","reason"}]}. Without --capacity it plans with the simulate command's capacity
 //      (the batch's mean tokens per GPU plus 1/8).
+//      --rank R prints rank R's view instead of the summary (core/rank_view.hpp): its shards, and
+//      per group its zone, collective, position, previous and next member, tokens, sequences.
+//      --read FILE (instead of --lengths and --method) reads such a file back, checks its
+//      format, fingerprint and plan (against its lengths), and prints it like a fresh plan.
 // Errors (bad file, infeasible batch) go to stderr with exit status 1 (main.cpp).
 //   zeppelin plan --method hierarchical --lengths batch.txt --nodes 4 --gpus-per-node 8 --capacity 4608
 //   zeppelin plan --explain --lengths batch.txt --nodes 4
@@ -30,6 +35,8 @@
 #include <zeppelin/core/validate.hpp>
 #include <zeppelin/data/length_file.hpp>
 #include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/plan_json.hpp>
+#include <zeppelin/core/rank_view.hpp>
 #include <zeppelin/partition.hpp>
 #include <zeppelin/sim/cost_driven_planner.hpp>
 
@@ -38,8 +45,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <optional>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <optional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -60,6 +69,8 @@ struct plan_arguments {
   bool json = false;
   bool explain = false;
   std::string model = "7b";
+  std::string read_file;
+  zeppelin::rank_index rank = -1;  // >= 0: print this rank's view (core/rank_view.hpp)
 };
 
 // The partitioner the arguments name, through the one registry (partition/registry.hpp).
@@ -74,42 +85,6 @@ zeppelin::any_partitioner make_partitioner(const plan_arguments& a, const zeppel
 template <class Names>
 std::vector<std::string> as_strings(const Names& names) {
   return {names.begin(), names.end()};
-}
-
-// Writes the plan as one line of compact JSON (the format of the file comment), shard by
-// shard: memory stays O(1) beyond the plan, so a plan of a million sequences streams out
-// instead of building gigabytes of JSON values first. Strings go through nlohmann's escaping.
-// `explain`, when given, is a JSON object written as the plan's "explain" member.
-void write_plan_json(std::ostream& out, const zeppelin::plan& p, const nlohmann::json* explain = nullptr) {
-  const auto str = [](std::string_view s) { return nlohmann::json(std::string(s)).dump(); };
-  out << "{\"method\":" << str(p.method) << ",\"topology\":{\"nodes\":" << p.nodes << ",\"gpus_per_node\":" << p.gpus_per_node
-      << "},\"capacity\":" << p.capacity << ",\"micro_batches\":" << p.micro_batches() << ",\"ranks\":[";
-  for (zeppelin::rank_index r = 0; r < p.num_ranks(); ++r) {
-    out << (r ? "," : "") << "{\"rank\":" << r << ",\"node\":" << r / p.gpus_per_node << ",\"shards\":[";
-    bool first = true;
-    for (const auto& s : p.placements[static_cast<std::size_t>(r)].shards) {
-      out << (first ? "" : ",") << "{\"seq\":" << s.seq << ",\"begin\":" << s.range.begin << ",\"end\":" << s.range.end
-          << ",\"group\":";
-      if (s.group == zeppelin::no_group) out << "null";
-      else out << s.group;
-      out << ",\"micro_batch\":" << s.micro_batch << "}";
-      first = false;
-    }
-    out << "]}";
-  }
-  out << "],\"groups\":[";
-  for (std::size_t i = 0; i < p.groups.size(); ++i) {
-    const auto& g = p.groups[i];
-    out << (i ? "," : "") << "{\"id\":" << g.id << ",\"zone\":" << str(zeppelin::to_string(g.zone))
-        << ",\"collective\":" << str(zeppelin::to_string(g.collective)) << ",\"ranks\":[";
-    for (std::size_t k = 0; k < g.ranks.size(); ++k) out << (k ? "," : "") << g.ranks[k];
-    out << "]}";
-  }
-  out << "],\"notes\":[";
-  for (std::size_t i = 0; i < p.notes.size(); ++i) out << (i ? "," : "") << str(p.notes[i]);
-  out << "]";
-  if (explain) out << ",\"explain\":" << explain->dump();
-  out << "}\n";
 }
 
 void print_summary(const zeppelin::plan& p, const zeppelin::batch& b, const zeppelin::topology& t) {
@@ -133,7 +108,30 @@ void print_summary(const zeppelin::plan& p, const zeppelin::batch& b, const zepp
   std::printf("cross-node KV tokens sent per forward pass: max per rank %lld, total %lld\n",
               static_cast<long long>(st.max_cross_node_tokens()), static_cast<long long>(st.total_cross_node_tokens()));
   std::printf("groups: %d intra-node, %d inter-node\n", zones[1], zones[2]);
-  for (const auto& n : p.notes) std::printf("note: %s\n", n.c_str());
+  for (const auto& n : p.notes) std::printf("note (%s): %s\n", std::string(zeppelin::to_string(n.kind)).c_str(), n.text.c_str());
+}
+
+// --rank R: what rank R holds and, per group, where it sits and whom it talks to.
+void print_rank_view(const zeppelin::plan& p, const zeppelin::batch& b, zeppelin::rank_index r) {
+  const zeppelin::rank_view v = zeppelin::rank_view_of(p, r);
+  std::printf("rank %d (node %d, GPU %d): %lld tokens in %zu shard(s)", v.rank, v.node, v.local_gpu,
+              static_cast<long long>(v.tokens()), v.shards.size());
+  for (std::size_t mb = 0; mb < v.tokens_per_micro_batch.size() && v.tokens_per_micro_batch.size() > 1; ++mb)
+    std::printf("%s%lld", mb ? ", " : "; per micro-batch ", static_cast<long long>(v.tokens_per_micro_batch[mb]));
+  std::printf("\n%6s %10s %10s %10s %6s %6s\n", "seq", "length", "begin", "end", "group", "micro");
+  for (const zeppelin::shard& s : v.shards)
+    std::printf("%6d %10lld %10lld %10lld %6s %6d\n", s.seq, static_cast<long long>(b.length(s.seq)),
+                static_cast<long long>(s.range.begin), static_cast<long long>(s.range.end),
+                s.group == zeppelin::no_group ? "-" : std::to_string(s.group).c_str(), s.micro_batch);
+  std::printf("%6s %6s %-11s %9s %9s %9s %10s  %s\n", "group", "zone", "collective", "position", "previous", "next", "tokens",
+              "sequences");
+  for (const zeppelin::group_membership& m : v.groups) {
+    std::string seqs;
+    for (const zeppelin::sequence_index q : m.sequences) seqs += (seqs.empty() ? "" : ",") + std::to_string(q);
+    std::printf("%6d %6s %-11s %4d of %-2d %9d %9d %10lld  %s\n", m.group, std::string(zeppelin::to_string(m.zone)).c_str(),
+                std::string(zeppelin::to_string(m.collective)).c_str(), m.position, m.size, m.previous, m.next,
+                static_cast<long long>(m.tokens), seqs.c_str());
+  }
 }
 
 // "0-3,8,10-11": the sorted ranks as runs.
@@ -221,12 +219,34 @@ void print_explanation(const zeppelin::cost_driven_choice& c, const zeppelin::ba
   }
 }
 
+// --read: the plan of a `plan --json` file, checked (format, fingerprint, and against its own
+// lengths on its cluster shape) and printed as the summary or, with --json, as written.
+void read_plan(const plan_arguments& a) {
+  std::ifstream in(a.read_file, std::ios::binary);
+  ZEPPELIN_EXPECTS(in.good(), "cannot open the --read file " + a.read_file, {});
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const zeppelin::plan_document doc = zeppelin::read_plan_json(text);
+  ZEPPELIN_EXPECTS(!doc.lengths.empty(), "the plan file " + a.read_file + " has no \"lengths\": its plan cannot be checked", {});
+  const zeppelin::batch b(doc.lengths);
+  const zeppelin::plan& p = doc.layout;
+  const zeppelin::topology t({"plan", p.nodes, p.gpus_per_node, p.gpus_per_node, {}, zeppelin::links::nvlink_h100(),
+                              zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
+  zeppelin::validate(p, b, t);
+  if (a.json) zeppelin::write_plan_json(std::cout, p, &b);
+  else if (a.rank >= 0) print_rank_view(p, b, a.rank);
+  else print_summary(p, b, t);
+}
+
 void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<plan_arguments>();
   CLI::App* cmd = app.add_subcommand("plan", "partition a batch of sequence lengths over a cluster and print the plan");
   auto* method = cmd->add_option("--method", args->method, "partitioner (or --explain)")
                      ->check(CLI::IsMember(as_strings(zeppelin::partitioner_names)));
-  cmd->add_option("--lengths", args->lengths_file, "file with one sequence length per line")->required()->check(CLI::ExistingFile);
+  auto* lengths = cmd->add_option("--lengths", args->lengths_file, "file with one sequence length per line")->check(CLI::ExistingFile);
+  cmd->add_option("--read", args->read_file, "a plan written by --json: check it and print it (summary, or --json again)")
+      ->check(CLI::ExistingFile)
+      ->excludes(lengths)
+      ->excludes(method);
   add_integer_option(cmd, "--nodes", args->nodes, "number of nodes N")->check(CLI::PositiveNumber);
   add_integer_option(cmd, "--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(CLI::PositiveNumber);
   add_size_option(cmd, "--capacity", args->capacity,
@@ -241,12 +261,20 @@ void add_plan_command(CLI::App& app) {
       }()));
   add_integer_option(cmd, "--cp-size", args->cp_size, "allgather / per_document CP group size (0: all GPUs)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--json", args->json, "print the plan as JSON");
+  auto* json = cmd->add_flag("--json", args->json, "print the plan as JSON");
+  add_integer_option(cmd, "--rank", args->rank, "print what this rank holds, its groups, positions and neighbours")
+      ->check(CLI::NonNegativeNumber)
+      ->excludes(json);
   cmd->add_flag("--explain", args->explain,
                 "plan with the cost-driven planner (the zeppelin method) and show every candidate's price")
       ->excludes(method);
   cmd->add_option("--model", args->model, "model preset the --explain planner prices (3b, 7b, 13b, ...)")->capture_default_str();
   cmd->callback([args] {
+    if (!args->read_file.empty()) {
+      read_plan(*args);
+      return;
+    }
+    if (args->lengths_file.empty()) throw CLI::RequiredError("--lengths (or --read)");
     const zeppelin::batch b(zeppelin::read_lengths_file(args->lengths_file));
     // Partitioning reads only the shape; the links (cluster C: H200, NVLink, one 400G NIC
     // per GPU) matter for the cost model metric.
@@ -264,7 +292,7 @@ void add_plan_command(CLI::App& app) {
       zeppelin::validate(choice.chosen.layout, b, t);
       if (args->json) {
         const nlohmann::json explain = explain_json(choice, m);
-        write_plan_json(std::cout, choice.chosen.layout, &explain);
+        zeppelin::write_plan_json(std::cout, choice.chosen.layout, &b, ",\"explain\":" + explain.dump());
       } else {
         print_explanation(choice, b, m);
       }
@@ -273,7 +301,8 @@ void add_plan_command(CLI::App& app) {
     if (args->method.empty()) throw CLI::RequiredError("--method (or --explain)");
     const zeppelin::plan p = zeppelin::partition(make_partitioner(a, t), b, t);
     zeppelin::validate(p, b, t);
-    if (args->json) write_plan_json(std::cout, p);
+    if (args->json) zeppelin::write_plan_json(std::cout, p, &b);
+    else if (args->rank >= 0) print_rank_view(p, b, args->rank);
     else print_summary(p, b, t);
   });
 }

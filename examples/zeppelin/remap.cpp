@@ -1,17 +1,25 @@
 // examples/zeppelin/remap.cpp
 // `zeppelin remap`: solve one remap instance (Zeppelin 3.4).
 // In:  --tokens a,b,c,... (tokens each rank holds, node-major), --gpus-per-node P,
-//      --intra-cost X and --inter-cost Y (cost of one token inside / across nodes),
+//      --intra-cost X and --inter-cost Y (cost of one token inside / across nodes, any unit;
+//      without them, the physical costs: seconds per token of one hidden state of --model
+//      (default 7b) over the links of --cluster (default c; remap/layout.hpp remap_token_costs)),
 //      --objective max-send (the paper, default) | max-send-receive | min-inter-volume,
 //      --solver exact (default) | greedy.
 // Out: the transfer matrix towards the balanced layout (floor or ceil of the mean per rank)
 //      and the objective value: max_i sum_j T_ij M_ij for max-send, the largest send or
 //      receive cost for max-send-receive, the inter-node token count for min-inter-volume.
-//      --json prints {"matrix": [[...]], "objective": x}; otherwise a table.
+//      --json prints {"format":"zeppelin.remap","version":1,"gpus_per_node","intra_cost",
+//      "inter_cost","solver","objective_kind","holds":[...],"target":[...],"matrix":[[...]],
+//      "objective","max_send","max_receive","moved_tokens","inter_node_tokens"}: every figure
+//      of the table; otherwise a table.
 // Bad input (a negative count, a rank count not divisible by P, a cost <= 0) is an error.
 #include "commands.hpp"
 
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/cost/transfer_bytes.hpp>
 #include <zeppelin/remap.hpp>
 
 #include <nlohmann/json.hpp>
@@ -21,8 +29,10 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <vector>
 
 namespace zeppelin_tool {
@@ -31,8 +41,10 @@ namespace {
 struct remap_options {
   std::string tokens;
   int gpus_per_node = 1;
-  double intra_cost = 1;
-  double inter_cost = 10;
+  std::optional<double> intra_cost;  // both absent: the physical costs of --cluster and --model
+  std::optional<double> inter_cost;
+  std::string cluster = "c";
+  std::string model = "7b";
   std::string objective = "max-send";
   std::string solver = "exact";
   bool json = false;
@@ -66,16 +78,43 @@ void run_remap(const remap_options& o) {
   using namespace zeppelin;
   const remap_objective objective = parse_objective(o.objective);
   ZEPPELIN_EXPECTS(o.solver == "exact" || o.solver == "greedy", "unknown --solver '" + o.solver + "' (exact, greedy)", {});
-  const remap_problem p = make_remap_problem(parse_tokens(o.tokens), o.gpus_per_node, o.intra_cost, o.inter_cost);
+  const std::vector<token_count> tokens = parse_tokens(o.tokens);
+  ZEPPELIN_EXPECTS(o.intra_cost.has_value() == o.inter_cost.has_value(),
+                   "give both --intra-cost and --inter-cost, or neither (then the costs are the seconds per token of "
+                   "--cluster and --model)",
+                   {});
+  double intra = 0, inter = 0;
+  if (o.intra_cost) {
+    intra = *o.intra_cost, inter = *o.inter_cost;
+  } else {
+    const auto ranks = static_cast<int>(tokens.size());
+    ZEPPELIN_EXPECTS(o.gpus_per_node >= 1 && ranks % o.gpus_per_node == 0,
+                     "the rank count must be a positive multiple of --gpus-per-node",
+                     {{"ranks", double(ranks)}, {"gpus_per_node", double(o.gpus_per_node)}});
+    const topology t = cluster_by_name(o.cluster, ranks / o.gpus_per_node, o.gpus_per_node);
+    std::tie(intra, inter) = remap_token_costs(t, hidden_bytes_per_token(model_by_name(o.model)));
+  }
+  const remap_problem p = make_remap_problem(tokens, o.gpus_per_node, intra, inter);
   const remap_matrix m = o.solver == "exact" ? exact_remap{.objective = objective}.solve(p) : greedy_remap{}.solve(p);
   const remap_costs c = evaluate(p, m);
   const double value = c.value(objective);
   ZEPPELIN_EXPECTS(std::isfinite(value), "the remap objective overflows a double: per-token costs x tokens are too large",
                    {{"intra_cost", p.intra_cost}, {"inter_cost", p.inter_cost}});
   if (o.json) {
-    nlohmann::json out;
+    auto out = with_format<nlohmann::json>("remap");
+    out["gpus_per_node"] = p.gpus_per_node;
+    out["intra_cost"] = p.intra_cost;
+    out["inter_cost"] = p.inter_cost;
+    out["solver"] = o.solver;
+    out["objective_kind"] = std::string(to_string(objective));
+    out["holds"] = p.current;
+    out["target"] = p.target;
     out["matrix"] = m.dense();
     out["objective"] = value;
+    out["max_send"] = c.max_send;
+    out["max_receive"] = c.max_receive;
+    out["moved_tokens"] = c.moved_tokens;
+    out["inter_node_tokens"] = c.inter_node_tokens;
     std::cout << out.dump() << '\n';
     return;
   }
@@ -100,13 +139,16 @@ void add_remap_command(CLI::App& app) {
   add_integer_option(cmd, "--gpus-per-node", options->gpus_per_node, "GPUs per node P (divides the rank count)")
       ->capture_default_str();
   cmd->add_option("--intra-cost", options->intra_cost, "cost of one token inside a node (b_intra > 0)")
-      ->capture_default_str();
+      ->default_str("seconds per token on --cluster for --model");
   cmd->add_option("--inter-cost", options->inter_cost, "cost of one token across nodes (b_inter > 0)")
+      ->default_str("seconds per token on --cluster for --model");
+  cmd->add_option("--cluster", options->cluster, "cluster preset whose links price a token without --intra/--inter-cost")
       ->capture_default_str();
+  cmd->add_option("--model", options->model, "model preset: a token is one hidden state of it")->capture_default_str();
   cmd->add_option("--objective", options->objective, "max-send (paper), max-send-receive, min-inter-volume")
       ->capture_default_str();
   cmd->add_option("--solver", options->solver, "exact or greedy (baseline)")->capture_default_str();
-  cmd->add_flag("--json", options->json, "print {\"matrix\": [[...]], \"objective\": x}");
+  cmd->add_flag("--json", options->json, "print JSON (docs/formats.md)");
   cmd->callback([options] { run_remap(*options); });
 }
 

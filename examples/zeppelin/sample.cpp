@@ -102,13 +102,14 @@ void run_sample(const sample_arguments& args) {
       from_dataset ? std::optional<zeppelin::length_histogram>(distribution) : std::nullopt;
 
   if (args.json) {
-    nlohmann::ordered_json out = {{"source", from_dataset ? args.dataset : "histogram:" + args.histogram_file},
+    nlohmann::ordered_json out = with_format<nlohmann::ordered_json>("sample");
+    out.update(nlohmann::ordered_json{{"source", from_dataset ? args.dataset : "histogram:" + args.histogram_file},
                           {"total_tokens", total},
                           {"seed", args.seed},
                           {"min_length", options.min_length},
                           {"max_length", options.max_length},
                           {"rule", args.rule},
-                          {"count", lengths.size()}};
+                          {"count", lengths.size()}});
     if (args.stats) out["stats"] = stats_json(zeppelin::summarize(lengths), table2);
     out["lengths"] = lengths;
     std::cout << out.dump(2) << '\n';

@@ -45,6 +45,17 @@
 namespace zeppelin_tool {
 namespace {
 
+// A plan's notes as in `plan --json` (core/plan_json.hpp): kind, text, sequences, values.
+nlohmann::json notes_json(const std::vector<zeppelin::plan_note>& notes) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const zeppelin::plan_note& n : notes) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const zeppelin::note_value& v : n.values) values.push_back({{"name", v.name}, {"value", v.value}});
+    out.push_back({{"kind", std::string(zeppelin::to_string(n.kind))}, {"text", n.text}, {"sequences", n.sequences}, {"values", values}});
+  }
+  return out;
+}
+
 struct simulate_options {
   std::string dataset = "github";
   std::string lengths_file;
@@ -170,7 +181,7 @@ void run_simulate(const simulate_options& o) {
   }
 
   if (o.json) {
-    nlohmann::json j;
+    auto j = with_format<nlohmann::json>("simulate");
     j["batch"] = {{"source", source}, {"sequences", b.size()}, {"tokens", b.total_tokens()}, {"max_length", b.max_length()}};
     j["cluster"] = {{"name", cluster.name()}, {"nodes", cluster.nodes()}, {"gpus_per_node", cluster.gpus_per_node()},
                     {"nics_per_node", cluster.nics_per_node()}};
@@ -206,7 +217,7 @@ void run_simulate(const simulate_options& o) {
                               {"mean_exposed_comm_s", comm / n},
                               {"mean_idle_s", idle / n},
                               {"ring_groups", r.layout.groups.size()},
-                              {"notes", r.layout.notes}});
+                              {"notes", notes_json(r.layout.notes)}});
     }
     for (const auto& [name, reason] : refused) j["methods"].push_back({{"name", name}, {"refused", reason}});
     std::cout << j.dump(2) << '\n';

@@ -64,7 +64,7 @@ void run_strategy(const strategy_options& o) {
       plan_iteration(candidates, lengths, greedy_dispatch{.trials = o.trials, .seed = o.seed}, greedy_pipeline_packing{});
   const strategy& chosen = candidates[plan.candidate];
   if (o.json) {
-    nlohmann::ordered_json j;
+    auto j = with_format<nlohmann::ordered_json>("strategy");
     j["strategy"] = nlohmann::ordered_json::array();
     for (const strategy_part& p : chosen.parts)
       j["strategy"].push_back({{"tp", p.profile.scheme.tp}, {"pp", p.profile.scheme.pp}, {"cp", p.profile.scheme.cp}, {"count", p.pipelines}});

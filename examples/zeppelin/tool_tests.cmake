@@ -7,13 +7,13 @@ set(zeppelin_tool_cmd "$<TARGET_FILE:zeppelin_tool>")
 
 zeppelin_add_cli_test(tool.main_job EXIT_CODE 0 STDOUT "te_cp.*zeppelin" COMMAND ${zeppelin_tool_cmd})
 zeppelin_add_cli_test(tool.simulate_json EXIT_CODE 0
-  STDOUT "\"methods\".*\"name\": *\"te_cp\".*\"step_time_s\".*\"tokens_per_s\".*\"lower_bound_s\".*\"attention_launches\": [0-9]+,"
+  STDOUT "\"format\": *\"zeppelin.simulate\".*\"methods\".*\"name\": *\"te_cp\".*\"step_time_s\".*\"tokens_per_s\".*\"lower_bound_s\".*\"attention_launches\": [0-9]+,"
   COMMAND ${zeppelin_tool_cmd} simulate --json)
 zeppelin_add_cli_test(tool.options_go_to_main_job EXIT_CODE 0 STDOUT "\"methods\"" COMMAND ${zeppelin_tool_cmd} --nodes 2 --json)
 
 foreach(method IN ITEMS hierarchical even_split allgather hybrid_dp per_document ulysses)
   zeppelin_add_cli_test(tool.plan_json.${method} EXIT_CODE 0
-    STDOUT "\"method\": *\"${method}\".*\"ranks\".*\"shards\".*\"groups\""
+    STDOUT "^\\{\"format\":\"zeppelin.plan\",\"version\":1,\"fingerprint\":\"[0-9a-f]+\",\"method\": *\"${method}\".*\"lengths\".*\"ranks\".*\"shards\".*\"groups\""
     COMMAND ${zeppelin_tool_cmd} plan --method ${method} --lengths ${zeppelin_fixtures}/lengths_small.txt
             --nodes 2 --gpus-per-node 4 --capacity 100000 --json)
 endforeach()
@@ -25,12 +25,30 @@ zeppelin_add_cli_test(tool.plan_explain_json EXIT_CODE 0
   STDOUT "\"groups\".*\"explain\":.*\"candidates\":.*\"outcome\".*\"chosen\":"
   COMMAND ${zeppelin_tool_cmd} plan --explain --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4
           --model 3b --json)
+add_test(NAME tool.plan_json_round_trip
+  COMMAND "${CMAKE_COMMAND}" "-DTOOL=${zeppelin_tool_cmd}" "-DLENGTHS=${zeppelin_fixtures}/lengths_small.txt"
+          "-DWORK=${CMAKE_CURRENT_BINARY_DIR}/plan_round_trip" -P "${CMAKE_CURRENT_LIST_DIR}/plan_round_trip.cmake")
+zeppelin_add_cli_test(tool.plan_read_refuses_other_formats EXIT_CODE 1 STDERR "\"format\" must be \"zeppelin.plan\""
+  COMMAND ${zeppelin_tool_cmd} plan --read ${zeppelin_fixtures}/not_a_plan.json)
+zeppelin_add_cli_test(tool.plan_rank_view EXIT_CODE 0
+  STDOUT "rank 5 \\(node 1, GPU 1\\): [0-9]+ tokens.*seq +length +begin +end +group +micro.*group +zone +collective +position +previous +next"
+  COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2
+          --gpus-per-node 4 --rank 5)
+zeppelin_add_cli_test(tool.plan_rank_view_refuses_missing_rank EXIT_CODE 1 STDERR "no such rank in the plan.*rank=8, ranks=8"
+  COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2
+          --gpus-per-node 4 --rank 8)
 zeppelin_add_cli_test(tool.plan_needs_method_or_explain EXIT_CODE 106 STDERR "--method \\(or --explain\\) is required"
   COMMAND ${zeppelin_tool_cmd} plan --lengths ${zeppelin_fixtures}/lengths_small.txt)
 zeppelin_add_cli_test(tool.plan_explain_excludes_method EXIT_CODE 108 STDERR "--method excludes --explain"
   COMMAND ${zeppelin_tool_cmd} plan --explain --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt)
 
-zeppelin_add_cli_test(tool.remap_json EXIT_CODE 0 STDOUT "\"matrix\".*\"objective\""
+zeppelin_add_cli_test(tool.remap_physical_costs EXIT_CODE 0
+  STDOUT "b_intra [0-9.]+e-08, b_inter [0-9.]+e-07; solver exact.*moved 4 tokens, 0 across nodes"
+  COMMAND ${zeppelin_tool_cmd} remap --tokens 10,2,6,6 --gpus-per-node 2)
+zeppelin_add_cli_test(tool.remap_needs_both_costs EXIT_CODE 1 STDERR "give both --intra-cost and --inter-cost, or neither"
+  COMMAND ${zeppelin_tool_cmd} remap --tokens 10,2,6,6 --gpus-per-node 2 --intra-cost 1)
+zeppelin_add_cli_test(tool.remap_json EXIT_CODE 0
+  STDOUT "\"format\":\"zeppelin.remap\".*\"holds\":.10,2,6,6.*\"matrix\".*\"max_receive\".*\"max_send\".*\"moved_tokens\":[0-9]+.*\"objective\":[0-9].*\"target\":.*\"version\":1"
   COMMAND ${zeppelin_tool_cmd} remap --tokens 10,2,6,6 --gpus-per-node 2 --intra-cost 1 --inter-cost 4 --json)
 
 # Bad input: status 1 (a library error, main.cpp) and a message naming the offending value.
@@ -109,7 +127,7 @@ zeppelin_add_cli_test(tool.pipeline_rejects_bad_tokens EXIT_CODE 1 STDERR "--mic
 # `zeppelin pack`: every method's JSON schema, conservation on a small stream, bad input.
 foreach(method IN ITEMS original fixed_greedy fixed_exact wlb)
   zeppelin_add_cli_test(tool.pack_json.${method} EXIT_CODE 0
-    STDOUT "^\\{\"iterations\":.\\{\"micro_batches\":.\\{\"docs\":.[0-9].*\"tokens\":[0-9]+\\}.*\"pending\":.*\"imbalance\":[0-9.]+\\}"
+    STDOUT "^\\{\"format\":\"zeppelin.pack\",\"version\":1,\"iterations\":.\\{\"micro_batches\":.\\{\"docs\":.[0-9].*\"tokens\":[0-9]+\\}.*\"pending\":.*\"imbalance\":[0-9.]+\\}"
     COMMAND ${zeppelin_tool_cmd} pack --method ${method} --lengths ${zeppelin_fixtures}/lengths_wlb.txt
             --micro-batches 2 --max-tokens 1000 --json)
 endforeach()
@@ -143,7 +161,7 @@ zeppelin_add_cli_test(tool.pipeline_rejects_unknown_cp_sharding EXIT_CODE 1
 
 # `zeppelin strategy`: the JSON schema, the text summary, and bad input.
 zeppelin_add_cli_test(tool.strategy_json EXIT_CODE 0
-  STDOUT "^\\{\"strategy\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"count\":[0-9]+\\}.*\"pipelines\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"max_len\":[0-9]+,\"micro_batches\":..[0-9].*\"iteration_s\":[0-9.e-]+\\}"
+  STDOUT "^\\{\"format\":\"zeppelin.strategy\",\"version\":1,\"strategy\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"count\":[0-9]+\\}.*\"pipelines\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"max_len\":[0-9]+,\"micro_batches\":..[0-9].*\"iteration_s\":[0-9.e-]+\\}"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 16 --model 7b --json)
 zeppelin_add_cli_test(tool.strategy_summary EXIT_CODE 0
   STDOUT "llama-13b on 32 GPUs .8 per node.: 64 sequences.*strategy: .*pipeline 0 <TP [0-9]+, PP [0-9]+, CP 1>: MaxLen.*iteration [0-9.]+ s"
@@ -159,7 +177,7 @@ zeppelin_add_cli_test(tool.strategy_rejects_zero_gpus EXIT_CODE 1 STDERR "at lea
 
 # `zeppelin chunk`: the JSON schema, the text summary, and bad input.
 zeppelin_add_cli_test(tool.chunk_json EXIT_CODE 0
-  STDOUT "^\\{\"mesh\":.[0-9]+.*\"chunks\":.\\{\"context\":[0-9]+,\"slices\":.\\{\"seq\":[0-9]+,\"begin\":[0-9]+,\"end\":[0-9]+\\}.*\"order\":.[0-9]+.*\"checkpoint\":..[0-9]+.*\"pipelines\":.[0-9]+.*\"iteration_s\":[0-9.e-]+\\}"
+  STDOUT "^\\{\"format\":\"zeppelin.chunk\",\"version\":1,\"mesh\":.[0-9]+.*\"chunks\":.\\{\"context\":[0-9]+,\"slices\":.\\{\"seq\":[0-9]+,\"begin\":[0-9]+,\"end\":[0-9]+\\}.*\"order\":.[0-9]+.*\"checkpoint\":..[0-9]+.*\"pipelines\":.[0-9]+.*\"iteration_s\":[0-9.e-]+\\}"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 8 --pp 4 --model 13b --json)
 zeppelin_add_cli_test(tool.chunk_summary EXIT_CODE 0
   STDOUT "gpt-30b on 32 GPUs .SP 8 x PP 4.: 96 sequences, longest 117851 tokens.*mesh: [0-9]+ slices.*pipeline 0: [0-9]+ chunks.*iteration [0-9.]+ s"

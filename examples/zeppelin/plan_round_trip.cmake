@@ -1,0 +1,38 @@
+# ctest script: `zeppelin plan --json` output reads back with `zeppelin plan --read`, which
+# prints it again byte for byte; a copy whose plan was edited (a shard moved, the fingerprint
+# left as it was) is refused with exit status 1 and a message about the fingerprint.
+#   cmake -DTOOL=<zeppelin> -DLENGTHS=<file> -DWORK=<dir> -P plan_round_trip.cmake
+foreach(var IN ITEMS TOOL LENGTHS WORK)
+  if(NOT ${var})
+    message(FATAL_ERROR "plan_round_trip.cmake: ${var} is not set")
+  endif()
+endforeach()
+file(MAKE_DIRECTORY "${WORK}")
+execute_process(COMMAND "${TOOL}" plan --method hierarchical --lengths "${LENGTHS}" --nodes 2 --gpus-per-node 4 --json
+                OUTPUT_FILE "${WORK}/plan.json" RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "zeppelin plan --json failed: ${status}")
+endif()
+execute_process(COMMAND "${TOOL}" plan --read "${WORK}/plan.json" --json OUTPUT_FILE "${WORK}/again.json" RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "zeppelin plan --read failed: ${status}")
+endif()
+file(READ "${WORK}/plan.json" first)
+file(READ "${WORK}/again.json" second)
+if(NOT first STREQUAL second)
+  message(FATAL_ERROR "the plan read back prints differently:\n${first}\n${second}")
+endif()
+if(NOT first MATCHES "^\\{\"format\":\"zeppelin.plan\",\"version\":1,\"fingerprint\":\"[0-9a-f]+\".*\"lengths\":\\[")
+  message(FATAL_ERROR "unexpected plan JSON: ${first}")
+endif()
+# move the first shard's end by one token: the fingerprint no longer matches
+string(REGEX REPLACE "\"end\":([0-9]+)," "\"end\":1\\1," edited "${first}")
+if(edited STREQUAL first)
+  message(FATAL_ERROR "could not edit the plan")
+endif()
+file(WRITE "${WORK}/edited.json" "${edited}")
+execute_process(COMMAND "${TOOL}" plan --read "${WORK}/edited.json" RESULT_VARIABLE status ERROR_VARIABLE err OUTPUT_QUIET)
+if(NOT status EQUAL 1 OR NOT err MATCHES "fingerprint")
+  message(FATAL_ERROR "an edited plan was not refused (status ${status}): ${err}")
+endif()
+message(STATUS "plan JSON round trip: identical; an edited copy refused: ${err}")
