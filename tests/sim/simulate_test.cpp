@@ -225,6 +225,24 @@ TEST_CASE("every method: bound, accounting, ports, determinism, trace", "[sim][m
       const auto j = nlohmann::json::parse(os.str());
       REQUIRE(j.contains("traceEvents"));
       CHECK(j["traceEvents"].size() > 10);
+      // it says what it covers: one entry per phase with the layers each simulated layer stands for
+      CHECK(j["otherData"]["format"] == "zeppelin.trace");
+      CHECK(j["otherData"]["version"] == 1);
+      REQUIRE(j["otherData"]["phases"].size() == r.trace.size());
+      for (std::size_t i = 0; i < r.trace.size(); ++i)
+        CHECK(j["otherData"]["phases"][i]["layers_per_simulated_layer"].get<double>() == r.trace[i].scale);
+      // events of one track never overlap as printed (whole nanoseconds)
+      std::map<std::pair<int, int>, std::vector<std::pair<long long, long long>>> tracks;
+      for (const auto& e : j["traceEvents"])
+        if (e["ph"] == "X") {
+          const auto ns = [](double us) { return std::llround(us * 1e3); };
+          const long long start = ns(e["ts"].get<double>());
+          tracks[{e["pid"].get<int>(), e["tid"].get<int>()}].push_back({start, start + ns(e["dur"].get<double>())});
+        }
+      for (auto& [track, events] : tracks) {
+        std::sort(events.begin(), events.end());
+        for (std::size_t i = 1; i < events.size(); ++i) CHECK(events[i - 1].second <= events[i].first);
+      }
     }
   }
 }

@@ -4,7 +4,7 @@
 //        engines: the pieces their rank sends and the launches it makes; the simulator: the
 //        flows and launch tasks it prices, once per layer)
 //   out: sorted lists, written as JSON
-//        {"transfers":[{"level":L,"round":K,"pass":"fwd"|"bwd","src":S,"dst":D,"bytes":B},...],
+//        {"format":"zeppelin.record","version":1,"transfers":[{"level":L,"round":K,"pass":"fwd"|"bwd","src":S,"dst":D,"bytes":B},...],
 //         "launches":[{"rank":R,"level":L,"round":K,"pass":..,"blocks":N,"rows":Q},...]}
 //        one entry per line, transfers sorted by (level, round, pass, src, dst, bytes) and
 //        launches by (rank, level, round, pass, blocks, rows). level indexes the program's
@@ -90,7 +90,7 @@ struct execution_record {
 //! Writes `r` (sorted first) as the JSON of the file comment.
 inline void write_record_json(std::ostream& os, execution_record r) {
   r.sort();
-  os << "{\"transfers\":[";
+  os << "{\"format\":\"zeppelin.record\",\"version\":1,\"transfers\":[";
   for (std::size_t i = 0; i < r.transfers.size(); ++i) {
     const recorded_transfer& t = r.transfers[i];
     os << (i ? ",\n" : "\n") << "{\"level\":" << t.level << ",\"round\":" << t.round << ",\"pass\":\"" << to_string(t.pass)

@@ -1,13 +1,15 @@
 // zeppelin/sim/pipeline_trace.hpp
 // Chrome trace JSON (Perfetto, chrome://tracing) of a simulated pipeline iteration.
 //   in : a pipeline_sim_result (sim/pipeline_simulator.hpp)
-//   out: {"displayTimeUnit":"ms","traceEvents":[...]} on a std::ostream:
+//   out: {"displayTimeUnit":"ms","otherData":{"format":"zeppelin.pipeline_trace","version":1,
+//        "covers":...},"traceEvents":[...]} on a std::ostream:
 //        - one process per data-parallel replica ("replica r");
 //        - one track per pipeline stage ("stage p") with an "X" event per forward ("F3")
 //          and backward ("B3", recomputation included), args: micro-batch, chunk;
 //        - one track per stage for what it sends ("stage p sends": activations, gradients,
 //          gradient all-reduce steps), in lanes ("#1", ...) where transfers overlap.
-// Times are microseconds. Host-only; plain std::ostream.
+// Times are microseconds with nanosecond digits (both ends rounded: back-to-back events never
+// overlap). Host-only; plain std::ostream.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -36,7 +38,8 @@ inline void write_pipeline_trace(std::ostream& os, const pipeline_sim_result& r)
          (tid >= 0 ? ",\"tid\":" + std::to_string(tid) : std::string()) + ",\"args\":{\"" +
          (std::string(what) == "thread_sort_index" ? "sort_index" : "name") + "\":" + value + "}}");
   };
-  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"format\":\"zeppelin.pipeline_trace\",\"version\":1,"
+        "\"covers\":\"one iteration, every stage and replica\"},\"traceEvents\":[\n";
   // engine rank -> (replica, stage)
   const auto where = [&](rank_index rank) { return l.coordinates_of(rank); };
   for (int d = 0; d < l.dp; ++d) {
@@ -51,8 +54,7 @@ inline void write_pipeline_trace(std::ostream& os, const pipeline_sim_result& r)
     const task_tag& g = r.run.tags[static_cast<std::size_t>(s.task)];
     const char* name = g.kind == task_kind::linear_forward ? "F" : "B";
     emit("{\"ph\":\"X\",\"name\":\"" + std::string(name) + std::to_string(g.micro_batch) + "\",\"cat\":\"compute\",\"pid\":" +
-         std::to_string(c.dp) + ",\"tid\":" + std::to_string(c.pp) + ",\"ts\":" + detail::fmt_us(s.start) +
-         ",\"dur\":" + detail::fmt_us(s.end - s.start) + ",\"args\":{\"micro_batch\":" + std::to_string(g.micro_batch) +
+         std::to_string(c.dp) + ",\"tid\":" + std::to_string(c.pp) + "," + detail::fmt_interval(s.start, s.end) + ",\"args\":{\"micro_batch\":" + std::to_string(g.micro_batch) +
          ",\"chunk\":" + std::to_string(g.round) + "}}");
   }
   std::vector<flow_record> flows;
@@ -77,7 +79,7 @@ inline void write_pipeline_trace(std::ostream& os, const pipeline_sim_result& r)
     }
     const task_tag& g = r.run.tags[static_cast<std::size_t>(f.task)];
     emit("{\"ph\":\"X\",\"name\":\"" + std::string(to_string(g.kind)) + "\",\"cat\":\"p2p\",\"pid\":" + std::to_string(c.dp) +
-         ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + detail::fmt_us(f.start) + ",\"dur\":" + detail::fmt_us(f.end - f.start) +
+         ",\"tid\":" + std::to_string(tid) + "," + detail::fmt_interval(f.start, f.end) +
          ",\"args\":{\"micro_batch\":" + std::to_string(g.micro_batch) + ",\"bytes\":" +
          std::to_string(static_cast<long long>(f.bytes)) + ",\"to_stage\":" + std::to_string(where(f.destination).pp) + "}}");
   }

@@ -1,7 +1,10 @@
 // zeppelin/sim/trace.hpp
 // Chrome trace JSON (loads in Perfetto and chrome://tracing) of a simulated step.
 //   in : a sim_result simulated with sim_options::record_trace, and the topology it ran on
-//   out: {"traceEvents": [...], "displayTimeUnit": "ms"} on a std::ostream:
+//   out: {"displayTimeUnit": "ms", "otherData": {...}, "traceEvents": [...]} on a std::ostream:
+//        - otherData: "format": "zeppelin.trace", "version": 1, the method, the step time, and
+//          per phase its name, offset and layers_per_simulated_layer: the trace shows the
+//          simulated layers of each phase, the step time counts each phase that many times;
 //        - one process per node ("node n"), one track per GPU compute stream ("gpu g compute")
 //          with one "X" event per compute segment (a preempted call has several);
 //        - one track per GPU NVLink egress ("gpu g nvlink") for intra-node flows and one per
@@ -9,16 +12,21 @@
 //          to separate lanes ("nic j send #1", ...) so every track's events nest;
 //        - phases (forward / backward of each micro-batch, the simulated layers only) are
 //          laid end to end; each event's args carry layer, group, round, bytes, route leg.
-// Times are microseconds. Host-only; plain std::ostream, no JSON library.
+// Times are microseconds with nanosecond digits; both ends of an event are rounded to whole
+// nanoseconds, so back-to-back events never overlap. Host-only; plain std::ostream, no JSON
+// library.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/detail/json_writer.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/sim/event_engine.hpp>
 #include <zeppelin/sim/result.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <ostream>
 #include <string>
@@ -28,23 +36,17 @@
 ZEPPELIN_NAMESPACE_BEGIN
 namespace detail {
 
-inline std::string json_escape(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += c;
-    else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += buf;
-    } else out += c;
-  }
-  return out;
-}
-
-inline std::string fmt_us(double seconds) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.3f", seconds * 1e6);
-  return buf;
+// "ts":..,"dur":.. of an interval in microseconds with nanosecond digits. Both ends are
+// rounded to whole nanoseconds first and the duration is their difference, so an event that
+// starts where another ends never overlaps it by a rounding step.
+inline std::string fmt_interval(double start_s, double end_s) {
+  const long long a = std::llround(start_s * 1e9), b = std::llround(end_s * 1e9);
+  const auto us = [](long long ns) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%s%lld.%03lld", ns < 0 ? "-" : "", std::llabs(ns) / 1000, std::llabs(ns) % 1000);
+    return std::string(buf);
+  };
+  return "\"ts\":" + us(a) + ",\"dur\":" + us(std::max(b - a, 0LL));
 }
 
 }  // namespace detail
@@ -62,7 +64,16 @@ inline void write_chrome_trace(std::ostream& os, const sim_result& r, const topo
   std::map<std::pair<int, int>, track> tracks;  // key (pid, tid base)
   std::vector<std::tuple<int, int, std::string>> names;  // (pid, tid, name) emitted as metadata
   bool first = true;
-  os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  // what the trace covers, for a reader comparing it with the step's table (docs/formats.md)
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"format\":\"zeppelin.trace\",\"version\":1,\"method\":\""
+     << detail::json_escape(r.method) << "\",\"step_time_s\":" << detail::json_double(r.step_time_s)
+     << ",\"covers\":\"each phase's simulated layers; the step time counts each phase layers_per_simulated_layer "
+        "times\",\"phases\":[";
+  for (std::size_t i = 0; i < r.trace.size(); ++i)
+    os << (i ? "," : "") << "{\"name\":\"" << detail::json_escape(r.trace[i].name) << "\",\"offset_us\":"
+       << detail::json_double(r.trace[i].offset_s * 1e6) << ",\"layers_per_simulated_layer\":"
+       << detail::json_double(r.trace[i].scale) << "}";
+  os << "]},\"traceEvents\":[\n";
   auto emit = [&](const std::string& event) {
     os << (first ? "" : ",\n") << event;
     first = false;
@@ -103,8 +114,8 @@ inline void write_chrome_trace(std::ostream& os, const sim_result& r, const topo
       const int tid = lane_tid(node, gpu * 1000, "gpu " + std::to_string(gpu) + " compute", ph.offset_s + s.start, ph.offset_s + s.end);
       const task_tag& g = run.tags[static_cast<std::size_t>(s.task)];
       emit("{\"ph\":\"X\",\"name\":\"" + std::string(to_string(g.kind)) + "\",\"cat\":\"compute\",\"pid\":" + std::to_string(node) +
-           ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + detail::fmt_us(ph.offset_s + s.start) +
-           ",\"dur\":" + detail::fmt_us(s.end - s.start) + ",\"args\":{" + args(s.task) + "}}");
+           ",\"tid\":" + std::to_string(tid) + "," + detail::fmt_interval(ph.offset_s + s.start, ph.offset_s + s.end) +
+           ",\"args\":{" + args(s.task) + "}}");
     }
     std::vector<flow_record> flows;
     for (const flow_record& f : run.flows)
@@ -121,8 +132,8 @@ inline void write_chrome_trace(std::ostream& os, const sim_result& r, const topo
       const int tid = lane_tid(node, base, name, ph.offset_s + f.start, ph.offset_s + f.end);
       const task_tag& g = run.tags[static_cast<std::size_t>(f.task)];
       emit("{\"ph\":\"X\",\"name\":\"" + std::string(to_string(g.kind)) + "\",\"cat\":\"" + (inter ? "nic" : "nvlink") +
-           "\",\"pid\":" + std::to_string(node) + ",\"tid\":" + std::to_string(tid) + ",\"ts\":" +
-           detail::fmt_us(ph.offset_s + f.start) + ",\"dur\":" + detail::fmt_us(f.end - f.start) + ",\"args\":{" +
+           "\",\"pid\":" + std::to_string(node) + ",\"tid\":" + std::to_string(tid) + "," +
+           detail::fmt_interval(ph.offset_s + f.start, ph.offset_s + f.end) + ",\"args\":{" +
            args(f.task) + ",\"bytes\":" + std::to_string(static_cast<long long>(f.bytes)) + ",\"to\":" +
            std::to_string(f.destination) + ",\"leg\":\"" + std::string(to_string(g.leg)) + "\"}}");
     }
