@@ -219,6 +219,13 @@ void print_explanation(const zeppelin::cost_driven_choice& c, const zeppelin::ba
   }
 }
 
+// The cluster `plan` partitions for: N x P GPUs with cluster C's links (H200, NVLink, one 400G
+// NIC per GPU). Partitioning reads only the shape; the links matter for the cost-model metric.
+zeppelin::topology plan_topology(int nodes, int gpus_per_node) {
+  return zeppelin::topology({"plan", nodes, gpus_per_node, gpus_per_node, {}, zeppelin::links::nvlink_h100(),
+                             zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
+}
+
 // --read: the plan of a `plan --json` file, checked (format, fingerprint, and against its own
 // lengths on its cluster shape) and printed as the summary or, with --json, as written.
 void read_plan(const plan_arguments& a) {
@@ -229,8 +236,7 @@ void read_plan(const plan_arguments& a) {
   ZEPPELIN_EXPECTS(!doc.lengths.empty(), "the plan file " + a.read_file + " has no \"lengths\": its plan cannot be checked", {});
   const zeppelin::batch b(doc.lengths);
   const zeppelin::plan& p = doc.layout;
-  const zeppelin::topology t({"plan", p.nodes, p.gpus_per_node, p.gpus_per_node, {}, zeppelin::links::nvlink_h100(),
-                              zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
+  const zeppelin::topology t = plan_topology(p.nodes, p.gpus_per_node);
   zeppelin::validate(p, b, t);
   if (a.json) zeppelin::write_plan_json(std::cout, p, &b);
   else if (a.rank >= 0) print_rank_view(p, b, a.rank);
@@ -278,8 +284,7 @@ void add_plan_command(CLI::App& app) {
     const zeppelin::batch b(zeppelin::read_lengths_file(args->lengths_file));
     // Partitioning reads only the shape; the links (cluster C: H200, NVLink, one 400G NIC
     // per GPU) matter for the cost model metric.
-    const zeppelin::topology t({"plan", args->nodes, args->gpus_per_node, args->gpus_per_node, {},
-                                zeppelin::links::nvlink_h100(), zeppelin::links::nic_400g(), zeppelin::gpus::h200()});
+    const zeppelin::topology t = plan_topology(args->nodes, args->gpus_per_node);
     plan_arguments a = *args;
     if (a.capacity == 0) a.capacity = zeppelin::balanced_capacity(b, t);
     if (a.explain) {
