@@ -1,0 +1,247 @@
+// python/capi/zeppelin_capi.cpp
+// The C ABI of zeppelin_capi.h over the header-only library: each entry point converts its
+// arguments, calls the library, and turns every exception into a nonzero return and a
+// per-thread message, so no C++ exception crosses the ABI.
+#include "zeppelin_capi.h"
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/fingerprint.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/exec/host_attention.hpp>
+#include <zeppelin/exec/lse_merge.hpp>
+#include <zeppelin/partition/capacity.hpp>
+#include <zeppelin/partition/registry.hpp>
+#include <zeppelin/remap/exact.hpp>
+#include <zeppelin/remap/layout.hpp>
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+struct zeppelin_plan {
+  zeppelin::plan plan;
+};
+
+struct zeppelin_relayout {
+  zeppelin::relayout_plan relayout;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+// Runs `f`, returning 0, or 1 with the exception's message kept for zeppelin_last_error().
+template <class F>
+int guarded(F&& f) noexcept {
+  try {
+    last_error.clear();
+    f();
+    return 0;
+  } catch (const std::bad_alloc&) {
+    last_error = "zeppelin: out of memory";
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "zeppelin: unknown error";
+  }
+  return 1;
+}
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) ZEPPELIN_THROW(invalid_argument, what, {});
+}
+
+// Writes rows of `Width` int64 produced by `row(i, out_row)` for i in [0, n).
+template <int Width, class Row>
+void fill_table(std::int64_t n, std::int64_t* out, std::int64_t room, std::int64_t* count, Row&& row) {
+  expect(count != nullptr, "zeppelin: count must not be NULL");
+  *count = n;
+  if (out == nullptr || room < n) return;
+  for (std::int64_t i = 0; i < n; ++i) row(i, out + i * Width);
+}
+
+const zeppelin::placement& placement_of(const zeppelin_plan* p, std::int32_t rank) {
+  expect(p != nullptr, "zeppelin: the plan must not be NULL");
+  expect(rank >= 0 && rank < p->plan.num_ranks(), "zeppelin: rank " + std::to_string(rank) + " is outside the plan's " +
+                                                      std::to_string(p->plan.num_ranks()) + " ranks");
+  return p->plan.placements[static_cast<std::size_t>(rank)];
+}
+
+zeppelin::attention_dims dims_of(std::int32_t heads, std::int32_t kv_heads, std::int32_t head_dim, double scale) {
+  const zeppelin::attention_dims d{heads, kv_heads, head_dim, scale};
+  zeppelin::validate(d);
+  return d;
+}
+
+void check_ranges(std::int64_t q_begin, std::int64_t q_end, std::int64_t k_begin, std::int64_t k_end) {
+  expect(0 <= q_begin && q_begin <= q_end && 0 <= k_begin && k_begin <= k_end,
+         "zeppelin attention: positions must satisfy 0 <= begin <= end (query [" + std::to_string(q_begin) + ", " +
+             std::to_string(q_end) + "), key [" + std::to_string(k_begin) + ", " + std::to_string(k_end) + "))");
+}
+
+// Calls f(T{}) for the element type dtype names (0 float32, 1 float64).
+template <class F>
+void with_dtype(std::int32_t dtype, F&& f) {
+  if (dtype == 0) return f(float{});
+  if (dtype == 1) return f(double{});
+  ZEPPELIN_THROW(invalid_argument, "zeppelin attention: dtype must be 0 (float32) or 1 (float64)",
+                 {{"dtype", double(dtype)}});
+}
+
+}  // namespace
+
+extern "C" {
+
+int32_t zeppelin_capi_version(void) { return ZEPPELIN_CAPI_VERSION; }
+
+const char* zeppelin_last_error(void) { return last_error.c_str(); }
+
+int zeppelin_plan_create(const int64_t* lengths, int64_t sequences, int32_t nodes, int32_t gpus_per_node,
+                         const char* partitioner, int64_t capacity, int32_t cp_size, zeppelin_plan** out) {
+  return guarded([&] {
+    expect(out != nullptr, "zeppelin_plan_create: out must not be NULL");
+    expect(lengths != nullptr && sequences >= 1, "zeppelin_plan_create: the batch needs at least one length");
+    expect(partitioner != nullptr, "zeppelin_plan_create: the partitioner name must not be NULL");
+    expect(capacity >= 0, "zeppelin_plan_create: capacity must be >= 0 (0: balanced), got " + std::to_string(capacity));
+    expect(cp_size >= 0, "zeppelin_plan_create: cp_size must be >= 0 (0: all ranks), got " + std::to_string(cp_size));
+    const zeppelin::batch b(std::vector<zeppelin::token_count>(lengths, lengths + sequences));
+    const zeppelin::topology t(zeppelin::topology_config{.nodes = nodes, .gpus_per_node = gpus_per_node});
+    const zeppelin::partitioner_settings settings{
+        .capacity = capacity > 0 ? capacity : zeppelin::balanced_capacity(b, t), .cp_size = cp_size, .metric = {}};
+    auto made = new zeppelin_plan{zeppelin::partition(zeppelin::partitioner_by_name(partitioner, settings), b, t)};
+    *out = made;
+  });
+}
+
+void zeppelin_plan_destroy(zeppelin_plan* plan) { delete plan; }
+
+int32_t zeppelin_plan_ranks(const zeppelin_plan* plan) { return plan ? plan->plan.num_ranks() : 0; }
+int32_t zeppelin_plan_micro_batches(const zeppelin_plan* plan) { return plan ? plan->plan.micro_batches() : 0; }
+int32_t zeppelin_plan_groups(const zeppelin_plan* plan) { return plan ? static_cast<int32_t>(plan->plan.groups.size()) : 0; }
+int64_t zeppelin_plan_capacity(const zeppelin_plan* plan) { return plan ? plan->plan.capacity : 0; }
+uint64_t zeppelin_plan_fingerprint(const zeppelin_plan* plan) { return plan ? zeppelin::fingerprint(plan->plan) : 0; }
+
+int zeppelin_plan_shards(const zeppelin_plan* plan, int32_t rank, int64_t* out, int64_t room, int64_t* count) {
+  return guarded([&] {
+    const auto& shards = placement_of(plan, rank).shards;
+    fill_table<5>(static_cast<std::int64_t>(shards.size()), out, room, count, [&](std::int64_t i, std::int64_t* row) {
+      const zeppelin::shard& s = shards[static_cast<std::size_t>(i)];
+      row[0] = s.seq, row[1] = s.range.begin, row[2] = s.range.end;
+      row[3] = s.group == zeppelin::no_group ? -1 : s.group, row[4] = s.micro_batch;
+    });
+  });
+}
+
+int zeppelin_plan_group(const zeppelin_plan* plan, int32_t group, int64_t* members, int64_t room, int64_t* count,
+                        int32_t* collective, int32_t* zone) {
+  return guarded([&] {
+    expect(plan != nullptr, "zeppelin: the plan must not be NULL");
+    expect(group >= 0 && static_cast<std::size_t>(group) < plan->plan.groups.size(),
+           "zeppelin: group " + std::to_string(group) + " is outside the plan's " + std::to_string(plan->plan.groups.size()) +
+               " groups");
+    const zeppelin::ring_group& g = plan->plan.groups[static_cast<std::size_t>(group)];
+    fill_table<1>(static_cast<std::int64_t>(g.ranks.size()), members, room, count,
+                  [&](std::int64_t i, std::int64_t* row) { row[0] = g.ranks[static_cast<std::size_t>(i)]; });
+    if (collective) *collective = static_cast<int32_t>(g.collective);
+    if (zone) *zone = static_cast<int32_t>(g.zone);
+  });
+}
+
+int zeppelin_relayout_create(const zeppelin_plan* plan, int32_t micro_batch, double bytes_per_token, zeppelin_relayout** out) {
+  return guarded([&] {
+    expect(plan != nullptr && out != nullptr, "zeppelin_relayout_create: the plan and out must not be NULL");
+    expect(micro_batch >= 0 && micro_batch < plan->plan.micro_batches(),
+           "zeppelin_relayout_create: micro-batch " + std::to_string(micro_batch) + " is outside the plan's " +
+               std::to_string(plan->plan.micro_batches()));
+    const zeppelin::topology t(zeppelin::topology_config{.nodes = plan->plan.nodes, .gpus_per_node = plan->plan.gpus_per_node});
+    *out = new zeppelin_relayout{zeppelin::plan_remap(plan->plan, t, bytes_per_token, zeppelin::exact_remap{}, micro_batch)};
+  });
+}
+
+void zeppelin_relayout_destroy(zeppelin_relayout* relayout) { delete relayout; }
+
+int zeppelin_relayout_segments(const zeppelin_relayout* relayout, int32_t rank, int32_t direction, int64_t* out,
+                               int64_t room, int64_t* count) {
+  return guarded([&] {
+    expect(relayout != nullptr, "zeppelin: the relayout must not be NULL");
+    expect(rank >= 0 && static_cast<std::size_t>(rank) < relayout->relayout.ranks.size(),
+           "zeppelin: rank " + std::to_string(rank) + " is outside the relayout's " +
+               std::to_string(relayout->relayout.ranks.size()) + " ranks");
+    expect(direction == 0 || direction == 1, "zeppelin: direction must be 0 (sends) or 1 (receives), got " +
+                                                 std::to_string(direction));
+    const auto& r = relayout->relayout.ranks[static_cast<std::size_t>(rank)];
+    const auto& segs = direction == 0 ? r.sends : r.receives;
+    fill_table<5>(static_cast<std::int64_t>(segs.size()), out, room, count, [&](std::int64_t i, std::int64_t* row) {
+      const zeppelin::relayout_segment& s = segs[static_cast<std::size_t>(i)];
+      row[0] = s.seq, row[1] = s.range.begin, row[2] = s.range.end;
+      row[3] = direction == 0 ? s.to : s.from;
+      row[4] = direction == 0 ? s.from_offset : s.to_offset;
+    });
+  });
+}
+
+int zeppelin_relayout_target(const zeppelin_relayout* relayout, int32_t rank, int64_t* out, int64_t room, int64_t* count) {
+  return guarded([&] {
+    expect(relayout != nullptr, "zeppelin: the relayout must not be NULL");
+    expect(rank >= 0 && static_cast<std::size_t>(rank) < relayout->relayout.target.size(),
+           "zeppelin: rank " + std::to_string(rank) + " is outside the relayout's " +
+               std::to_string(relayout->relayout.target.size()) + " ranks");
+    const auto& shards = relayout->relayout.target[static_cast<std::size_t>(rank)].shards;
+    fill_table<3>(static_cast<std::int64_t>(shards.size()), out, room, count, [&](std::int64_t i, std::int64_t* row) {
+      const zeppelin::shard& s = shards[static_cast<std::size_t>(i)];
+      row[0] = s.seq, row[1] = s.range.begin, row[2] = s.range.end;
+    });
+  });
+}
+
+int zeppelin_attention_forward(int32_t dtype, int32_t heads, int32_t kv_heads, int32_t head_dim, double scale,
+                               int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, const void* q,
+                               const void* k, const void* v, void* o, void* lse, int64_t lse_stride) {
+  return guarded([&] {
+    const zeppelin::attention_dims d = dims_of(heads, kv_heads, head_dim, scale);
+    check_ranges(q_begin, q_end, k_begin, k_end);
+    expect(lse_stride >= q_end - q_begin, "zeppelin attention: lse_stride must be at least the query rows");
+    with_dtype(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      zeppelin::host_attention{}.forward(zeppelin::attention_forward_args<T>{
+          d, zeppelin::block_mask::causal, {q_begin, q_end}, {k_begin, k_end}, static_cast<const T*>(q),
+          static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), static_cast<T*>(lse), lse_stride});
+    });
+  });
+}
+
+int zeppelin_attention_backward(int32_t dtype, int32_t heads, int32_t kv_heads, int32_t head_dim, double scale,
+                                int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, const void* q,
+                                const void* k, const void* v, const void* o, const void* d_o, const void* lse,
+                                int64_t lse_stride, void* dq, void* dk, void* dv) {
+  return guarded([&] {
+    const zeppelin::attention_dims d = dims_of(heads, kv_heads, head_dim, scale);
+    check_ranges(q_begin, q_end, k_begin, k_end);
+    expect(lse_stride >= q_end - q_begin, "zeppelin attention: lse_stride must be at least the query rows");
+    with_dtype(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      zeppelin::host_attention{}.backward(zeppelin::attention_backward_args<T>{
+          d, zeppelin::block_mask::causal, {q_begin, q_end}, {k_begin, k_end}, static_cast<const T*>(q),
+          static_cast<const T*>(k), static_cast<const T*>(v), static_cast<const T*>(o), static_cast<const T*>(d_o),
+          static_cast<const T*>(lse), lse_stride, static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv)});
+    });
+  });
+}
+
+int zeppelin_lse_merge(int32_t dtype, int64_t rows, int32_t heads, int32_t head_dim, void* o_acc, void* lse_acc,
+                       int64_t acc_lse_stride, const void* o_blk, const void* lse_blk, int64_t blk_lse_stride) {
+  return guarded([&] {
+    expect(rows >= 0 && heads >= 1 && head_dim >= 1, "zeppelin_lse_merge: rows >= 0, heads >= 1 and head_dim >= 1 expected");
+    expect(acc_lse_stride >= rows && blk_lse_stride >= rows, "zeppelin_lse_merge: LSE strides must be at least the rows");
+    with_dtype(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      zeppelin::merge_block(static_cast<T*>(o_acc), static_cast<T*>(lse_acc), acc_lse_stride, static_cast<const T*>(o_blk),
+                            static_cast<const T*>(lse_blk), blk_lse_stride, rows, heads, head_dim);
+    });
+  });
+}
+
+}  // extern "C"

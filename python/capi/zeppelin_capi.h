@@ -1,0 +1,97 @@
+/* zeppelin_capi.h
+ * The C ABI of zeppelin's planner, relayout and host attention kernels: what the Python
+ * binding (python/zeppelin_torch, through ctypes) and any other foreign-language trainer call.
+ * Plain C: opaque handles, int64 tables, pointers to caller-owned memory; no C++ type crosses it.
+ *
+ * Errors: every function returning int returns 0 on success and nonzero on failure, and then
+ * zeppelin_last_error() (per thread) holds the library's message, naming the value and what
+ * was expected. A failed call writes nothing to its outputs and leaks nothing.
+ *
+ * Tables: functions that fill an int64 table take (out, room, count): *count receives the
+ * number of rows; the rows are written only when out is not NULL and room >= *count, so a
+ * caller asks for the count first (out = NULL) and then fills.
+ */
+#ifndef ZEPPELIN_CAPI_H
+#define ZEPPELIN_CAPI_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZEPPELIN_CAPI_VERSION 1
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ZEPPELIN_CAPI __attribute__((visibility("default")))
+#else
+#define ZEPPELIN_CAPI
+#endif
+
+/* The ABI version this library was built with (ZEPPELIN_CAPI_VERSION). */
+ZEPPELIN_CAPI int32_t zeppelin_capi_version(void);
+/* The message of this thread's last failed call ("" when none failed). */
+ZEPPELIN_CAPI const char* zeppelin_last_error(void);
+
+typedef struct zeppelin_plan zeppelin_plan;
+typedef struct zeppelin_relayout zeppelin_relayout;
+
+/* Plans a batch of `sequences` lengths on `nodes` x `gpus_per_node` GPUs with the partitioner
+ * called `partitioner` (hierarchical, even_split, allgather, hybrid_dp, per_document,
+ * ulysses), `capacity` tokens per GPU per micro-batch (0: the batch's mean tokens per GPU
+ * rounded up, plus 1/8) and `cp_size` ranks per CP group (allgather, per_document, ulysses;
+ * 0: all). */
+ZEPPELIN_CAPI int zeppelin_plan_create(const int64_t* lengths, int64_t sequences, int32_t nodes, int32_t gpus_per_node,
+                         const char* partitioner, int64_t capacity, int32_t cp_size, zeppelin_plan** out);
+ZEPPELIN_CAPI void zeppelin_plan_destroy(zeppelin_plan* plan);
+ZEPPELIN_CAPI int32_t zeppelin_plan_ranks(const zeppelin_plan* plan);
+ZEPPELIN_CAPI int32_t zeppelin_plan_micro_batches(const zeppelin_plan* plan);
+ZEPPELIN_CAPI int32_t zeppelin_plan_groups(const zeppelin_plan* plan);
+ZEPPELIN_CAPI int64_t zeppelin_plan_capacity(const zeppelin_plan* plan);
+/* The plan's fingerprint: equal on every rank that planned the same batch the same way. */
+ZEPPELIN_CAPI uint64_t zeppelin_plan_fingerprint(const zeppelin_plan* plan);
+/* Rank `rank`'s shards, in its storage order: rows of 5 (sequence, begin, end, group or -1,
+ * micro-batch). */
+ZEPPELIN_CAPI int zeppelin_plan_shards(const zeppelin_plan* plan, int32_t rank, int64_t* out, int64_t room, int64_t* count);
+/* Group `group`'s members in ring order (rows of 1), and its collective (0 ring, 1 all-gather,
+ * 2 all-to-all) and zone (0 local, 1 intra-node, 2 inter-node). */
+ZEPPELIN_CAPI int zeppelin_plan_group(const zeppelin_plan* plan, int32_t group, int64_t* members, int64_t room, int64_t* count,
+                        int32_t* collective, int32_t* zone);
+
+/* The relayout of micro-batch `micro_batch` from the plan's attention layout to the
+ * token-balanced layout (Zeppelin's remap), solved exactly for a cluster of the plan's shape
+ * with the library's default H100 topology, `bytes_per_token` per token moved. */
+ZEPPELIN_CAPI int zeppelin_relayout_create(const zeppelin_plan* plan, int32_t micro_batch, double bytes_per_token, zeppelin_relayout** out);
+ZEPPELIN_CAPI void zeppelin_relayout_destroy(zeppelin_relayout* relayout);
+/* Rank `rank`'s segments: direction 0 what it sends, 1 what it receives; rows of 5
+ * (sequence, begin, end, peer, offset in this rank's buffer), in buffer order. */
+ZEPPELIN_CAPI int zeppelin_relayout_segments(const zeppelin_relayout* relayout, int32_t rank, int32_t direction, int64_t* out,
+                               int64_t room, int64_t* count);
+/* Rank `rank`'s shards in the token-balanced layout, in buffer order: rows of 3 (sequence,
+ * begin, end). */
+ZEPPELIN_CAPI int zeppelin_relayout_target(const zeppelin_relayout* relayout, int32_t rank, int64_t* out, int64_t room, int64_t* count);
+
+/* Host attention of one block: query positions [q_begin, q_end) and key positions [k_begin,
+ * k_end) of ONE sequence, causal by position, GQA (heads % kv_heads == 0), scale 0 meaning
+ * 1/sqrt(head_dim). dtype 0 = float32, 1 = float64. Layouts: q, o, d_o, dq [rows][heads][dim];
+ * k, v, dk, dv [rows][kv_heads][dim]; lse [heads][lse_stride].
+ * Forward overwrites o and lse with the block's normalised output and log-sum-exp (-inf and 0
+ * for a row that sees no key). Backward takes the GLOBAL o, d_o and lse of the query rows and
+ * ADDS the block's gradients into dq, dk, dv. */
+ZEPPELIN_CAPI int zeppelin_attention_forward(int32_t dtype, int32_t heads, int32_t kv_heads, int32_t head_dim, double scale,
+                               int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, const void* q,
+                               const void* k, const void* v, void* o, void* lse, int64_t lse_stride);
+ZEPPELIN_CAPI int zeppelin_attention_backward(int32_t dtype, int32_t heads, int32_t kv_heads, int32_t head_dim, double scale,
+                                int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, const void* q,
+                                const void* k, const void* v, const void* o, const void* d_o, const void* lse,
+                                int64_t lse_stride, void* dq, void* dk, void* dv);
+/* Merges a block result (o_blk, lse_blk) of `rows` query rows into an accumulator (o_acc,
+ * lse_acc) by log-sum-exp; -inf rows contribute nothing. */
+ZEPPELIN_CAPI int zeppelin_lse_merge(int32_t dtype, int64_t rows, int32_t heads, int32_t head_dim, void* o_acc, void* lse_acc,
+                       int64_t acc_lse_stride, const void* o_blk, const void* lse_blk, int64_t blk_lse_stride);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZEPPELIN_CAPI_H */

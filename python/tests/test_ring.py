@@ -1,0 +1,111 @@
+"""Distributed attention over torch.distributed (gloo, forked CPU processes) driven by plans of
+every partitioner, against the single-rank reference of the whole batch: O and the gradients
+of Q, K, V to 1e-12 in fp64 (1e-5 in fp32); and refusals of calls that do not match the plan."""
+import random
+
+import pytest
+import torch
+
+import zeppelin_torch as zt
+from _world import run_world
+
+PARTITIONERS = ["hierarchical", "even_split", "allgather", "hybrid_dp", "per_document", "ulysses"]
+HEADS, KV_HEADS, DIM = 4, 2, 8
+
+
+def case_lengths(seed):
+    rng = random.Random(seed)
+    return [rng.choice([rng.randint(1, 24), rng.randint(20, 300)]) for _ in range(rng.randint(1, 12))]
+
+
+def global_tensors(total, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(total, HEADS, DIM, generator=g, dtype=dtype)
+    k = torch.randn(total, KV_HEADS, DIM, generator=g, dtype=dtype)
+    v = torch.randn(total, KV_HEADS, DIM, generator=g, dtype=dtype)
+    d_o = torch.randn(total, HEADS, DIM, generator=g, dtype=dtype)
+    return q, k, v, d_o
+
+
+def run_cases(rank, world, cases, dtype):
+    """Each rank: its rows of every micro-batch of every case, through ring_attention and back."""
+    out = []
+    for partitioner, seed, nodes in cases:
+        lengths = case_lengths(seed)
+        p = zt.plan(lengths, nodes=nodes, gpus_per_node=world // nodes, partitioner=partitioner)
+        q, k, v, d_o = global_tensors(sum(lengths), dtype, seed)
+        rows, rings = [], 0
+        for mb in range(p.micro_batches):
+            sched = zt.RankSchedule(p, rank, mb)
+            rings += len(sched.rings)
+            index = sched.layout.token_index
+            ql, kl, vl = (t.index_select(0, index).requires_grad_() for t in (q, k, v))
+            o = zt.ring_attention(ql, kl, vl, sched)
+            o.backward(d_o.index_select(0, index))
+            rows.append((index, o.detach(), ql.grad, kl.grad, vl.grad))
+        out.append((p.fingerprint, rows, rings))
+    return out
+
+
+def check_against_reference(results, cases, dtype, tol):
+    assert sum(r[c][2] for r in results for c in range(len(cases))) > 0, "no case cut a sequence over ranks"
+    for c, (partitioner, seed, _) in enumerate(cases):
+        lengths = case_lengths(seed)
+        assert len({r[c][0] for r in results}) == 1, "ranks disagree on the plan"
+        q, k, v, d_o = global_tensors(sum(lengths), dtype, seed)
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        cu = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+        cu[1:] = torch.tensor(lengths).cumsum(0)
+        ref = zt.varlen_attention(q, k, v, cu)
+        ref_grads = torch.autograd.grad(ref, (q, k, v), d_o)
+        got = [torch.full_like(t, float("nan")) for t in (ref, *ref_grads)]
+        for rank_result in results:
+            for index, *tensors in rank_result[c][1]:
+                for g, t in zip(got, tensors):
+                    g.index_copy_(0, index, t)
+        for name, g, want in zip(("O", "dQ", "dK", "dV"), got, (ref, *ref_grads)):
+            err = (g - want.detach()).abs().max().item()
+            assert err < tol, f"{partitioner} seed {seed}: {name} differs by {err}"
+
+
+def test_every_partitioner_matches_the_single_rank_reference():
+    cases = [(p, seed, nodes) for i, p in enumerate(PARTITIONERS) for seed, nodes in ((10 + i, 2), (20 + i, 1))]
+    results = run_world(4, run_cases, cases, torch.float64)
+    check_against_reference(results, cases, torch.float64, 1e-12)
+
+
+def test_float32_on_three_ranks():
+    cases = [("hierarchical", 31, 1), ("even_split", 32, 1)]
+    results = run_world(3, run_cases, cases, torch.float32)
+    check_against_reference(results, cases, torch.float32, 1e-5)
+
+
+def refusals(rank, world):
+    p = zt.plan([100, 50], gpus_per_node=world)
+    other = zt.plan([100, 50], gpus_per_node=world + 1)
+    sched = zt.RankSchedule(p, rank)
+    rows = sched.layout.rows
+    q = torch.zeros(rows, HEADS, DIM, dtype=torch.float64)
+    kv = torch.zeros(rows, KV_HEADS, DIM, dtype=torch.float64)
+    messages = []
+    for call in (
+        lambda: zt.ring_attention(q[:-1], kv, kv, sched),
+        lambda: zt.ring_attention(q, kv, kv, zt.RankSchedule(p, (rank + 1) % world)),
+        lambda: zt.ring_attention(q, kv, kv, zt.RankSchedule(other, rank)),
+        lambda: zt.ring_attention(q, kv, kv, "schedule"),
+    ):
+        try:
+            call()
+            messages.append(None)
+        except (TypeError, ValueError) as e:
+            messages.append(str(e))
+    return messages
+
+
+def test_calls_that_do_not_match_the_plan_are_refused():
+    results = run_world(2, refusals)
+    for rank, messages in enumerate(results):
+        assert "q must have" in messages[0] and "rows (the layout's tokens)" in messages[0]
+        assert f"schedule is for plan rank {(rank + 1) % 2}" in messages[1]
+        assert "the world has 2 ranks and the plan 3" in messages[2]
+        assert "schedule must be a RankSchedule, got str" in messages[3]

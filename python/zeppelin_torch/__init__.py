@@ -1,0 +1,31 @@
+"""zeppelin_torch: zeppelin's planner, relayout and attention for PyTorch trainers.
+
+    import zeppelin_torch as zt
+    p = zt.plan(lengths, nodes=1, gpus_per_node=world)         # same on every rank
+    sched = zt.RankSchedule(p, rank)                             # this rank's part
+    x = sched.layout.dispatch(tokens)                            # its rows of the batch
+    o = zt.ring_attention(q, k, v, sched)                        # differentiable
+
+Host build: CPU tensors (float32, float64) and torch.distributed (gloo). See docs/pytorch.md.
+"""
+from ._capi import ZeppelinError
+from .attention import varlen_attention
+from .plan import Group, Layout, Plan, plan
+from .relayout import RankRelayout, Relayout, relayout
+from .ring import RankSchedule, RingStep, ring_attention
+
+__all__ = [
+    "Group",
+    "Layout",
+    "Plan",
+    "RankRelayout",
+    "RankSchedule",
+    "Relayout",
+    "RingStep",
+    "ZeppelinError",
+    "plan",
+    "relayout",
+    "ring_attention",
+    "varlen_attention",
+]
+__version__ = "0.2.0"

@@ -1,0 +1,212 @@
+"""Distributed attention over torch.distributed, driven by a plan.
+
+Every rank calls ring_attention with its rows of one micro-batch (Plan.layout(rank, mb): Q, K,
+V in the layout's buffer order). Sequences a rank holds whole are computed locally; the
+shards of each group circulate around the group's members in ring order (members[i] sends to
+members[i + 1]): at round r a member holds the K/V of the member r places before it and
+computes its query shards against the held key shards of the same sequences, merging by
+log-sum-exp. The backward runs the same ring carrying dK/dV with the K/V and one more hop
+home, from the global O and LSE (as FlashAttention's backward). Groups run one after another
+in index order on every rank, so no two rings wait on each other. Over torch.distributed every
+group circulates as a ring, whatever collective the C++ engines would use for it: the result
+is the same attention.
+"""
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import torch
+import torch.distributed as dist
+
+from . import _checks
+from .attention import block_backward, block_forward, merge
+from .plan import Plan
+
+
+@dataclass(frozen=True)
+class _Shard:
+    row: int  # first row in the owner's buffer (or in the held K/V)
+    seq: int
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """One round of one group on one rank: send the held K/V to `send_to`, receive from
+    `recv_from`, and, during the round, hold the K/V of member `holds`."""
+
+    group: int
+    round: int
+    holds: int
+    send_to: int
+    recv_from: int
+
+
+class RankSchedule:
+    """One rank's part of the plan in one micro-batch: its shards per group, and per group the
+    ring order and the shards of every member (what it will hold)."""
+
+    def __init__(self, plan: Plan, rank: int, micro_batch: int = 0):
+        if not isinstance(plan, Plan):
+            raise TypeError(f"plan must be a zeppelin_torch.Plan, got {type(plan).__name__}")
+        self.plan, self.rank, self.micro_batch = plan, rank, micro_batch
+        self.layout = plan.layout(rank, micro_batch)
+        self.local: List[_Shard] = []
+        mine = {}
+        row = 0
+        for seq, begin, end, group in self.layout.shards.tolist():
+            (self.local if group < 0 else mine.setdefault(group, [])).append(_Shard(row, seq, begin, end))
+            row += end - begin
+        self.mine = mine
+        # groups this rank rings in this micro-batch: it is a member and some member holds shards of it
+        self.rings: List[Tuple[int, List[int], List[List[_Shard]]]] = []
+        for g in plan.groups:
+            if rank not in g.members:
+                continue
+            held = [self._group_shards(m, g.index) for m in g.members]
+            if any(held):
+                self.rings.append((g.index, g.members, held))
+
+    def _group_shards(self, member, group):
+        layout = self.plan.layout(member, self.micro_batch)
+        out, row = [], 0
+        for seq, begin, end, g in layout.shards.tolist():
+            if g == group:
+                out.append(_Shard(row, seq, begin, end))
+                row += end - begin
+        return out
+
+    def steps(self):
+        """The rounds this rank runs, group by group (the plan's ring schedule for this rank)."""
+        out = []
+        for g, members, _ in self.rings:
+            i, n = members.index(self.rank), len(members)
+            for r in range(n):
+                out.append(RingStep(g, r, members[(i - r) % n], members[(i + 1) % n], members[(i - 1) % n]))
+        return out
+
+
+def _rows(shards):
+    return sum(s.end - s.begin for s in shards)
+
+
+def _gather(t, shards):
+    return torch.cat([t[s.row : s.row + s.end - s.begin] for s in shards]) if shards else t[:0]
+
+
+def _shift(buf, send_to, recv_from, rows_in, tag, global_rank):
+    """Sends buf to send_to and returns what recv_from sends (rows_in rows on dim 1)."""
+    incoming = buf.new_empty((buf.shape[0], rows_in) + tuple(buf.shape[2:]))
+    ops = [dist.isend(buf.contiguous(), global_rank(send_to), tag=tag), dist.irecv(incoming, global_rank(recv_from), tag=tag)]
+    for op in ops:
+        op.wait()
+    return incoming
+
+
+def _pairs(queries, keys):
+    for q in queries:
+        for k in keys:
+            if q.seq == k.seq:
+                yield q, k
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, sched, scale, global_rank):
+        n, heads, dim = q.shape
+        o = torch.zeros_like(q)
+        lse = torch.full((heads, n), float("-inf"), dtype=q.dtype)
+
+        def compute(queries, keys, hk, hv):
+            for qs, ks in _pairs(queries, keys):
+                rows = qs.end - qs.begin
+                o_blk = q.new_empty((rows, heads, dim))
+                lse_blk = q.new_empty((heads, rows))
+                kr = slice(ks.row, ks.row + ks.end - ks.begin)
+                block_forward(q[qs.row : qs.row + rows], hk[kr], hv[kr], o_blk, (lse_blk, 0), rows,
+                              (qs.begin, qs.end), (ks.begin, ks.end), scale)
+                merge(o[qs.row : qs.row + rows], lse, qs.row, o_blk, lse_blk)
+
+        compute(sched.local, sched.local, k, v)
+        for g, members, held in sched.rings:
+            i, size = members.index(sched.rank), len(members)
+            mine = sched.mine.get(g, [])
+            kv = torch.stack([_gather(k, mine), _gather(v, mine)])
+            for r in range(size):
+                keys = held[(i - r) % size]
+                compute(mine, keys, kv[0], kv[1])
+                if r + 1 < size:
+                    kv = _shift(kv, members[(i + 1) % size], members[(i - 1) % size], _rows(held[(i - r - 1) % size]), g,
+                                global_rank)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.sched, ctx.scale, ctx.global_rank = sched, scale, global_rank
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        sched, scale = ctx.sched, ctx.scale
+        d_o = d_o.contiguous()
+        n = q.shape[0]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+        def compute(queries, keys, hk, hv, hdk, hdv):
+            for qs, ks in _pairs(queries, keys):
+                qr = slice(qs.row, qs.row + qs.end - qs.begin)
+                kr = slice(ks.row, ks.row + ks.end - ks.begin)
+                block_backward(q[qr], hk[kr], hv[kr], o[qr], d_o[qr], (lse, qs.row), n, dq[qr], hdk[kr], hdv[kr],
+                               (qs.begin, qs.end), (ks.begin, ks.end), scale)
+
+        compute(sched.local, sched.local, k, v, dk, dv)
+        for g, members, held in sched.rings:
+            i, size = members.index(sched.rank), len(members)
+            mine = sched.mine.get(g, [])
+            kv = torch.stack([_gather(k, mine), _gather(v, mine)])
+            grads = torch.zeros_like(kv)
+            for r in range(size):
+                compute(mine, held[(i - r) % size], kv[0], kv[1], grads[0], grads[1])
+                rows_in = _rows(held[(i - r - 1) % size])
+                if r + 1 < size:
+                    both = _shift(torch.cat([kv, grads]), members[(i + 1) % size], members[(i - 1) % size], rows_in, g,
+                                  ctx.global_rank)
+                    kv, grads = both[:2], both[2:].contiguous()
+                elif size > 1:  # one more hop: the accumulated dK/dV go home
+                    grads = _shift(grads, members[(i + 1) % size], members[(i - 1) % size], rows_in, g, ctx.global_rank)
+            for j, s in enumerate(mine):
+                start = _rows(mine[:j])
+                rows = s.end - s.begin
+                dk[s.row : s.row + rows] += grads[0, start : start + rows]
+                dv[s.row : s.row + rows] += grads[1, start : start + rows]
+        return dq, dk, dv, None, None, None
+
+
+def ring_attention(q, k, v, schedule, *, scale=0.0, group_ranks=None, return_lse=False):
+    """Causal attention of this rank's rows under a plan: q [rows, heads, dim], k and v
+    [rows, kv_heads, dim] in schedule.layout's buffer order (CPU float32 / float64,
+    contiguous); schedule = RankSchedule(plan, rank, micro_batch) of the calling rank. Every
+    rank of the plan must call it (collectively) with the same plan. group_ranks maps a plan
+    rank to its global torch.distributed rank (default: the identity, the world group).
+    Differentiable in q, k, v; returns O [rows, heads, dim] (and LSE [heads, rows])."""
+    if not isinstance(schedule, RankSchedule):
+        raise TypeError(f"schedule must be a RankSchedule, got {type(schedule).__name__}")
+    if not dist.is_initialized() and schedule.rings:
+        raise RuntimeError("ring_attention: torch.distributed is not initialized, and the plan has groups across ranks")
+    if group_ranks is None:
+        if dist.is_initialized() and dist.get_world_size() != schedule.plan.num_ranks:
+            raise ValueError(
+                f"the world has {dist.get_world_size()} ranks and the plan {schedule.plan.num_ranks}: pass group_ranks"
+            )
+        global_rank = int
+    else:
+        ranks = [int(r) for r in group_ranks]
+        if len(ranks) != schedule.plan.num_ranks:
+            raise ValueError(f"group_ranks must have the plan's {schedule.plan.num_ranks} entries, got {len(ranks)}")
+        global_rank = ranks.__getitem__
+    if dist.is_initialized() and global_rank(schedule.rank) != dist.get_rank():
+        raise ValueError(
+            f"schedule is for plan rank {schedule.rank} (global {global_rank(schedule.rank)}), this process is rank {dist.get_rank()}"
+        )
+    _checks.qkv(q, k, v, rows=schedule.layout.rows)
+    o, lse = _RingAttention.apply(q, k, v, schedule, float(scale), global_rank)
+    return (o, lse) if return_lse else o
