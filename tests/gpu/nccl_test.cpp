@@ -79,3 +79,32 @@ TEST_CASE("nccl: bad configuration is rejected before NCCL is called", "[gpu][nc
   CHECK_THROWS_AS(nccl_communicator(id, 2, 2), invalid_argument);
   CHECK_THROWS_AS(nccl_communicator(id, 4, 0, {.gpus_per_node = 3}), invalid_argument);
 }
+
+TEST_CASE("nccl: a borrowed communicator is used, not destroyed", "[gpu][nccl]") {
+  CHECK_THROWS_AS(nccl_communicator(borrow_comm, nullptr), invalid_argument);
+  ZEPPELIN_REQUIRE_GPU();
+  // what a torch trainer hands over: a communicator its process group created (blocking)
+  ncclComm_t raw = nullptr;
+  ZEPPELIN_NCCL_CHECK(ncclCommInitRank(&raw, 1, nccl::make_unique_id(), 0));
+  {
+    nccl_communicator comm(borrow_comm, raw, {.timeout = std::chrono::seconds(60), .blocking = true});
+    CHECK(comm.ownership() == comm_ownership::borrowed);
+    CHECK(comm.rank() == 0);
+    CHECK(comm.size() == 1);
+    CHECK(comm.node_of(0) == 0);
+    std::vector<std::int32_t> init(4096);
+    for (std::size_t i = 0; i < init.size(); ++i) init[i] = static_cast<std::int32_t>(i * 3 + 2);
+    device_buffer<std::int32_t> a(init), b(init.size());
+    b.fill_bytes(0);
+    comm.group_start();
+    comm.send(std::as_bytes(std::span<const std::int32_t>(a.get(), a.size())), 0);
+    comm.recv(std::as_writable_bytes(std::span<std::int32_t>(b.get(), b.size())), 0);
+    comm.group_end("borrowed round");
+    comm.synchronize("borrowed round");
+    CHECK(b.download() == init);
+  }
+  int count = 0;  // the owner's communicator is still alive after the borrower is gone
+  CHECK(ncclCommCount(raw, &count) == ncclSuccess);
+  CHECK(count == 1);
+  ZEPPELIN_NCCL_CHECK(ncclCommDestroy(raw));
+}

@@ -15,6 +15,10 @@
 // than options.timeout, calls ncclCommAbort (so no rank hangs in a dead ring) and throws
 // nccl_error whose message names the NCCL operation and the caller's step label. After an
 // abort every call throws nccl_error (ncclInvalidUsage).
+// Ownership: a communicator made from a unique id owns its ncclComm_t (finalizes and destroys
+// it); one made with borrow_comm from an existing ncclComm_t (a PyTorch ProcessGroupNCCL's,
+// say) uses it and leaves it to its owner, so a trainer runs zeppelin over the communicator it
+// already has instead of opening a second one. An error or a timeout aborts either kind.
 // node_of(r): r / gpus_per_node when given, else discovered at construction by an all-gather
 // of a hash of each rank's host name (nodes numbered by first appearance in rank order).
 // Threading: one thread uses a communicator at a time (as NCCL requires). nvcc-safe.
@@ -55,6 +59,18 @@ struct nccl_options {
   bool high_priority_stream = true;  //!< communication stream at the device's greatest priority
 };
 
+//! Who destroys a communicator's ncclComm_t.
+enum class comm_ownership : std::uint8_t {
+  owned = 0,     //!< this object: finalized and destroyed with it
+  borrowed = 1,  //!< the code that created it: left alive
+};
+
+//! Tag of the constructor that borrows an existing ncclComm_t.
+struct borrow_comm_t {
+  explicit borrow_comm_t() = default;
+};
+inline constexpr borrow_comm_t borrow_comm{};
+
 class nccl_communicator {
  public:
   //! Joins the communicator of `nranks` ranks as `rank` (every rank calls it with the same id).
@@ -88,17 +104,48 @@ class nccl_communicator {
     }
   }
 
+  //! Uses `comm`, an initialised communicator created elsewhere, without owning it: rank, size
+  //! and device come from NCCL (ncclCommUserRank, ncclCommCount, ncclCommCuDevice), this
+  //! object's stream is created on that device, and the destructor only drains the stream.
+  //! options.device is ignored; options.blocking must say how `comm` was created (NCCL's
+  //! default, and PyTorch's unless configured otherwise, is blocking: pass .blocking = true).
+  //! Throws invalid_argument for a null comm or a bad layout, nccl_error when a query fails.
+  nccl_communicator(borrow_comm_t, ncclComm_t comm, nccl_options options = {})
+      : options_(options), rank_(0), size_(0), ownership_(comm_ownership::borrowed) {
+    ZEPPELIN_EXPECTS(comm != nullptr, "nccl: the borrowed communicator must not be null", {});
+    ZEPPELIN_EXPECTS(options.timeout.count() > 0, "nccl: the timeout must be positive", {{"timeout_ms", double(options.timeout.count())}});
+    int rank = 0, count = 0, device = 0;
+    ZEPPELIN_NCCL_CHECK(ncclCommUserRank(comm, &rank));
+    ZEPPELIN_NCCL_CHECK(ncclCommCount(comm, &count));
+    ZEPPELIN_NCCL_CHECK(ncclCommCuDevice(comm, &device));
+    ZEPPELIN_EXPECTS(options.gpus_per_node >= 0 && (options.gpus_per_node == 0 || count % options.gpus_per_node == 0),
+                     "nccl: gpus_per_node must divide the rank count",
+                     {{"ranks", double(count)}, {"gpus_per_node", double(options.gpus_per_node)}});
+    rank_ = rank, size_ = count, device_ = device;
+    ZEPPELIN_CUDA_CHECK(cudaSetDevice(device_));
+    const device::priority_range pr = device::stream_priorities();
+    stream_ = device::cuda_stream(options.high_priority_stream ? pr.greatest : pr.least);
+    comm_ = comm;
+    if (options.gpus_per_node > 0) {
+      node_.resize(static_cast<std::size_t>(size_));
+      for (int x = 0; x < size_; ++x) node_[static_cast<std::size_t>(x)] = x / options.gpus_per_node;
+    } else {
+      discover_nodes();
+    }
+  }
   nccl_communicator(const nccl_communicator&) = delete;
   nccl_communicator& operator=(const nccl_communicator&) = delete;
   nccl_communicator(nccl_communicator&& o) noexcept
       : options_(o.options_), rank_(o.rank_), size_(o.size_), device_(o.device_), stream_(std::move(o.stream_)),
-        comm_(std::exchange(o.comm_, nullptr)), node_(std::move(o.node_)), depth_(o.depth_) {}
+        comm_(std::exchange(o.comm_, nullptr)), node_(std::move(o.node_)), depth_(o.depth_), ownership_(o.ownership_) {}
   nccl_communicator& operator=(nccl_communicator&&) = delete;
 
-  //! Drains the stream, finalizes and destroys the communicator (aborts it when that fails).
+  //! Drains the stream; an owned communicator is then finalized and destroyed (aborted when
+  //! that fails), a borrowed one left to its owner.
   ~nccl_communicator() {
     if (comm_ == nullptr) return;
     (void)cudaStreamSynchronize(stream_.get());
+    if (ownership_ == comm_ownership::borrowed) return;
     ncclResult_t r = ncclCommFinalize(comm_);
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     while (r == ncclSuccess || r == ncclInProgress) {
@@ -127,6 +174,7 @@ class nccl_communicator {
     return node_[static_cast<std::size_t>(r)];
   }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_.get(); }
+  [[nodiscard]] comm_ownership ownership() const noexcept { return ownership_; }
   [[nodiscard]] int device() const noexcept { return device_; }
   [[nodiscard]] ncclComm_t get() const noexcept { return comm_; }
   [[nodiscard]] bool aborted() const noexcept { return comm_ == nullptr; }
@@ -267,6 +315,7 @@ class nccl_communicator {
   ncclComm_t comm_ = nullptr;
   std::vector<int> node_;
   int depth_ = 0;
+  comm_ownership ownership_ = comm_ownership::owned;
 };
 static_assert(communicator<nccl_communicator>);
 static_assert(device_communicator<nccl_communicator>);
