@@ -1,7 +1,7 @@
 // python/capi/zeppelin_capi.cpp
-// The C ABI of zeppelin_capi.h over the header-only library: each entry point converts its
-// arguments, calls the library, and turns every exception into a nonzero return and a
-// per-thread message, so no C++ exception crosses the ABI.
+// The host entry points of zeppelin_capi.h over the header-only library: each converts its
+// arguments, calls the library, and reports errors through guarded() (capi_guard.hpp).
+#include "capi_guard.hpp"
 #include "zeppelin_capi.h"
 
 #include <zeppelin/core/batch.hpp>
@@ -16,8 +16,6 @@
 #include <zeppelin/remap/layout.hpp>
 
 #include <cstring>
-#include <exception>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -30,25 +28,6 @@ struct zeppelin_relayout {
 };
 
 namespace {
-
-thread_local std::string last_error;
-
-// Runs `f`, returning 0, or 1 with the exception's message kept for zeppelin_last_error().
-template <class F>
-int guarded(F&& f) noexcept {
-  try {
-    last_error.clear();
-    f();
-    return 0;
-  } catch (const std::bad_alloc&) {
-    last_error = "zeppelin: out of memory";
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "zeppelin: unknown error";
-  }
-  return 1;
-}
 
 void expect(bool ok, const std::string& what) {
   if (!ok) ZEPPELIN_THROW(invalid_argument, what, {});
@@ -97,11 +76,11 @@ extern "C" {
 
 int32_t zeppelin_capi_version(void) { return ZEPPELIN_CAPI_VERSION; }
 
-const char* zeppelin_last_error(void) { return last_error.c_str(); }
+const char* zeppelin_last_error(void) { return zeppelin::capi::last_error.c_str(); }
 
 int zeppelin_plan_create(const int64_t* lengths, int64_t sequences, int32_t nodes, int32_t gpus_per_node,
                          const char* partitioner, int64_t capacity, int32_t cp_size, zeppelin_plan** out) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     expect(out != nullptr, "zeppelin_plan_create: out must not be NULL");
     expect(lengths != nullptr && sequences >= 1, "zeppelin_plan_create: the batch needs at least one length");
     expect(partitioner != nullptr, "zeppelin_plan_create: the partitioner name must not be NULL");
@@ -125,7 +104,7 @@ int64_t zeppelin_plan_capacity(const zeppelin_plan* plan) { return plan ? plan->
 uint64_t zeppelin_plan_fingerprint(const zeppelin_plan* plan) { return plan ? zeppelin::fingerprint(plan->plan) : 0; }
 
 int zeppelin_plan_shards(const zeppelin_plan* plan, int32_t rank, int64_t* out, int64_t room, int64_t* count) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     const auto& shards = placement_of(plan, rank).shards;
     fill_table<5>(static_cast<std::int64_t>(shards.size()), out, room, count, [&](std::int64_t i, std::int64_t* row) {
       const zeppelin::shard& s = shards[static_cast<std::size_t>(i)];
@@ -137,7 +116,7 @@ int zeppelin_plan_shards(const zeppelin_plan* plan, int32_t rank, int64_t* out, 
 
 int zeppelin_plan_group(const zeppelin_plan* plan, int32_t group, int64_t* members, int64_t room, int64_t* count,
                         int32_t* collective, int32_t* zone) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     expect(plan != nullptr, "zeppelin: the plan must not be NULL");
     expect(group >= 0 && static_cast<std::size_t>(group) < plan->plan.groups.size(),
            "zeppelin: group " + std::to_string(group) + " is outside the plan's " + std::to_string(plan->plan.groups.size()) +
@@ -151,7 +130,7 @@ int zeppelin_plan_group(const zeppelin_plan* plan, int32_t group, int64_t* membe
 }
 
 int zeppelin_relayout_create(const zeppelin_plan* plan, int32_t micro_batch, double bytes_per_token, zeppelin_relayout** out) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     expect(plan != nullptr && out != nullptr, "zeppelin_relayout_create: the plan and out must not be NULL");
     expect(micro_batch >= 0 && micro_batch < plan->plan.micro_batches(),
            "zeppelin_relayout_create: micro-batch " + std::to_string(micro_batch) + " is outside the plan's " +
@@ -165,7 +144,7 @@ void zeppelin_relayout_destroy(zeppelin_relayout* relayout) { delete relayout; }
 
 int zeppelin_relayout_segments(const zeppelin_relayout* relayout, int32_t rank, int32_t direction, int64_t* out,
                                int64_t room, int64_t* count) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     expect(relayout != nullptr, "zeppelin: the relayout must not be NULL");
     expect(rank >= 0 && static_cast<std::size_t>(rank) < relayout->relayout.ranks.size(),
            "zeppelin: rank " + std::to_string(rank) + " is outside the relayout's " +
@@ -184,7 +163,7 @@ int zeppelin_relayout_segments(const zeppelin_relayout* relayout, int32_t rank, 
 }
 
 int zeppelin_relayout_target(const zeppelin_relayout* relayout, int32_t rank, int64_t* out, int64_t room, int64_t* count) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     expect(relayout != nullptr, "zeppelin: the relayout must not be NULL");
     expect(rank >= 0 && static_cast<std::size_t>(rank) < relayout->relayout.target.size(),
            "zeppelin: rank " + std::to_string(rank) + " is outside the relayout's " +
@@ -200,7 +179,7 @@ int zeppelin_relayout_target(const zeppelin_relayout* relayout, int32_t rank, in
 int zeppelin_attention_forward(int32_t dtype, int32_t heads, int32_t kv_heads, int32_t head_dim, double scale,
                                int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, const void* q,
                                const void* k, const void* v, void* o, void* lse, int64_t lse_stride) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     const zeppelin::attention_dims d = dims_of(heads, kv_heads, head_dim, scale);
     check_ranges(q_begin, q_end, k_begin, k_end);
     expect(lse_stride >= q_end - q_begin, "zeppelin attention: lse_stride must be at least the query rows");
@@ -217,7 +196,7 @@ int zeppelin_attention_backward(int32_t dtype, int32_t heads, int32_t kv_heads, 
                                 int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, const void* q,
                                 const void* k, const void* v, const void* o, const void* d_o, const void* lse,
                                 int64_t lse_stride, void* dq, void* dk, void* dv) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     const zeppelin::attention_dims d = dims_of(heads, kv_heads, head_dim, scale);
     check_ranges(q_begin, q_end, k_begin, k_end);
     expect(lse_stride >= q_end - q_begin, "zeppelin attention: lse_stride must be at least the query rows");
@@ -233,7 +212,7 @@ int zeppelin_attention_backward(int32_t dtype, int32_t heads, int32_t kv_heads, 
 
 int zeppelin_lse_merge(int32_t dtype, int64_t rows, int32_t heads, int32_t head_dim, void* o_acc, void* lse_acc,
                        int64_t acc_lse_stride, const void* o_blk, const void* lse_blk, int64_t blk_lse_stride) {
-  return guarded([&] {
+  return zeppelin::capi::guarded([&] {
     expect(rows >= 0 && heads >= 1 && head_dim >= 1, "zeppelin_lse_merge: rows >= 0, heads >= 1 and head_dim >= 1 expected");
     expect(acc_lse_stride >= rows && blk_lse_stride >= rows, "zeppelin_lse_merge: LSE strides must be at least the rows");
     with_dtype(dtype, [&](auto zero) {

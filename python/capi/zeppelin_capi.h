@@ -90,6 +90,33 @@ ZEPPELIN_CAPI int zeppelin_attention_backward(int32_t dtype, int32_t heads, int3
 ZEPPELIN_CAPI int zeppelin_lse_merge(int32_t dtype, int64_t rows, int32_t heads, int32_t head_dim, void* o_acc, void* lse_acc,
                        int64_t acc_lse_stride, const void* o_blk, const void* lse_blk, int64_t blk_lse_stride);
 
+/* ---- device kernels (a build with CUDA: zeppelin_capi_has_cuda() == 1; otherwise each call
+ * fails with a message saying so) ------------------------------------------------------------
+ * Pointers are device memory; `stream` is a cudaStream_t (NULL: the legacy default stream).
+ * dtype 2 = bfloat16, 3 = float16; head_dim 64 or 128; LSE, delta and the accumulators fp32.
+ * A launch computes `blocks` blocks in CSR form: block b is query rows [cu_q[b], cu_q[b+1]) at
+ * positions q_offset[b] + i against key rows [cu_k[b], cu_k[b+1]) at positions k_offset[b] + j,
+ * causal by position (q_offset / k_offset NULL: 0, plain packed sequences). */
+ZEPPELIN_CAPI int32_t zeppelin_capi_has_cuda(void);
+/* Writes O (o in dtype and / or o_f32 in fp32; NULL: not written) and LSE [heads][lse_stride]. */
+ZEPPELIN_CAPI int zeppelin_cuda_attention_forward(int32_t dtype, int32_t heads, int32_t kv_heads, int32_t head_dim,
+                                                  double scale, int32_t blocks, const int32_t* cu_q, const int32_t* cu_k,
+                                                  const int64_t* q_offset, const int64_t* k_offset, int32_t max_seqlen_q,
+                                                  int64_t total_q, const void* q, const void* k, const void* v, void* o,
+                                                  float* o_f32, float* lse, int64_t lse_stride, void* stream);
+/* delta[h][row] = sum_d dO . O over `rows` rows of the GLOBAL O and dO (dtype). */
+ZEPPELIN_CAPI int zeppelin_cuda_attention_preprocess(int32_t dtype, int64_t rows, int32_t heads, int32_t head_dim,
+                                                     const void* o, const void* d_o, float* delta, int64_t delta_stride,
+                                                     void* stream);
+/* Adds the blocks' gradients into dq_accum [total_q][heads][dim] and dk_accum, dv_accum
+ * [key rows][kv_heads][dim] (fp32), from the GLOBAL dO, LSE and delta of the query rows. */
+ZEPPELIN_CAPI int zeppelin_cuda_attention_backward(int32_t dtype, int32_t heads, int32_t kv_heads, int32_t head_dim,
+                                                   double scale, int32_t blocks, const int32_t* cu_q, const int32_t* cu_k,
+                                                   const int64_t* q_offset, const int64_t* k_offset, int32_t max_seqlen_k,
+                                                   int64_t total_q, const void* q, const void* k, const void* v,
+                                                   const void* d_o, const float* lse, const float* delta, int64_t lse_stride,
+                                                   float* dq_accum, float* dk_accum, float* dv_accum, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

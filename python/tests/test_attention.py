@@ -66,7 +66,7 @@ def test_lse_is_the_log_normaliser():
     "change, error, message",
     [
         (lambda q, k, v: (q.float(), k, v), TypeError, r"k must have the dtype of q \(torch.float32\), got torch.float64"),
-        (lambda q, k, v: (q.half(), k.half(), v.half()), TypeError, "q must be float32 or float64, got torch.float16"),
+        (lambda q, k, v: (q.half(), k.half(), v.half()), TypeError, "q must be float32 or float64 on the CPU, got torch.float16"),
         (lambda q, k, v: (q[:, :, :1].squeeze(2), k, v), ValueError, r"q must be 3-D \[rows, heads, head_dim\], got shape"),
         (lambda q, k, v: (q.transpose(1, 2), k, v), ValueError, "q must be contiguous"),
         (lambda q, k, v: (q, k[:5], v), ValueError, "k must have 10 rows"),
@@ -74,7 +74,8 @@ def test_lse_is_the_log_normaliser():
          "k must have a number of heads dividing q's 4"),
         (lambda q, k, v: (q, k, v[:, :, :4].contiguous()), ValueError, "v must have head_dim 8, got 4"),
         (lambda q, k, v: (q, k, "v"), TypeError, "v must be a torch.Tensor, got str"),
-        (lambda q, k, v: (q.to("meta"), k, v), ValueError, "q must be on the CPU"),
+        (lambda q, k, v: (q.to("meta"), k, v), ValueError, r"k must be on q's device \(meta\), got cpu"),
+        (lambda q, k, v: (q.to("meta"), k.to("meta"), v.to("meta")), ValueError, "q must be on the CPU for the host kernels"),
     ],
 )
 def test_bad_tensors_are_named(change, error, message):
@@ -90,3 +91,26 @@ def test_bad_cu_seqlens(cu, message):
     q, k, v = (t.detach() for t in random_qkv(0, 10, 2, 2, 4, torch.float64))
     with pytest.raises(ValueError, match=message):
         zt.varlen_attention(q, k, v, torch.tensor(cu))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_torch_lse_merge_matches_the_library_merge(seed):
+    """The merge the GPU path runs with torch ops equals the library's (exercised here on the
+    CPU), -inf rows included."""
+    from zeppelin_torch.kernels import HostKernels, merge_by_lse
+
+    g = torch.Generator().manual_seed(seed)
+    rows, heads, dim, n, col = 7, 3, 5, 12, 4
+    o_acc = torch.randn(rows, heads, dim, generator=g, dtype=torch.float64)
+    lse_acc = torch.randn(heads, n, generator=g, dtype=torch.float64)
+    o_blk = torch.randn(rows, heads, dim, generator=g, dtype=torch.float64)
+    lse_blk = torch.randn(heads, rows, generator=g, dtype=torch.float64)
+    lse_acc[0, col + 1] = float("-inf")  # the accumulator saw no key
+    lse_blk[1, 2] = float("-inf")  # the block saw no key
+    lse_acc[2, col + 3] = lse_blk[2, 3] = float("-inf")  # neither
+    a_o, a_lse, b_o, b_lse = o_acc.clone(), lse_acc.clone(), o_acc.clone(), lse_acc.clone()
+    HostKernels.merge(a_o, a_lse, col, o_blk, lse_blk)
+    merge_by_lse(b_o, b_lse, col, o_blk, lse_blk)
+    assert not torch.isnan(b_o).any() and not torch.isnan(b_lse).any()
+    assert torch.allclose(a_lse, b_lse, atol=1e-14, rtol=0)
+    assert torch.allclose(a_o, b_o, atol=1e-14, rtol=0)

@@ -63,6 +63,16 @@ _signatures = {
         [_i32, _i32, _i32, _i32, _f64, _i64, _i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _i64, _p, _p, _p],
     ),
     "zeppelin_lse_merge": (ctypes.c_int, [_i32, _i64, _i32, _i32, _p, _p, _i64, _p, _p, _i64]),
+    "zeppelin_capi_has_cuda": (_i32, []),
+    "zeppelin_cuda_attention_forward": (
+        ctypes.c_int,
+        [_i32, _i32, _i32, _i32, _f64, _i32, _p, _p, _p, _p, _i32, _i64, _p, _p, _p, _p, _p, _p, _i64, _p],
+    ),
+    "zeppelin_cuda_attention_preprocess": (ctypes.c_int, [_i32, _i64, _i32, _i32, _p, _p, _p, _i64, _p]),
+    "zeppelin_cuda_attention_backward": (
+        ctypes.c_int,
+        [_i32, _i32, _i32, _i32, _f64, _i32, _p, _p, _p, _p, _i32, _i64, _p, _p, _p, _p, _p, _p, _i64, _p, _p, _p, _p],
+    ),
 }
 for _name, (_restype, _argtypes) in _signatures.items():
     _fn = getattr(lib, _name)

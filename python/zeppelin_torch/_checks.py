@@ -52,16 +52,14 @@ def lengths_tensor(lengths):
     return out
 
 
-def attention_tensor(name, t, *, heads=None, head_dim=None, rows=None, dtype=None):
-    """A [rows, heads, head_dim] contiguous CPU float32/float64 tensor; returns its shape."""
+def attention_tensor(name, t, *, like=None, heads=None, head_dim=None, rows=None):
+    """A 3-D [rows, heads, head_dim] contiguous tensor (on the device and of the dtype of `like`)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        raise ValueError(f"{name} must be on the CPU (this build has the host kernels only), got device {t.device}")
-    if t.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float32 or float64, got {t.dtype}")
-    if dtype is not None and t.dtype != dtype:
-        raise TypeError(f"{name} must have the dtype of q ({dtype}), got {t.dtype}")
+    if like is not None and t.device != like.device:
+        raise ValueError(f"{name} must be on q's device ({like.device}), got {t.device}")
+    if like is not None and t.dtype != like.dtype:
+        raise TypeError(f"{name} must have the dtype of q ({like.dtype}), got {t.dtype}")
     if t.dim() != 3:
         raise ValueError(f"{name} must be 3-D [rows, heads, head_dim], got shape {tuple(t.shape)}")
     if not t.is_contiguous():
@@ -76,10 +74,11 @@ def attention_tensor(name, t, *, heads=None, head_dim=None, rows=None, dtype=Non
 
 
 def qkv(q, k, v, rows=None):
-    """Checks q [rows, H, D], k and v [rows, KH, D] (KH divides H); returns (H, KH, D)."""
+    """Checks q [rows, H, D], k and v [rows, KH, D] (KH divides H) alike in device and dtype;
+    returns (H, KH, D)."""
     n, heads, head_dim = attention_tensor("q", q, rows=rows)
-    _, kv_heads, _ = attention_tensor("k", k, rows=n, head_dim=head_dim, dtype=q.dtype)
-    attention_tensor("v", v, rows=n, heads=kv_heads, head_dim=head_dim, dtype=q.dtype)
+    _, kv_heads, _ = attention_tensor("k", k, like=q, rows=n, head_dim=head_dim)
+    attention_tensor("v", v, like=q, rows=n, heads=kv_heads, head_dim=head_dim)
     if heads % kv_heads:
         raise ValueError(f"k must have a number of heads dividing q's {heads} (GQA), got {kv_heads}")
     return heads, kv_heads, head_dim

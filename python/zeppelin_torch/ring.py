@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 
 from . import _checks
-from .attention import block_backward, block_forward, merge
+from .attention import check_scale
+from .kernels import kernels_for
 from .plan import Plan
 
 
@@ -94,10 +95,13 @@ def _gather(t, shards):
     return torch.cat([t[s.row : s.row + s.end - s.begin] for s in shards]) if shards else t[:0]
 
 
-def _shift(buf, send_to, recv_from, rows_in, tag, global_rank):
-    """Sends buf to send_to and returns what recv_from sends (rows_in rows on dim 1)."""
-    incoming = buf.new_empty((buf.shape[0], rows_in) + tuple(buf.shape[2:]))
-    ops = [dist.isend(buf.contiguous(), global_rank(send_to), tag=tag), dist.irecv(incoming, global_rank(recv_from), tag=tag)]
+def _shift(tensors, send_to, recv_from, rows_in, tag, global_rank):
+    """Sends each tensor ([2, rows, ...]) to send_to and returns what recv_from sends (rows_in rows)."""
+    incoming = [t.new_empty((t.shape[0], rows_in) + tuple(t.shape[2:])) for t in tensors]
+    ops = []
+    for t, buf in zip(tensors, incoming):
+        ops.append(dist.isend(t.contiguous(), global_rank(send_to), tag=tag))
+        ops.append(dist.irecv(buf, global_rank(recv_from), tag=tag))
     for op in ops:
         op.wait()
     return incoming
@@ -110,22 +114,23 @@ def _pairs(queries, keys):
                 yield q, k
 
 
+def _span(s):
+    return slice(s.row, s.row + s.end - s.begin)
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, sched, scale, global_rank):
-        n, heads, dim = q.shape
-        o = torch.zeros_like(q)
-        lse = torch.full((heads, n), float("-inf"), dtype=q.dtype)
+    def forward(ctx, q, k, v, sched, scale, global_rank, kernels):
+        n, heads, _ = q.shape
+        acc = kernels.acc_dtype(q.dtype)
+        o = torch.zeros(q.shape, dtype=acc, device=q.device)
+        lse = torch.full((heads, n), float("-inf"), dtype=acc, device=q.device)
 
         def compute(queries, keys, hk, hv):
             for qs, ks in _pairs(queries, keys):
-                rows = qs.end - qs.begin
-                o_blk = q.new_empty((rows, heads, dim))
-                lse_blk = q.new_empty((heads, rows))
-                kr = slice(ks.row, ks.row + ks.end - ks.begin)
-                block_forward(q[qs.row : qs.row + rows], hk[kr], hv[kr], o_blk, (lse_blk, 0), rows,
-                              (qs.begin, qs.end), (ks.begin, ks.end), scale)
-                merge(o[qs.row : qs.row + rows], lse, qs.row, o_blk, lse_blk)
+                o_blk, lse_blk = kernels.forward_block(q[_span(qs)], hk[_span(ks)], hv[_span(ks)], (qs.begin, qs.end),
+                                                       (ks.begin, ks.end), scale)
+                kernels.merge(o[_span(qs)], lse, qs.row, o_blk, lse_blk)
 
         compute(sched.local, sched.local, k, v)
         for g, members, held in sched.rings:
@@ -133,58 +138,58 @@ class _RingAttention(torch.autograd.Function):
             mine = sched.mine.get(g, [])
             kv = torch.stack([_gather(k, mine), _gather(v, mine)])
             for r in range(size):
-                keys = held[(i - r) % size]
-                compute(mine, keys, kv[0], kv[1])
+                compute(mine, held[(i - r) % size], kv[0], kv[1])
                 if r + 1 < size:
-                    kv = _shift(kv, members[(i + 1) % size], members[(i - 1) % size], _rows(held[(i - r - 1) % size]), g,
-                                global_rank)
+                    (kv,) = _shift([kv], members[(i + 1) % size], members[(i - 1) % size], _rows(held[(i - r - 1) % size]), g,
+                                   global_rank)
+        o = o.to(q.dtype)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.sched, ctx.scale, ctx.global_rank = sched, scale, global_rank
+        ctx.sched, ctx.scale, ctx.global_rank, ctx.kernels = sched, scale, global_rank, kernels
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, d_o, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
-        sched, scale = ctx.sched, ctx.scale
+        sched, scale, kernels = ctx.sched, ctx.scale, ctx.kernels
         d_o = d_o.contiguous()
-        n = q.shape[0]
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        acc = kernels.acc_dtype(q.dtype)
+        prepared = kernels.prepare_backward(o, d_o)
+        dq, dk, dv = (torch.zeros(t.shape, dtype=acc, device=t.device) for t in (q, k, v))
 
         def compute(queries, keys, hk, hv, hdk, hdv):
             for qs, ks in _pairs(queries, keys):
-                qr = slice(qs.row, qs.row + qs.end - qs.begin)
-                kr = slice(ks.row, ks.row + ks.end - ks.begin)
-                block_backward(q[qr], hk[kr], hv[kr], o[qr], d_o[qr], (lse, qs.row), n, dq[qr], hdk[kr], hdv[kr],
-                               (qs.begin, qs.end), (ks.begin, ks.end), scale)
+                qr, kr = _span(qs), _span(ks)
+                kernels.backward_block(q[qr], hk[kr], hv[kr], o[qr], d_o[qr], lse, qs.row, dq[qr], hdk[kr], hdv[kr],
+                                       (qs.begin, qs.end), (ks.begin, ks.end), scale, prepared)
 
         compute(sched.local, sched.local, k, v, dk, dv)
         for g, members, held in sched.rings:
             i, size = members.index(sched.rank), len(members)
             mine = sched.mine.get(g, [])
             kv = torch.stack([_gather(k, mine), _gather(v, mine)])
-            grads = torch.zeros_like(kv)
+            grads = torch.zeros(kv.shape, dtype=acc, device=kv.device)
             for r in range(size):
                 compute(mine, held[(i - r) % size], kv[0], kv[1], grads[0], grads[1])
                 rows_in = _rows(held[(i - r - 1) % size])
                 if r + 1 < size:
-                    both = _shift(torch.cat([kv, grads]), members[(i + 1) % size], members[(i - 1) % size], rows_in, g,
-                                  ctx.global_rank)
-                    kv, grads = both[:2], both[2:].contiguous()
+                    kv, grads = _shift([kv, grads], members[(i + 1) % size], members[(i - 1) % size], rows_in, g,
+                                       ctx.global_rank)
                 elif size > 1:  # one more hop: the accumulated dK/dV go home
-                    grads = _shift(grads, members[(i + 1) % size], members[(i - 1) % size], rows_in, g, ctx.global_rank)
-            for j, s in enumerate(mine):
-                start = _rows(mine[:j])
+                    (grads,) = _shift([grads], members[(i + 1) % size], members[(i - 1) % size], rows_in, g, ctx.global_rank)
+            start = 0
+            for s in mine:
                 rows = s.end - s.begin
-                dk[s.row : s.row + rows] += grads[0, start : start + rows]
-                dv[s.row : s.row + rows] += grads[1, start : start + rows]
-        return dq, dk, dv, None, None, None
+                dk[_span(s)] += grads[0, start : start + rows]
+                dv[_span(s)] += grads[1, start : start + rows]
+                start += rows
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
 
 
 def ring_attention(q, k, v, schedule, *, scale=0.0, group_ranks=None, return_lse=False):
     """Causal attention of this rank's rows under a plan: q [rows, heads, dim], k and v
-    [rows, kv_heads, dim] in schedule.layout's buffer order (CPU float32 / float64,
-    contiguous); schedule = RankSchedule(plan, rank, micro_batch) of the calling rank. Every
+    [rows, kv_heads, dim] in schedule.layout's buffer order, contiguous (CPU float32 / float64
+    with gloo; on a GPU bfloat16 / float16 with NCCL); schedule = RankSchedule(plan, rank, micro_batch) of the calling rank. Every
     rank of the plan must call it (collectively) with the same plan. group_ranks maps a plan
     rank to its global torch.distributed rank (default: the identity, the world group).
     Differentiable in q, k, v; returns O [rows, heads, dim] (and LSE [heads, rows])."""
@@ -208,5 +213,5 @@ def ring_attention(q, k, v, schedule, *, scale=0.0, group_ranks=None, return_lse
             f"schedule is for plan rank {schedule.rank} (global {global_rank(schedule.rank)}), this process is rank {dist.get_rank()}"
         )
     _checks.qkv(q, k, v, rows=schedule.layout.rows)
-    o, lse = _RingAttention.apply(q, k, v, schedule, float(scale), global_rank)
+    o, lse = _RingAttention.apply(q, k, v, schedule, check_scale(scale), global_rank, kernels_for(q))
     return (o, lse) if return_lse else o
