@@ -10,11 +10,14 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
+#include <zeppelin/pack/any_packer.hpp>
+#include <zeppelin/pack/stream.hpp>
 #include <zeppelin/partition/capacity.hpp>
 #include <zeppelin/partition/registry.hpp>
 #include <zeppelin/remap/exact.hpp>
 #include <zeppelin/remap/layout.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,6 +28,10 @@ struct zeppelin_plan {
 
 struct zeppelin_relayout {
   zeppelin::relayout_plan relayout;
+};
+
+struct zeppelin_packing {
+  zeppelin::packing_run run;
 };
 
 namespace {
@@ -173,6 +180,38 @@ int zeppelin_relayout_target(const zeppelin_relayout* relayout, int32_t rank, in
       const zeppelin::shard& s = shards[static_cast<std::size_t>(i)];
       row[0] = s.seq, row[1] = s.range.begin, row[2] = s.range.end;
     });
+  });
+}
+
+int zeppelin_packing_create(const int64_t* lengths, int64_t documents, const char* method, int32_t micro_batches,
+                            int64_t max_tokens, zeppelin_packing** out) {
+  return zeppelin::capi::guarded([&] {
+    expect(out != nullptr && method != nullptr, "zeppelin_packing_create: out and method must not be NULL");
+    expect(documents >= 0 && (lengths != nullptr || documents == 0),
+           "zeppelin_packing_create: the lengths must not be NULL (documents " + std::to_string(documents) + ")");
+    const std::vector<zeppelin::token_count> docs(lengths, lengths + documents);
+    const zeppelin::packing_limits limits{.micro_batches = micro_batches, .max_tokens = max_tokens};
+    *out = new zeppelin_packing{zeppelin::pack_stream(zeppelin::make_packer(zeppelin::packer_kind_by_name(method)), docs, limits)};
+  });
+}
+
+void zeppelin_packing_destroy(zeppelin_packing* packing) { delete packing; }
+
+int64_t zeppelin_packing_iterations(const zeppelin_packing* packing) {
+  return packing ? static_cast<int64_t>(packing->run.iterations.size()) : 0;
+}
+
+int zeppelin_packing_table(const zeppelin_packing* packing, int64_t* out, int64_t room, int64_t* count) {
+  return zeppelin::capi::guarded([&] {
+    expect(packing != nullptr, "zeppelin: the packing must not be NULL");
+    std::vector<std::int64_t> rows;
+    for (std::size_t i = 0; i < packing->run.iterations.size(); ++i) {
+      const auto& mbs = packing->run.iterations[i].micro_batches;
+      for (std::size_t m = 0; m < mbs.size(); ++m)
+        for (const std::int64_t d : mbs[m].documents) rows.insert(rows.end(), {std::int64_t(i), std::int64_t(m), d});
+    }
+    fill_table<3>(static_cast<std::int64_t>(rows.size() / 3), out, room, count,
+                  [&](std::int64_t i, std::int64_t* row) { std::copy_n(rows.data() + i * 3, 3, row); });
   });
 }
 

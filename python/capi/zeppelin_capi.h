@@ -71,6 +71,19 @@ ZEPPELIN_CAPI int zeppelin_relayout_segments(const zeppelin_relayout* relayout, 
  * begin, end). */
 ZEPPELIN_CAPI int zeppelin_relayout_target(const zeppelin_relayout* relayout, int32_t rank, int64_t* out, int64_t room, int64_t* count);
 
+/* Packs a stream of documents into training iterations of `micro_batches` micro-batches of at
+ * most `max_tokens` tokens each, with the packer `method` (original, fixed_greedy, fixed_exact,
+ * wlb: WLB-LLM's variable-length packing with outlier queues), N x max_tokens tokens arriving
+ * per iteration, flushed at the end of the stream (every document is placed). */
+typedef struct zeppelin_packing zeppelin_packing;
+ZEPPELIN_CAPI int zeppelin_packing_create(const int64_t* lengths, int64_t documents, const char* method, int32_t micro_batches,
+                                          int64_t max_tokens, zeppelin_packing** out);
+ZEPPELIN_CAPI void zeppelin_packing_destroy(zeppelin_packing* packing);
+ZEPPELIN_CAPI int64_t zeppelin_packing_iterations(const zeppelin_packing* packing);
+/* Rows of 3 (iteration, micro-batch, document) in training order, each micro-batch's documents
+ * in packing order. */
+ZEPPELIN_CAPI int zeppelin_packing_table(const zeppelin_packing* packing, int64_t* out, int64_t room, int64_t* count);
+
 /* Host attention of one block: query positions [q_begin, q_end) and key positions [k_begin,
  * k_end) of ONE sequence, causal by position, GQA (heads % kv_heads == 0), scale 0 meaning
  * 1/sqrt(head_dim). dtype 0 = float32, 1 = float64. Layouts: q, o, d_o, dq [rows][heads][dim];

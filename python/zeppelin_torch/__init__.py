@@ -10,6 +10,7 @@ Host build: CPU tensors (float32, float64) and torch.distributed (gloo). See doc
 """
 from ._capi import ZeppelinError
 from .attention import varlen_attention
+from .pack import pack
 from .plan import Group, Layout, Plan, plan
 from .relayout import RankRelayout, Relayout, relayout
 from .ring import RankSchedule, RingStep, ring_attention
@@ -23,6 +24,7 @@ __all__ = [
     "Relayout",
     "RingStep",
     "ZeppelinError",
+    "pack",
     "plan",
     "relayout",
     "ring_attention",

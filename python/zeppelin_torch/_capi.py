@@ -63,6 +63,10 @@ _signatures = {
         [_i32, _i32, _i32, _i32, _f64, _i64, _i64, _i64, _i64, _p, _p, _p, _p, _p, _p, _i64, _p, _p, _p],
     ),
     "zeppelin_lse_merge": (ctypes.c_int, [_i32, _i64, _i32, _i32, _p, _p, _i64, _p, _p, _i64]),
+    "zeppelin_packing_create": (ctypes.c_int, [_pi64, _i64, ctypes.c_char_p, _i32, _i64, ctypes.POINTER(_p)]),
+    "zeppelin_packing_destroy": (None, [_p]),
+    "zeppelin_packing_iterations": (_i64, [_p]),
+    "zeppelin_packing_table": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
     "zeppelin_capi_has_cuda": (_i32, []),
     "zeppelin_cuda_attention_forward": (
         ctypes.c_int,

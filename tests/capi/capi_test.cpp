@@ -6,6 +6,8 @@
 
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/exec/host_attention.hpp>
+#include <zeppelin/pack/any_packer.hpp>
+#include <zeppelin/pack/stream.hpp>
 #include <zeppelin/partition/capacity.hpp>
 #include <zeppelin/partition/registry.hpp>
 #include <zeppelin/remap/exact.hpp>
@@ -181,4 +183,39 @@ TEST_CASE("block attention and the LSE merge of two key halves equal one dense c
   for (std::size_t i = 0; i < dq.size(); ++i) CHECK(dq[i] == Approx(dq_ref[i]).margin(1e-11));
   for (std::size_t i = 0; i < dk.size(); ++i) CHECK(dk[i] == Approx(dk_ref[i]).margin(1e-11));
   for (std::size_t i = 0; i < dv.size(); ++i) CHECK(dv[i] == Approx(dv_ref[i]).margin(1e-11));
+}
+
+TEST_CASE("packings equal pack_stream's, document for document", "[capi]") {
+  std::mt19937_64 rng(3);
+  for (const packer_kind kind : {packer_kind::original, packer_kind::fixed_greedy, packer_kind::wlb}) {
+    std::vector<std::int64_t> lengths(1 + rng() % 200);
+    for (auto& l : lengths) l = 1 + static_cast<std::int64_t>(rng() % 2048);
+    zeppelin_packing* x = nullptr;
+    REQUIRE(zeppelin_packing_create(lengths.data(), static_cast<int64_t>(lengths.size()), std::string(to_string(kind)).c_str(), 4, 2048,
+                                    &x) == 0);
+    const packing_run want = pack_stream(make_packer(kind), std::vector<token_count>(lengths.begin(), lengths.end()),
+                                         packing_limits{.micro_batches = 4, .max_tokens = 2048});
+    CHECK(zeppelin_packing_iterations(x) == static_cast<std::int64_t>(want.iterations.size()));
+    std::int64_t count = 0;
+    REQUIRE(zeppelin_packing_table(x, nullptr, 0, &count) == 0);
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(count * 3));
+    REQUIRE(zeppelin_packing_table(x, rows.data(), count, &count) == 0);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < want.iterations.size(); ++i)
+      for (std::size_t m = 0; m < want.iterations[i].micro_batches.size(); ++m)
+        for (const std::int64_t d : want.iterations[i].micro_batches[m].documents) {
+          REQUIRE(at + 2 < rows.size());
+          CHECK(rows[at] == static_cast<std::int64_t>(i));
+          CHECK(rows[at + 1] == static_cast<std::int64_t>(m));
+          CHECK(rows[at + 2] == d);
+          at += 3;
+        }
+    CHECK(at == rows.size());
+    zeppelin_packing_destroy(x);
+  }
+  zeppelin_packing* x = nullptr;
+  const std::int64_t too_long[] = {10, 5000};
+  CHECK(zeppelin_packing_create(too_long, 2, "wlb", 2, 4096, &x) != 0);
+  CHECK(std::string(zeppelin_last_error()).find("longer than the micro-batch token limit") != std::string::npos);
+  CHECK(x == nullptr);
 }

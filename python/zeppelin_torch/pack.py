@@ -1,0 +1,40 @@
+"""Packing a stream of documents into micro-batches (WLB-LLM's packers), before planning each
+micro-batch's placement."""
+import ctypes
+
+import torch
+
+from . import _capi, _checks
+
+
+def pack(lengths, *, micro_batches, max_tokens, method="wlb"):
+    """Packs documents (lengths in stream order: list, tuple or 1-D integer tensor) into
+    training iterations of `micro_batches` micro-batches of at most `max_tokens` tokens, with
+    `method`: "original" (arrival order), "fixed_greedy", "fixed_exact" (fixed-length packing,
+    greedy or exact) or "wlb" (WLB-LLM's variable-length packing with outlier queues). Every
+    document is placed (the stream is flushed at its end). Returns a list of iterations, each a
+    list of `micro_batches` LongTensors of document indices (possibly empty)."""
+    lengths = _checks.lengths_tensor(lengths)
+    micro_batches = _checks.positive_int("micro_batches", micro_batches)
+    max_tokens = _checks.positive_int("max_tokens", max_tokens, _checks.INT64_MAX)
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a str, got {type(method).__name__}")
+    handle = ctypes.c_void_p()
+    _capi.call(
+        _capi.lib.zeppelin_packing_create,
+        ctypes.cast(lengths.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
+        len(lengths),
+        method.encode(),
+        micro_batches,
+        max_tokens,
+        ctypes.byref(handle),
+    )
+    try:
+        iterations = int(_capi.lib.zeppelin_packing_iterations(handle))
+        rows = _capi.table(_capi.lib.zeppelin_packing_table, 3, handle)
+    finally:
+        _capi.lib.zeppelin_packing_destroy(handle)
+    out = [[[] for _ in range(micro_batches)] for _ in range(iterations)]
+    for iteration, micro_batch, document in rows.tolist():
+        out[iteration][micro_batch].append(document)
+    return [[torch.tensor(docs, dtype=torch.int64) for docs in it] for it in out]
