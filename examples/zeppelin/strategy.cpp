@@ -53,16 +53,15 @@ void run_strategy(const strategy_options& o) {
   const std::vector<token_count> lengths = read_lengths_file(o.lengths_file);
   gpu_spec gpu = gpus::a800_80g();
   gpu.memory_bytes = o.gpu_memory_gib * double(1ull << 30);
-  const std::vector<parallel_scheme> schemes = enumerate_schemes(model, o.gpus, o.gpus_per_node);
-  const std::vector<scheme_profile> profiles =
-      profile_schemes(schemes, model, gpu, o.gpus, {.margin_bytes = o.margin_gib * double(1ull << 30)});
-  if (profiles.empty())
-    ZEPPELIN_THROW(infeasible, "the model fits no parallel scheme on these GPUs",
-                   {{"gpus", double(o.gpus)}, {"gpus_per_node", double(o.gpus_per_node)}, {"gpu_memory_gib", o.gpu_memory_gib}});
-  const std::vector<strategy> candidates = propose_strategies(profiles, o.gpus, lengths);
-  const iteration_plan plan =
-      plan_iteration(candidates, lengths, greedy_dispatch{.trials = o.trials, .seed = o.seed}, greedy_pipeline_packing{});
-  const strategy& chosen = candidates[plan.candidate];
+  const strategy_choice choice = plan_strategy(model,
+                                               {.gpus = o.gpus,
+                                                .gpus_per_node = o.gpus_per_node,
+                                                .gpu = gpu,
+                                                .margin_bytes = o.margin_gib * double(1ull << 30),
+                                                .dispatch = {.trials = o.trials, .seed = o.seed}},
+                                               lengths);
+  const iteration_plan& plan = choice.plan;
+  const strategy& chosen = choice.chosen();
   if (o.json) {
     auto j = with_format<nlohmann::ordered_json>("strategy");
     j["strategy"] = nlohmann::ordered_json::array();
@@ -79,8 +78,8 @@ void run_strategy(const strategy_options& o) {
     std::cout << j.dump() << '\n';
     return;
   }
-  std::printf("%s on %lld GPUs (%d per node): %zu sequences, %zu schemes fit, %zu candidate strategies\n", model.name.c_str(),
-              static_cast<long long>(o.gpus), o.gpus_per_node, lengths.size(), profiles.size(), candidates.size());
+  std::printf("%s on %lld GPUs (%d per node): %zu sequences, %zu candidate strategies\n", model.name.c_str(),
+              static_cast<long long>(o.gpus), o.gpus_per_node, lengths.size(), choice.candidates.size());
   std::printf("strategy:");
   for (const strategy_part& p : chosen.parts)
     std::printf(" %d x <TP %d, PP %d, CP %d>", p.pipelines, p.profile.scheme.tp, p.profile.scheme.pp, p.profile.scheme.cp);

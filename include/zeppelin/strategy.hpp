@@ -10,6 +10,7 @@
 #include <zeppelin/strategy/iteration_plan.hpp>
 #include <zeppelin/strategy/parallel_scheme.hpp>
 #include <zeppelin/strategy/pipeline_packing.hpp>
+#include <zeppelin/strategy/plan_strategy.hpp>
 #include <zeppelin/strategy/scheme_profile.hpp>
 #include <zeppelin/strategy/strategy_proposal.hpp>
 #include <zeppelin/strategy/switching.hpp>

@@ -1,7 +1,7 @@
 // python/capi/zeppelin_capi.cpp
 // The host entry points of zeppelin_capi.h over the header-only library: each converts its
-// arguments, calls the library, and reports errors through guarded() (capi_guard.hpp).
-#include "capi_guard.hpp"
+// arguments, calls the library, and reports errors through guarded() (capi_support.hpp).
+#include "capi_support.hpp"
 #include "zeppelin_capi.h"
 
 #include <zeppelin/core/batch.hpp>
@@ -36,18 +36,8 @@ struct zeppelin_packing {
 
 namespace {
 
-void expect(bool ok, const std::string& what) {
-  if (!ok) ZEPPELIN_THROW(invalid_argument, what, {});
-}
-
-// Writes rows of `Width` int64 produced by `row(i, out_row)` for i in [0, n).
-template <int Width, class Row>
-void fill_table(std::int64_t n, std::int64_t* out, std::int64_t room, std::int64_t* count, Row&& row) {
-  expect(count != nullptr, "zeppelin: count must not be NULL");
-  *count = n;
-  if (out == nullptr || room < n) return;
-  for (std::int64_t i = 0; i < n; ++i) row(i, out + i * Width);
-}
+using zeppelin::capi::expect;
+using zeppelin::capi::fill_table;
 
 const zeppelin::placement& placement_of(const zeppelin_plan* p, std::int32_t rank) {
   expect(p != nullptr, "zeppelin: the plan must not be NULL");

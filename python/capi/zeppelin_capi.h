@@ -84,6 +84,41 @@ ZEPPELIN_CAPI int64_t zeppelin_packing_iterations(const zeppelin_packing* packin
  * in packing order. */
 ZEPPELIN_CAPI int zeppelin_packing_table(const zeppelin_packing* packing, int64_t* out, int64_t room, int64_t* count);
 
+/* Hydraulis' heterogeneous strategy for one iteration (the library's plan_strategy): the
+ * schemes <TP, PP, CP> `model` allows on `gpus` GPUs (`gpus_per_node` per node, A800 tables
+ * with `memory_bytes` per GPU of which `margin_bytes` are kept free), the strategy proposal
+ * over `lengths`, greedy dispatch (`trials`, `seed`) and packing. */
+typedef struct zeppelin_strategy zeppelin_strategy;
+ZEPPELIN_CAPI int zeppelin_strategy_create(const int64_t* lengths, int64_t sequences, int64_t gpus, int32_t gpus_per_node,
+                                           const char* model, double memory_bytes, double margin_bytes, int32_t trials,
+                                           uint64_t seed, zeppelin_strategy** out);
+ZEPPELIN_CAPI void zeppelin_strategy_destroy(zeppelin_strategy* strategy);
+/* The predicted iteration seconds (the slowest pipeline's). */
+ZEPPELIN_CAPI double zeppelin_strategy_seconds(const zeppelin_strategy* strategy);
+/* The pipelines: rows of 5 (tp, pp, cp, MaxLen, micro-batch count). */
+ZEPPELIN_CAPI int zeppelin_strategy_pipelines(const zeppelin_strategy* strategy, int64_t* out, int64_t room, int64_t* count);
+/* Their micro-batches: rows of 3 (pipeline, micro-batch, sequence). */
+ZEPPELIN_CAPI int zeppelin_strategy_micro_batches(const zeppelin_strategy* strategy, int64_t* out, int64_t room, int64_t* count);
+
+/* InfiniPipe's elastic pipeline for one global batch (the library's plan_elastic_pipeline):
+ * Ulysses degree `sp` inside a node, `pp` stages, `model` (a preset name: gpt-7b, gpt-13b,
+ * gpt-30b, ...), `usable_bytes` of memory per GPU, up to `max_slices` slices of the longest
+ * sequence; the paper's A800 cluster. */
+typedef struct zeppelin_chunking zeppelin_chunking;
+ZEPPELIN_CAPI int zeppelin_chunking_create(const int64_t* lengths, int64_t sequences, int32_t sp, int32_t pp, const char* model,
+                                           double usable_bytes, int32_t max_slices, zeppelin_chunking** out);
+ZEPPELIN_CAPI void zeppelin_chunking_destroy(zeppelin_chunking* chunking);
+ZEPPELIN_CAPI double zeppelin_chunking_seconds(const zeppelin_chunking* chunking);
+/* The mesh: slice lengths of the longest sequence (rows of 1). */
+ZEPPELIN_CAPI int zeppelin_chunking_mesh(const zeppelin_chunking* chunking, int64_t* out, int64_t room, int64_t* count);
+/* The chunks' slices: rows of 5 (chunk, sequence, begin, end, the chunk's context). */
+ZEPPELIN_CAPI int zeppelin_chunking_slices(const zeppelin_chunking* chunking, int64_t* out, int64_t room, int64_t* count);
+/* The forward order: rows of 2 (pipeline, chunk), pipelines one after the other. */
+ZEPPELIN_CAPI int zeppelin_chunking_order(const zeppelin_chunking* chunking, int64_t* out, int64_t room, int64_t* count);
+/* The checkpointing: rows of 4 (pipeline, stage, position in the pipeline's forward order,
+ * layers recomputed). */
+ZEPPELIN_CAPI int zeppelin_chunking_checkpoint(const zeppelin_chunking* chunking, int64_t* out, int64_t room, int64_t* count);
+
 /* Host attention of one block: query positions [q_begin, q_end) and key positions [k_begin,
  * k_end) of ONE sequence, causal by position, GQA (heads % kv_heads == 0), scale 0 meaning
  * 1/sqrt(head_dim). dtype 0 = float32, 1 = float64. Layouts: q, o, d_o, dq [rows][heads][dim];

@@ -3,7 +3,7 @@
 // facades of zeppelin/cuda/attention.hpp): parameters are checked with the library's
 // validate(), so a bad launch fails with a message naming the number, never a CUDA error
 // code alone. Built only with CUDA (zeppelin_capi_host_only.cpp stands in otherwise).
-#include "capi_guard.hpp"
+#include "capi_support.hpp"
 #include "zeppelin_capi.h"
 
 #include <zeppelin/cuda/attention.hpp>

@@ -1,7 +1,7 @@
 // python/capi/zeppelin_capi_host_only.cpp
 // The device entry points of zeppelin_capi.h in a build without CUDA: each fails with a
 // message saying so (zeppelin_capi_has_cuda() == 0), so a caller learns why, not a missing symbol.
-#include "capi_guard.hpp"
+#include "capi_support.hpp"
 #include "zeppelin_capi.h"
 
 namespace {

@@ -10,12 +10,19 @@ Host build: CPU tensors (float32, float64) and torch.distributed (gloo). See doc
 """
 from ._capi import ZeppelinError
 from .attention import varlen_attention
+from .chunk import Chunking, chunk
 from .pack import pack
 from .plan import Group, Layout, Plan, plan
 from .relayout import RankRelayout, Relayout, relayout
 from .ring import RankSchedule, RingStep, ring_attention
+from .strategy import Pipeline, Strategy, strategy
 
 __all__ = [
+    "Chunking",
+    "Pipeline",
+    "Strategy",
+    "chunk",
+    "strategy",
     "Group",
     "Layout",
     "Plan",

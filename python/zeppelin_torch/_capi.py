@@ -67,6 +67,20 @@ _signatures = {
     "zeppelin_packing_destroy": (None, [_p]),
     "zeppelin_packing_iterations": (_i64, [_p]),
     "zeppelin_packing_table": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
+    "zeppelin_strategy_create": (
+        ctypes.c_int, [_pi64, _i64, _i64, _i32, ctypes.c_char_p, _f64, _f64, _i32, _u64, ctypes.POINTER(_p)]
+    ),
+    "zeppelin_strategy_destroy": (None, [_p]),
+    "zeppelin_strategy_seconds": (_f64, [_p]),
+    "zeppelin_strategy_pipelines": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
+    "zeppelin_strategy_micro_batches": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
+    "zeppelin_chunking_create": (ctypes.c_int, [_pi64, _i64, _i32, _i32, ctypes.c_char_p, _f64, _i32, ctypes.POINTER(_p)]),
+    "zeppelin_chunking_destroy": (None, [_p]),
+    "zeppelin_chunking_seconds": (_f64, [_p]),
+    "zeppelin_chunking_mesh": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
+    "zeppelin_chunking_slices": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
+    "zeppelin_chunking_order": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
+    "zeppelin_chunking_checkpoint": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
     "zeppelin_capi_has_cuda": (_i32, []),
     "zeppelin_cuda_attention_forward": (
         ctypes.c_int,
@@ -92,6 +106,19 @@ def call(fn, *args):
     """Calls a status-returning C function; raises ZeppelinError with the library's message on failure."""
     if fn(*args) != 0:
         raise ZeppelinError(lib.zeppelin_last_error().decode("utf-8", "replace"))
+
+
+def lengths_pointer(lengths):
+    """A ctypes int64 pointer to a contiguous int64 CPU tensor."""
+    return ctypes.cast(lengths.data_ptr(), _pi64)
+
+
+def create(fn, destroy, *args):
+    """Calls a C constructor (its last argument the handle out-pointer); returns the handle and
+    a finalizer to call when done (the handle is destroyed even if reading it fails)."""
+    handle = ctypes.c_void_p()
+    call(fn, *args, ctypes.byref(handle))
+    return handle, lambda: destroy(handle)
 
 
 def table(fn, width, *args):

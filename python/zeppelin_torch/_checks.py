@@ -25,6 +25,12 @@ def non_negative_int(name, value, high=INT32_MAX):
     return _int_in(name, value, 0, high)
 
 
+def non_negative_number(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < float("inf"):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def lengths_tensor(lengths):
     """A 1-D int64 CPU tensor of positive lengths from a list, tuple or integer tensor."""
     if isinstance(lengths, torch.Tensor):

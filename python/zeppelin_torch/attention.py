@@ -3,8 +3,6 @@ sequences packed back to back (cu_seqlens), with GQA, on the CPU (host kernels, 
 float64) or a GPU (CUDA kernels, bfloat16 / float16, head dim 64 or 128).
 Layouts: q, o [rows, heads, dim]; k, v [rows, kv_heads, dim]; lse [heads, rows] (natural log).
 """
-import math
-
 import torch
 
 from . import _checks
@@ -28,9 +26,8 @@ class _VarlenAttention(torch.autograd.Function):
 
 
 def check_scale(scale):
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 <= scale < math.inf):
-        raise ValueError(f"scale must be a finite float >= 0 (0: 1/sqrt(head_dim)), got {scale!r}")
-    return float(scale)
+    """The softmax scale: a finite number >= 0 (0: 1 / sqrt(head_dim))."""
+    return _checks.non_negative_number("scale", scale)
 
 
 def varlen_attention(q, k, v, cu_seqlens, *, scale=0.0, return_lse=False):

@@ -5,13 +5,17 @@
 #include <zeppelin_capi.h>
 
 #include <zeppelin/core/fingerprint.hpp>
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/pack/any_packer.hpp>
+#include <zeppelin/pack/elastic_pipeline.hpp>
 #include <zeppelin/pack/stream.hpp>
 #include <zeppelin/partition/capacity.hpp>
 #include <zeppelin/partition/registry.hpp>
 #include <zeppelin/remap/exact.hpp>
 #include <zeppelin/remap/layout.hpp>
+#include <zeppelin/strategy/plan_strategy.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -218,4 +222,48 @@ TEST_CASE("packings equal pack_stream's, document for document", "[capi]") {
   CHECK(zeppelin_packing_create(too_long, 2, "wlb", 2, 4096, &x) != 0);
   CHECK(std::string(zeppelin_last_error()).find("longer than the micro-batch token limit") != std::string::npos);
   CHECK(x == nullptr);
+}
+
+TEST_CASE("strategies and chunkings equal plan_strategy's and plan_elastic_pipeline's", "[capi]") {
+  std::mt19937_64 rng(8);
+  std::vector<std::int64_t> lengths(40);
+  for (auto& l : lengths) l = 64 + static_cast<std::int64_t>(rng() % (rng() % 2 ? 2000 : 40000));
+  const std::vector<token_count> batch(lengths.begin(), lengths.end());
+
+  zeppelin_strategy* s = nullptr;
+  REQUIRE(zeppelin_strategy_create(lengths.data(), 40, 16, 8, "7b", 80.0 * (1ull << 30), 8.0 * (1ull << 30), 100, 1, &s) == 0);
+  gpu_spec gpu = gpus::a800_80g();
+  gpu.memory_bytes = 80.0 * (1ull << 30);
+  const strategy_choice want =
+      plan_strategy(model_by_name("7b"), {.gpus = 16, .gpus_per_node = 8, .gpu = gpu, .margin_bytes = 8.0 * (1ull << 30), .dispatch = {100, 1}},
+                    batch);
+  CHECK(zeppelin_strategy_seconds(s) == want.plan.seconds);
+  std::int64_t count = 0;
+  REQUIRE(zeppelin_strategy_pipelines(s, nullptr, 0, &count) == 0);
+  CHECK(count == static_cast<std::int64_t>(want.plan.pipelines.size()));
+  REQUIRE(zeppelin_strategy_micro_batches(s, nullptr, 0, &count) == 0);
+  CHECK(count == 40);  // every sequence in one micro-batch
+  zeppelin_strategy_destroy(s);
+  CHECK(zeppelin_strategy_create(lengths.data(), 40, 16, 8, "no-such-model", 80e9, 8e9, 100, 1, &s) != 0);
+  CHECK(zeppelin_strategy_create(lengths.data(), 40, 16, 8, "7b", 80e9, 8e9, 0, 1, &s) != 0);
+  CHECK(std::string(zeppelin_last_error()).find("trials must be >= 1") != std::string::npos);
+
+  zeppelin_chunking* c = nullptr;
+  const double usable = 72.0 * (1ull << 30);
+  REQUIRE(zeppelin_chunking_create(lengths.data(), 40, 8, 4, "gpt-13b", usable, 16, &c) == 0);
+  auto options = elastic_pipeline_options::for_model(model_by_name("gpt-13b"), clusters::infinipipe_a800_ib(4), 8, 4, usable);
+  options.processor.max_slices = 16;
+  const elastic_plan plan = plan_elastic_pipeline(batch, options);
+  CHECK(zeppelin_chunking_seconds(c) == plan.seconds);
+  REQUIRE(zeppelin_chunking_mesh(c, nullptr, 0, &count) == 0);
+  std::vector<std::int64_t> mesh(static_cast<std::size_t>(count));
+  REQUIRE(zeppelin_chunking_mesh(c, mesh.data(), count, &count) == 0);
+  CHECK(std::equal(mesh.begin(), mesh.end(), plan.chunks.mesh.begin(), plan.chunks.mesh.end()));
+  REQUIRE(zeppelin_chunking_checkpoint(c, nullptr, 0, &count) == 0);
+  std::size_t chunks_in_pipelines = 0;
+  for (const elastic_pipeline& p : plan.pipelines) chunks_in_pipelines += p.forward.size();
+  CHECK(count == static_cast<std::int64_t>(4 * chunks_in_pipelines));
+  zeppelin_chunking_destroy(c);
+  CHECK(zeppelin_chunking_create(lengths.data(), 40, 0, 4, "gpt-13b", usable, 16, &c) != 0);
+  CHECK(std::string(zeppelin_last_error()).find("SP and PP degrees must be >= 1") != std::string::npos);
 }

@@ -1,0 +1,50 @@
+// python/capi/capi_support.hpp
+// What every translation unit of the C ABI shares:
+//   guarded(f)     the error convention of zeppelin_capi.h: runs f, turns any exception into a
+//                  nonzero return and this thread's last_error message (one definition for the
+//                  whole library), so no C++ exception crosses the C ABI
+//   expect(ok, m)  throws invalid_argument(m) when !ok
+//   fill_table     the (out, room, count) convention of the int64 tables
+#pragma once
+
+#include <zeppelin/core/error.hpp>
+
+#include <cstdint>
+#include <exception>
+#include <new>
+#include <string>
+
+namespace zeppelin::capi {
+
+inline thread_local std::string last_error;
+
+template <class F>
+int guarded(F&& f) noexcept {
+  try {
+    last_error.clear();
+    f();
+    return 0;
+  } catch (const std::bad_alloc&) {
+    last_error = "zeppelin: out of memory";
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "zeppelin: unknown error";
+  }
+  return 1;
+}
+
+inline void expect(bool ok, const std::string& what) {
+  if (!ok) ZEPPELIN_THROW(invalid_argument, what, {});
+}
+
+//! *count = n; when out != NULL and room >= n, row(i, out + i * Width) writes row i.
+template <int Width, class Row>
+void fill_table(std::int64_t n, std::int64_t* out, std::int64_t room, std::int64_t* count, Row&& row) {
+  expect(count != nullptr, "zeppelin: count must not be NULL");
+  *count = n;
+  if (out == nullptr || room < n) return;
+  for (std::int64_t i = 0; i < n; ++i) row(i, out + i * Width);
+}
+
+}  // namespace zeppelin::capi
