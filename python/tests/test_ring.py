@@ -109,3 +109,24 @@ def test_calls_that_do_not_match_the_plan_are_refused():
         assert f"schedule is for plan rank {(rank + 1) % 2}" in messages[1]
         assert "the world has 2 ranks and the plan 3" in messages[2]
         assert "schedule must be a RankSchedule, got str" in messages[3]
+
+
+def two_plans(rank, world):
+    """Ranks 0, 2 run one plan and ranks 1, 3 another, side by side (group_ranks maps them)."""
+    ranks = [0, 2] if rank % 2 == 0 else [1, 3]
+    lengths = case_lengths(40 + rank % 2)
+    p = zt.plan(lengths, gpus_per_node=2, partitioner="even_split")
+    sched = zt.RankSchedule(p, ranks.index(rank))
+    q, k, v, d_o = global_tensors(sum(lengths), torch.float64, 40 + rank % 2)
+    index = sched.layout.token_index
+    ql, kl, vl = (t.index_select(0, index).requires_grad_() for t in (q, k, v))
+    o = zt.ring_attention(ql, kl, vl, sched, group_ranks=ranks)
+    o.backward(d_o.index_select(0, index))
+    return p.fingerprint, [(index, o.detach(), ql.grad, kl.grad, vl.grad)], len(sched.rings)
+
+
+def test_group_ranks_run_two_plans_side_by_side():
+    results = run_world(4, two_plans)
+    for parity in (0, 1):
+        cases = [("even_split", 40 + parity, 1)]
+        check_against_reference([[results[parity]], [results[parity + 2]]], cases, torch.float64, 1e-12)

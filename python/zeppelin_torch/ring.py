@@ -5,8 +5,9 @@ V in the layout's buffer order). Sequences a rank holds whole are computed local
 shards of each group circulate around the group's members in ring order (members[i] sends to
 members[i + 1]): at round r a member holds the K/V of the member r places before it and
 computes its query shards against the held key shards of the same sequences, merging by
-log-sum-exp. The backward runs the same ring carrying dK/dV with the K/V and one more hop
-home, from the global O and LSE (as FlashAttention's backward). Groups run one after another
+log-sum-exp; a round's K/V transfer is posted before its compute and overlaps it. The backward
+runs the same ring, dK/dV following their K/V one compute behind, and one more hop home, from
+the global O and LSE (as FlashAttention's backward). Groups run one after another
 in index order on every rank, so no two rings wait on each other. Over torch.distributed every
 group circulates as a ring, whatever collective the C++ engines would use for it: the result
 is the same attention.
@@ -95,16 +96,23 @@ def _gather(t, shards):
     return torch.cat([t[s.row : s.row + s.end - s.begin] for s in shards]) if shards else t[:0]
 
 
-def _shift(tensors, send_to, recv_from, rows_in, tag, global_rank):
-    """Sends each tensor ([2, rows, ...]) to send_to and returns what recv_from sends (rows_in rows)."""
-    incoming = [t.new_empty((t.shape[0], rows_in) + tuple(t.shape[2:])) for t in tensors]
-    ops = []
-    for t, buf in zip(tensors, incoming):
-        ops.append(dist.isend(t.contiguous(), global_rank(send_to), tag=tag))
-        ops.append(dist.irecv(buf, global_rank(recv_from), tag=tag))
-    for op in ops:
-        op.wait()
-    return incoming
+class _Shift:
+    """Posts the sends of `tensors` ([2, rows, ...]) to send_to and the receives of what
+    recv_from sends (rows_in rows); wait() returns the received tensors. Posted before a
+    round's compute, so the transfer overlaps it (the ring's double buffering)."""
+
+    def __init__(self, tensors, send_to, recv_from, rows_in, tag, global_rank):
+        self.incoming = [t.new_empty((t.shape[0], rows_in) + tuple(t.shape[2:])) for t in tensors]
+        self.outgoing = [t.contiguous() for t in tensors]  # alive until the sends complete
+        self.ops = []
+        for t, buf in zip(self.outgoing, self.incoming):
+            self.ops.append(dist.isend(t, global_rank(send_to), tag=tag))
+            self.ops.append(dist.irecv(buf, global_rank(recv_from), tag=tag))
+
+    def wait(self):
+        for op in self.ops:
+            op.wait()
+        return self.incoming
 
 
 def _pairs(queries, keys):
@@ -138,10 +146,13 @@ class _RingAttention(torch.autograd.Function):
             mine = sched.mine.get(g, [])
             kv = torch.stack([_gather(k, mine), _gather(v, mine)])
             for r in range(size):
+                shift = None
+                if r + 1 < size:  # the next round's K/V travel while this round computes
+                    shift = _Shift([kv], members[(i + 1) % size], members[(i - 1) % size], _rows(held[(i - r - 1) % size]),
+                                   2 * g, global_rank)
                 compute(mine, held[(i - r) % size], kv[0], kv[1])
-                if r + 1 < size:
-                    (kv,) = _shift([kv], members[(i + 1) % size], members[(i - 1) % size], _rows(held[(i - r - 1) % size]), g,
-                                   global_rank)
+                if shift is not None:
+                    (kv,) = shift.wait()
         o = o.to(q.dtype)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.sched, ctx.scale, ctx.global_rank, ctx.kernels = sched, scale, global_rank, kernels
@@ -169,14 +180,17 @@ class _RingAttention(torch.autograd.Function):
             mine = sched.mine.get(g, [])
             kv = torch.stack([_gather(k, mine), _gather(v, mine)])
             grads = torch.zeros(kv.shape, dtype=acc, device=kv.device)
+            send_to, recv_from = members[(i + 1) % size], members[(i - 1) % size]
             for r in range(size):
-                compute(mine, held[(i - r) % size], kv[0], kv[1], grads[0], grads[1])
                 rows_in = _rows(held[(i - r - 1) % size])
-                if r + 1 < size:
-                    kv, grads = _shift([kv, grads], members[(i + 1) % size], members[(i - 1) % size], rows_in, g,
-                                       ctx.global_rank)
-                elif size > 1:  # one more hop: the accumulated dK/dV go home
-                    (grads,) = _shift([grads], members[(i + 1) % size], members[(i - 1) % size], rows_in, g, ctx.global_rank)
+                # K/V travel during the compute; the dK/dV they accumulate follow it
+                shift = _Shift([kv], send_to, recv_from, rows_in, 2 * g, ctx.global_rank) if r + 1 < size else None
+                compute(mine, held[(i - r) % size], kv[0], kv[1], grads[0], grads[1])
+                if size > 1:  # after the last round: one more hop takes the dK/dV home
+                    grads_shift = _Shift([grads], send_to, recv_from, rows_in, 2 * g + 1, ctx.global_rank)
+                    if shift is not None:
+                        (kv,) = shift.wait()
+                    (grads,) = grads_shift.wait()
             start = 0
             for s in mine:
                 rows = s.end - s.begin
