@@ -2,7 +2,8 @@
 """A small GPT trained with torch.distributed (gloo, CPU processes) on zeppelin's plans.
 
 Each step: sample documents of random lengths from a synthetic token stream; plan them with a
-zeppelin partitioner (the same plan on every rank: the fingerprints are compared); dispatch
+zeppelin partitioner or the cost-driven planner (the same plan on every rank: the fingerprints
+are compared); dispatch
 each rank's tokens to its token-balanced (linear) layout; per layer, project Q, K, V there,
 move them to the attention layout (zeppelin_torch.relayout, inverse), run zeppelin's
 distributed causal attention (ring_attention: rotary positions per document, GQA), move O back;
@@ -132,8 +133,11 @@ def train(rank, world, args, out_path):
     for step in range(args.steps):
         t0 = time.perf_counter()
         lengths, tokens, targets = sample_batch(step, args)
-        plan = zt.plan(lengths, nodes=args.nodes if world > 1 else 1, gpus_per_node=world // (args.nodes if world > 1 else 1),
-                       partitioner=args.partitioner)
+        nodes = args.nodes if world > 1 else 1
+        if args.partitioner == "cost-driven":  # Zeppelin's planner: every candidate layout priced by the simulator
+            plan = zt.plan_by_cost(lengths, nodes=nodes, gpus_per_node=world // nodes, model="7b")
+        else:
+            plan = zt.plan(lengths, nodes=nodes, gpus_per_node=world // nodes, partitioner=args.partitioner)
         fingerprints = [None] * world
         dist.all_gather_object(fingerprints, plan.fingerprint)
         if len(set(fingerprints)) != 1:
@@ -182,7 +186,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--world", type=int, default=4, help="processes (ranks), at least 1")
     ap.add_argument("--nodes", type=int, default=2, help="nodes of the plan's cluster; divides --world")
-    ap.add_argument("--partitioner", default="hierarchical")
+    ap.add_argument("--partitioner", default="hierarchical",
+                    help="a partitioner (hierarchical, even_split, allgather, hybrid_dp, per_document, ulysses) or "
+                    "cost-driven (zeppelin_torch.plan_by_cost)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
     ap.add_argument("--seed", type=int, default=1)

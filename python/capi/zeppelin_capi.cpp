@@ -1,6 +1,7 @@
 // python/capi/zeppelin_capi.cpp
 // The host entry points of zeppelin_capi.h over the header-only library: each converts its
 // arguments, calls the library, and reports errors through guarded() (capi_support.hpp).
+#include "capi_handles.hpp"
 #include "capi_support.hpp"
 #include "zeppelin_capi.h"
 
@@ -19,12 +20,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
-
-struct zeppelin_plan {
-  zeppelin::plan plan;
-};
 
 struct zeppelin_relayout {
   zeppelin::relayout_plan relayout;
@@ -87,8 +85,8 @@ int zeppelin_plan_create(const int64_t* lengths, int64_t sequences, int32_t node
     const zeppelin::topology t(zeppelin::topology_config{.nodes = nodes, .gpus_per_node = gpus_per_node});
     const zeppelin::partitioner_settings settings{
         .capacity = capacity > 0 ? capacity : zeppelin::balanced_capacity(b, t), .cp_size = cp_size, .metric = {}};
-    auto made = new zeppelin_plan{zeppelin::partition(zeppelin::partitioner_by_name(partitioner, settings), b, t)};
-    *out = made;
+    *out = new zeppelin_plan{zeppelin::partition(zeppelin::partitioner_by_name(partitioner, settings), b, t), "",
+                             std::numeric_limits<double>::quiet_NaN()};
   });
 }
 
@@ -99,6 +97,10 @@ int32_t zeppelin_plan_micro_batches(const zeppelin_plan* plan) { return plan ? p
 int32_t zeppelin_plan_groups(const zeppelin_plan* plan) { return plan ? static_cast<int32_t>(plan->plan.groups.size()) : 0; }
 int64_t zeppelin_plan_capacity(const zeppelin_plan* plan) { return plan ? plan->plan.capacity : 0; }
 uint64_t zeppelin_plan_fingerprint(const zeppelin_plan* plan) { return plan ? zeppelin::fingerprint(plan->plan) : 0; }
+const char* zeppelin_plan_choice(const zeppelin_plan* plan) { return plan ? plan->choice.c_str() : ""; }
+double zeppelin_plan_predicted_step(const zeppelin_plan* plan) {
+  return plan ? plan->predicted_step_s : std::numeric_limits<double>::quiet_NaN();
+}
 
 int zeppelin_plan_shards(const zeppelin_plan* plan, int32_t rank, int64_t* out, int64_t room, int64_t* count) {
   return zeppelin::capi::guarded([&] {

@@ -43,7 +43,17 @@ typedef struct zeppelin_relayout zeppelin_relayout;
  * 0: all). */
 ZEPPELIN_CAPI int zeppelin_plan_create(const int64_t* lengths, int64_t sequences, int32_t nodes, int32_t gpus_per_node,
                          const char* partitioner, int64_t capacity, int32_t cp_size, zeppelin_plan** out);
+/* Plans with Zeppelin's cost-driven planner (the `zeppelin` method): every candidate layout
+ * (Zeppelin's, Ulysses', the baselines') priced by the step simulator for `model` (a preset
+ * name: 7b, 13b, llama3-8b, ...) on the cluster preset `cluster` (a, b, c, ...) with `nodes`
+ * x `gpus_per_node` GPUs (0: the preset's), the fastest kept; capacity as above. */
+ZEPPELIN_CAPI int zeppelin_plan_by_cost(const int64_t* lengths, int64_t sequences, const char* cluster, int32_t nodes,
+                                        int32_t gpus_per_node, const char* model, int64_t capacity, zeppelin_plan** out);
 ZEPPELIN_CAPI void zeppelin_plan_destroy(zeppelin_plan* plan);
+/* The cost-driven planner's chosen candidate ("" for a partitioner's plan; owned by the plan). */
+ZEPPELIN_CAPI const char* zeppelin_plan_choice(const zeppelin_plan* plan);
+/* Its simulated step in seconds (NaN for a partitioner's plan). */
+ZEPPELIN_CAPI double zeppelin_plan_predicted_step(const zeppelin_plan* plan);
 ZEPPELIN_CAPI int32_t zeppelin_plan_ranks(const zeppelin_plan* plan);
 ZEPPELIN_CAPI int32_t zeppelin_plan_micro_batches(const zeppelin_plan* plan);
 ZEPPELIN_CAPI int32_t zeppelin_plan_groups(const zeppelin_plan* plan);

@@ -102,3 +102,29 @@ def test_bad_rank_and_micro_batch():
         p.layout(0, 1)
     with pytest.raises(ValueError, match=r"x must have the batch's tokens on dim 0 \(at least"):
         p.layout(0).dispatch(torch.zeros(3))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cost_driven_plan_places_every_token_and_names_its_choice(seed):
+    lengths = random_lengths(100 + seed, long_max=20000)
+    p = zt.plan_by_cost(lengths, nodes=2, gpus_per_node=4, model="7b")
+    assert p.choice in {"zeppelin_paper", "te_cp+routing+engine", "ulysses", "llama_cp", "te_cp+routing", "te_cp", "hybrid_dp",
+                        "hybrid_dp+engine"}
+    assert p.predicted_step_s > 0
+    seen = torch.zeros(sum(lengths), dtype=torch.int64)
+    for mb in range(p.micro_batches):
+        for r in range(p.num_ranks):
+            layout = p.layout(r, mb)
+            seen.index_add_(0, layout.token_index, torch.ones(layout.rows, dtype=torch.int64))
+    assert seen.eq(1).all()
+    assert zt.plan_by_cost(lengths, nodes=2, gpus_per_node=4, model="7b").fingerprint == p.fingerprint
+    assert zt.plan(lengths, gpus_per_node=8).choice is None
+
+
+def test_cost_driven_plan_bad_input():
+    with pytest.raises(zt.ZeppelinError, match="nope"):
+        zt.plan_by_cost([100, 200], model="nope")
+    with pytest.raises(zt.ZeppelinError):
+        zt.plan_by_cost([100, 200], cluster="zz")
+    with pytest.raises(TypeError, match="cluster must be a str, got int"):
+        zt.plan_by_cost([100, 200], cluster=3)

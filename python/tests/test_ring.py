@@ -9,7 +9,7 @@ import torch
 import zeppelin_torch as zt
 from _world import run_world
 
-PARTITIONERS = ["hierarchical", "even_split", "allgather", "hybrid_dp", "per_document", "ulysses"]
+PARTITIONERS = ["hierarchical", "even_split", "allgather", "hybrid_dp", "per_document", "ulysses", "cost-driven"]
 HEADS, KV_HEADS, DIM = 4, 2, 8
 
 
@@ -32,7 +32,10 @@ def run_cases(rank, world, cases, dtype):
     out = []
     for partitioner, seed, nodes in cases:
         lengths = case_lengths(seed)
-        p = zt.plan(lengths, nodes=nodes, gpus_per_node=world // nodes, partitioner=partitioner)
+        if partitioner == "cost-driven":
+            p = zt.plan_by_cost(lengths, nodes=nodes, gpus_per_node=world // nodes, capacity=-(-sum(lengths) // world))
+        else:
+            p = zt.plan(lengths, nodes=nodes, gpus_per_node=world // nodes, partitioner=partitioner)
         q, k, v, d_o = global_tensors(sum(lengths), dtype, seed)
         rows, rings = [], 0
         for mb in range(p.micro_batches):

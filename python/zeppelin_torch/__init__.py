@@ -12,7 +12,7 @@ from ._capi import ZeppelinError
 from .attention import varlen_attention
 from .chunk import Chunking, chunk
 from .pack import pack
-from .plan import Group, Layout, Plan, plan
+from .plan import Group, Layout, Plan, plan, plan_by_cost
 from .relayout import RankRelayout, Relayout, relayout
 from .ring import RankSchedule, RingStep, ring_attention
 from .strategy import Pipeline, Strategy, strategy
@@ -33,6 +33,7 @@ __all__ = [
     "ZeppelinError",
     "pack",
     "plan",
+    "plan_by_cost",
     "relayout",
     "ring_attention",
     "varlen_attention",

@@ -42,7 +42,12 @@ _signatures = {
     "zeppelin_capi_version": (_i32, []),
     "zeppelin_last_error": (ctypes.c_char_p, []),
     "zeppelin_plan_create": (ctypes.c_int, [_pi64, _i64, _i32, _i32, ctypes.c_char_p, _i64, _i32, ctypes.POINTER(_p)]),
+    "zeppelin_plan_by_cost": (
+        ctypes.c_int, [_pi64, _i64, ctypes.c_char_p, _i32, _i32, ctypes.c_char_p, _i64, ctypes.POINTER(_p)]
+    ),
     "zeppelin_plan_destroy": (None, [_p]),
+    "zeppelin_plan_choice": (ctypes.c_char_p, [_p]),
+    "zeppelin_plan_predicted_step": (_f64, [_p]),
     "zeppelin_plan_ranks": (_i32, [_p]),
     "zeppelin_plan_micro_batches": (_i32, [_p]),
     "zeppelin_plan_groups": (_i32, [_p]),

@@ -79,6 +79,10 @@ class Plan:
         self.micro_batches = int(_capi.lib.zeppelin_plan_micro_batches(handle))
         self.capacity = int(_capi.lib.zeppelin_plan_capacity(handle))
         self.fingerprint = int(_capi.lib.zeppelin_plan_fingerprint(handle))
+        # plan_by_cost: the chosen candidate and its simulated step (None for a partitioner's plan)
+        self.choice = _capi.lib.zeppelin_plan_choice(handle).decode() or None
+        step = float(_capi.lib.zeppelin_plan_predicted_step(handle))
+        self.predicted_step_s = None if step != step else step
         self._shards = [_capi.table(_capi.lib.zeppelin_plan_shards, 5, handle, r) for r in range(self.num_ranks)]
         self.groups = [self._group(g) for g in range(int(_capi.lib.zeppelin_plan_groups(handle)))]
 
@@ -158,3 +162,32 @@ def plan(lengths, *, gpus_per_node, nodes=1, partitioner="hierarchical", capacit
         ctypes.byref(handle),
     )
     return Plan(handle, lengths, partitioner)
+
+
+def plan_by_cost(lengths, *, gpus_per_node=0, nodes=1, model="7b", cluster="c", capacity=0):
+    """Plans `lengths` with Zeppelin's cost-driven planner: Zeppelin's layout, Ulysses' and the
+    baselines' are each priced by the step simulator for `model` (a preset name: 7b, 13b,
+    llama3-8b, ...) on the cluster preset `cluster` ("a", "b", "c": the Zeppelin paper's;
+    nodes x gpus_per_node GPUs, 0: the preset's 8), and the fastest is kept: the plan never
+    predicts slower than any of them. Plan.choice names the winner, Plan.predicted_step_s
+    its simulated step. Slower than plan() (it simulates; milliseconds to seconds)."""
+    lengths = _checks.lengths_tensor(lengths)
+    nodes = _checks.positive_int("nodes", nodes)
+    gpus_per_node = _checks.non_negative_int("gpus_per_node", gpus_per_node)
+    capacity = _checks.non_negative_int("capacity", capacity, _checks.INT64_MAX)
+    for name, value in (("model", model), ("cluster", cluster)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    handle = ctypes.c_void_p()
+    _capi.call(
+        _capi.lib.zeppelin_plan_by_cost,
+        _capi.lengths_pointer(lengths),
+        len(lengths),
+        cluster.encode(),
+        nodes,
+        gpus_per_node,
+        model.encode(),
+        capacity,
+        ctypes.byref(handle),
+    )
+    return Plan(handle, lengths, "cost-driven")

@@ -15,6 +15,7 @@
 #include <zeppelin/partition/registry.hpp>
 #include <zeppelin/remap/exact.hpp>
 #include <zeppelin/remap/layout.hpp>
+#include <zeppelin/sim/cost_driven_planner.hpp>
 #include <zeppelin/strategy/plan_strategy.hpp>
 
 #include <catch2/catch.hpp>
@@ -266,4 +267,27 @@ TEST_CASE("strategies and chunkings equal plan_strategy's and plan_elastic_pipel
   zeppelin_chunking_destroy(c);
   CHECK(zeppelin_chunking_create(lengths.data(), 40, 0, 4, "gpt-13b", usable, 16, &c) != 0);
   CHECK(std::string(zeppelin_last_error()).find("SP and PP degrees must be >= 1") != std::string::npos);
+}
+
+TEST_CASE("cost-driven plans equal plan_by_cost's, with its choice and step", "[capi]") {
+  const std::vector<std::int64_t> lengths{9000, 300, 120, 4000, 64, 700, 15000, 2500};
+  zeppelin_plan* p = nullptr;
+  REQUIRE(zeppelin_plan_by_cost(lengths.data(), 8, "c", 2, 4, "7b", 0, &p) == 0);
+  const batch b(std::vector<token_count>(lengths.begin(), lengths.end()));
+  const topology t = cluster_by_name("c", 2, 4);
+  method_setup setup;
+  setup.tokens_per_gpu = balanced_capacity(b, t);
+  setup.capacity_slack = 0;
+  const cost_driven_choice want = plan_by_cost(b, t, model_by_name("7b"), setup);
+  CHECK(zeppelin_plan_fingerprint(p) == fingerprint(want.chosen.layout));
+  CHECK(std::string(zeppelin_plan_choice(p)) == want.chosen.candidate);
+  CHECK(zeppelin_plan_predicted_step(p) == want.chosen.result.step_time_s);
+  zeppelin_plan_destroy(p);
+  plan_handle plain;
+  REQUIRE(zeppelin_plan_create(lengths.data(), 8, 2, 4, "hierarchical", 0, 0, &plain.p) == 0);
+  CHECK(std::string(zeppelin_plan_choice(plain.p)).empty());
+  CHECK(std::isnan(zeppelin_plan_predicted_step(plain.p)));
+  CHECK(zeppelin_plan_by_cost(lengths.data(), 8, "no-such-cluster", 2, 4, "7b", 0, &p) != 0);
+  CHECK(zeppelin_plan_by_cost(lengths.data(), 8, "c", 2, 4, "7b", -1, &p) != 0);
+  CHECK(std::string(zeppelin_last_error()).find("capacity must be >= 0") != std::string::npos);
 }
