@@ -44,16 +44,17 @@ const zeppelin::placement& placement_of(const zeppelin_plan* p, std::int32_t ran
   return p->plan.placements[static_cast<std::size_t>(rank)];
 }
 
-zeppelin::attention_dims dims_of(std::int32_t heads, std::int32_t kv_heads, std::int32_t head_dim, double scale) {
+// The dims of a block call after checking them, its position ranges and its LSE stride.
+zeppelin::attention_dims checked_block(std::int32_t heads, std::int32_t kv_heads, std::int32_t head_dim, double scale,
+                                       std::int64_t q_begin, std::int64_t q_end, std::int64_t k_begin, std::int64_t k_end,
+                                       std::int64_t lse_stride) {
   const zeppelin::attention_dims d{heads, kv_heads, head_dim, scale};
   zeppelin::validate(d);
-  return d;
-}
-
-void check_ranges(std::int64_t q_begin, std::int64_t q_end, std::int64_t k_begin, std::int64_t k_end) {
   expect(0 <= q_begin && q_begin <= q_end && 0 <= k_begin && k_begin <= k_end,
          "zeppelin attention: positions must satisfy 0 <= begin <= end (query [" + std::to_string(q_begin) + ", " +
              std::to_string(q_end) + "), key [" + std::to_string(k_begin) + ", " + std::to_string(k_end) + "))");
+  expect(lse_stride >= q_end - q_begin, "zeppelin attention: lse_stride must be at least the query rows");
+  return d;
 }
 
 // Calls f(T{}) for the element type dtype names (0 float32, 1 float64).
@@ -211,9 +212,7 @@ int zeppelin_attention_forward(int32_t dtype, int32_t heads, int32_t kv_heads, i
                                int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, const void* q,
                                const void* k, const void* v, void* o, void* lse, int64_t lse_stride) {
   return zeppelin::capi::guarded([&] {
-    const zeppelin::attention_dims d = dims_of(heads, kv_heads, head_dim, scale);
-    check_ranges(q_begin, q_end, k_begin, k_end);
-    expect(lse_stride >= q_end - q_begin, "zeppelin attention: lse_stride must be at least the query rows");
+    const zeppelin::attention_dims d = checked_block(heads, kv_heads, head_dim, scale, q_begin, q_end, k_begin, k_end, lse_stride);
     with_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
       zeppelin::host_attention{}.forward(zeppelin::attention_forward_args<T>{
@@ -228,9 +227,7 @@ int zeppelin_attention_backward(int32_t dtype, int32_t heads, int32_t kv_heads, 
                                 const void* k, const void* v, const void* o, const void* d_o, const void* lse,
                                 int64_t lse_stride, void* dq, void* dk, void* dv) {
   return zeppelin::capi::guarded([&] {
-    const zeppelin::attention_dims d = dims_of(heads, kv_heads, head_dim, scale);
-    check_ranges(q_begin, q_end, k_begin, k_end);
-    expect(lse_stride >= q_end - q_begin, "zeppelin attention: lse_stride must be at least the query rows");
+    const zeppelin::attention_dims d = checked_block(heads, kv_heads, head_dim, scale, q_begin, q_end, k_begin, k_end, lse_stride);
     with_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
       zeppelin::host_attention{}.backward(zeppelin::attention_backward_args<T>{

@@ -25,6 +25,13 @@ def non_negative_int(name, value, high=INT32_MAX):
     return _int_in(name, value, 0, high)
 
 
+def name_str(name, value):
+    """A name argument (a partitioner, packer, model or cluster preset): a str."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value.encode()
+
+
 def non_negative_number(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < float("inf"):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")

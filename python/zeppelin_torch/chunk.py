@@ -28,12 +28,11 @@ def chunk(lengths, *, sp, pp, model="13b", gpu_memory_gib=80.0, margin_gib=8.0, 
     sp = _checks.positive_int("sp", sp)
     pp = _checks.positive_int("pp", pp)
     max_slices = _checks.positive_int("max_slices", max_slices)
-    if not isinstance(model, str):
-        raise TypeError(f"model must be a str, got {type(model).__name__}")
     gpu_memory_gib = _checks.non_negative_number("gpu_memory_gib", gpu_memory_gib)
     margin_gib = _checks.non_negative_number("margin_gib", margin_gib)
     if margin_gib >= gpu_memory_gib:
         raise ValueError(f"margin_gib ({margin_gib}) must be below gpu_memory_gib ({gpu_memory_gib})")
+    _checks.name_str("model", model)
     preset = model if "-" in model else "gpt-" + model
     handle, done = _capi.create(
         _capi.lib.zeppelin_chunking_create, _capi.lib.zeppelin_chunking_destroy,

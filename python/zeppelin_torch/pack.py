@@ -1,7 +1,5 @@
 """Packing a stream of documents into micro-batches (WLB-LLM's packers), before planning each
 micro-batch's placement."""
-import ctypes
-
 import torch
 
 from . import _capi, _checks
@@ -17,23 +15,15 @@ def pack(lengths, *, micro_batches, max_tokens, method="wlb"):
     lengths = _checks.lengths_tensor(lengths)
     micro_batches = _checks.positive_int("micro_batches", micro_batches)
     max_tokens = _checks.positive_int("max_tokens", max_tokens, _checks.INT64_MAX)
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a str, got {type(method).__name__}")
-    handle = ctypes.c_void_p()
-    _capi.call(
-        _capi.lib.zeppelin_packing_create,
-        ctypes.cast(lengths.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
-        len(lengths),
-        method.encode(),
-        micro_batches,
-        max_tokens,
-        ctypes.byref(handle),
+    handle, done = _capi.create(
+        _capi.lib.zeppelin_packing_create, _capi.lib.zeppelin_packing_destroy,
+        _capi.lengths_pointer(lengths), len(lengths), _checks.name_str("method", method), micro_batches, max_tokens,
     )
     try:
         iterations = int(_capi.lib.zeppelin_packing_iterations(handle))
         rows = _capi.table(_capi.lib.zeppelin_packing_table, 3, handle)
     finally:
-        _capi.lib.zeppelin_packing_destroy(handle)
+        done()
     out = [[[] for _ in range(micro_batches)] for _ in range(iterations)]
     for iteration, micro_batch, document in rows.tolist():
         out[iteration][micro_batch].append(document)

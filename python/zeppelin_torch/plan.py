@@ -147,16 +147,15 @@ def plan(lengths, *, gpus_per_node, nodes=1, partitioner="hierarchical", capacit
     gpus_per_node = _checks.positive_int("gpus_per_node", gpus_per_node)
     capacity = _checks.non_negative_int("capacity", capacity, _checks.INT64_MAX)
     cp_size = _checks.non_negative_int("cp_size", cp_size)
-    if not isinstance(partitioner, str):
-        raise TypeError(f"partitioner must be a str, got {type(partitioner).__name__}")
+    name = _checks.name_str("partitioner", partitioner)
     handle = ctypes.c_void_p()
     _capi.call(
         _capi.lib.zeppelin_plan_create,
-        ctypes.cast(lengths.data_ptr(), ctypes.POINTER(ctypes.c_int64)),
+        _capi.lengths_pointer(lengths),
         len(lengths),
         nodes,
         gpus_per_node,
-        partitioner.encode(),
+        name,
         capacity,
         cp_size,
         ctypes.byref(handle),
@@ -175,18 +174,16 @@ def plan_by_cost(lengths, *, gpus_per_node=0, nodes=1, model="7b", cluster="c", 
     nodes = _checks.positive_int("nodes", nodes)
     gpus_per_node = _checks.non_negative_int("gpus_per_node", gpus_per_node)
     capacity = _checks.non_negative_int("capacity", capacity, _checks.INT64_MAX)
-    for name, value in (("model", model), ("cluster", cluster)):
-        if not isinstance(value, str):
-            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    cluster_name, model_name = _checks.name_str("cluster", cluster), _checks.name_str("model", model)
     handle = ctypes.c_void_p()
     _capi.call(
         _capi.lib.zeppelin_plan_by_cost,
         _capi.lengths_pointer(lengths),
         len(lengths),
-        cluster.encode(),
+        cluster_name,
         nodes,
         gpus_per_node,
-        model.encode(),
+        model_name,
         capacity,
         ctypes.byref(handle),
     )

@@ -33,13 +33,11 @@ def strategy(lengths, *, gpus, gpus_per_node=8, model="7b", gpu_memory_gib=80.0,
     gpus_per_node = _checks.positive_int("gpus_per_node", gpus_per_node)
     trials = _checks.positive_int("trials", trials)
     seed = _checks.non_negative_int("seed", seed, 2**64 - 1)
-    if not isinstance(model, str):
-        raise TypeError(f"model must be a str, got {type(model).__name__}")
     gpu_memory_gib = _checks.non_negative_number("gpu_memory_gib", gpu_memory_gib)
     margin_gib = _checks.non_negative_number("margin_gib", margin_gib)
     handle, done = _capi.create(
         _capi.lib.zeppelin_strategy_create, _capi.lib.zeppelin_strategy_destroy,
-        _capi.lengths_pointer(lengths), len(lengths), gpus, gpus_per_node, model.encode(),
+        _capi.lengths_pointer(lengths), len(lengths), gpus, gpus_per_node, _checks.name_str("model", model),
         float(gpu_memory_gib) * 2**30, float(margin_gib) * 2**30, trials, seed,
     )
     try:
