@@ -7,3 +7,4 @@
 #include <zeppelin/comm/comm_error.hpp>
 #include <zeppelin/comm/communicator.hpp>
 #include <zeppelin/comm/host_loopback.hpp>
+#include <zeppelin/comm/sub_communicator.hpp>
