@@ -4,6 +4,7 @@
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K] [--gradient-check N]
+//             [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
 // Each step, on every rank:
 //   1. the step's documents (corpus.hpp) are planned with method M (any method of
 //      `zeppelin simulate`, sim/methods.hpp; `zeppelin`, the default, lets the cost-driven
@@ -23,6 +24,11 @@
 //      ranks keep only the input of the first K layers and run their forward, attention
 //      included, again right before their backward; the reference keeps everything, so parity
 //      also proves the recomputation exact.
+// --stages S (pipeline_stage.hpp) runs S x N x P ranks: the layers split over S stages (S x V
+// virtual stages with the interleaved schedule), each stage a group of N x P ranks running
+// the plan's attention, the step's documents cut into M micro-batches of whole documents
+// (default M = S) driven through the schedule by the library's pipeline runner
+// (exec/pipeline_runner.hpp); --micro-batches alone accumulates gradients over micro-batches.
 // The reference is the same code with one rank. Prints a progress bar on a terminal (plain
 // lines otherwise) and, last,
 //   loss parity: max |loss - reference| = X over S steps
@@ -32,15 +38,19 @@
 // spread over every tensor (exit status 0 when the largest relative error is <= 1e-5 in fp64).
 #include "corpus.hpp"
 #include "gpt.hpp"
+#include "pipeline_stage.hpp"
+#include "step.hpp"
 
 #include "../common/cli_integers.hpp"
 #include "../common/priced_model.hpp"
 
 #include <zeppelin/checkpoint/any_checkpoint_policy.hpp>
 #include <zeppelin/comm.hpp>
+#include <zeppelin/comm/sub_communicator.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/exec.hpp>
 #include <zeppelin/program.hpp>
+#include <zeppelin/schedule/pipeline/any_schedule.hpp>
 #include <zeppelin/sim/methods.hpp>
 
 #include <CLI/CLI.hpp>
@@ -58,6 +68,8 @@
 using namespace zeppelin;
 using train_gpt::gpt_config;
 using train_gpt::gpt_params;
+using train_gpt::layer_cache;
+using train_gpt::planned_step;
 
 namespace {
 
@@ -77,6 +89,13 @@ struct options {
   bool fp32 = false;
   int gradient_check = 0;  //!< coordinates to check; 0: train
   std::string checkpoint = "none";  //!< checkpoint/any_checkpoint_policy.hpp text form
+  int stages = 1;                   //!< pipeline stages, each a group of nodes x gpus_per_node ranks
+  int micro_batches = 0;            //!< per step; 0: the stage count
+  pipeline_schedule_kind schedule = pipeline_schedule_kind::one_f_one_b;
+  int virtual_stages = 2;  //!< model chunks per stage of the interleaved schedule
+  [[nodiscard]] int micro_batch_count() const { return micro_batches > 0 ? micro_batches : stages; }
+  [[nodiscard]] bool pipelined() const { return stages > 1 || micro_batch_count() > 1; }
+  [[nodiscard]] int chunks() const { return schedule == pipeline_schedule_kind::interleaved ? virtual_stages : 1; }
 };
 
 struct run_result {
@@ -85,44 +104,6 @@ struct run_result {
   double kept = 0;           //!< most activation values a rank held between forward and backward
   std::string executed;      //!< the candidate of the last step (for zeppelin)
 };
-
-// One rank's forward activations of one layer, kept for its backward.
-template <class T>
-struct layer_cache {
-  std::vector<T> x, inv1, h1, q, k, v;          // linear layout; q, k after the rotary embedding
-  std::vector<T> aq, ak, av, ao, lse;           // attention layout
-  std::vector<T> o, x1, inv2, h2, z, act;       // linear layout
-};
-
-template <class T>
-void add(std::vector<T>& into, const std::vector<T>& x) {
-  for (std::size_t i = 0; i < into.size(); ++i) into[i] += x[i];
-}
-
-// Columns [from, from + width) of rows of `w` elements.
-template <class T>
-std::vector<T> columns(const std::vector<T>& rows, std::size_t n, std::size_t w, std::size_t from, std::size_t width) {
-  std::vector<T> out(n * width);
-  for (std::size_t r = 0; r < n; ++r)
-    std::copy_n(rows.begin() + static_cast<std::ptrdiff_t>(r * w + from), width, out.begin() + static_cast<std::ptrdiff_t>(r * width));
-  return out;
-}
-
-template <class T>
-std::vector<T> concat_columns(const std::vector<const std::vector<T>*>& parts, const std::vector<std::size_t>& widths, std::size_t n) {
-  std::size_t w = 0;
-  for (const std::size_t x : widths) w += x;
-  std::vector<T> out(n * w);
-  for (std::size_t r = 0; r < n; ++r) {
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      std::copy_n(parts[i]->begin() + static_cast<std::ptrdiff_t>(r * widths[i]), widths[i],
-                  out.begin() + static_cast<std::ptrdiff_t>(r * w + at));
-      at += widths[i];
-    }
-  }
-  return out;
-}
 
 // The world's gradients summed in rank order: the same bits on every rank.
 template <class T, communicator C>
@@ -158,42 +139,6 @@ method_spec method_or_partitioner(const std::string& name) {
   return method_by_name(name);  // throws, listing the methods
 }
 
-// One step's plan and data movement, the same on every rank.
-template <class T>
-struct planned_step {
-  train_gpt::step_batch data;
-  std::vector<std::int64_t> target, position;  //!< packed stream order; target -1: last token of a document
-  double targets = 0;                          //!< tokens with a target: the loss is their mean
-  method_spec executed;
-  plan layout;
-  std::vector<placement> loader;
-  relayout_plan dispatch;
-  attention_engine<T> engine;
-};
-
-template <class T>
-planned_step<T> plan_step(train_gpt::step_batch sb, const topology& t, const method_spec& requested, const gpt_config& cfg) {
-  const batch& b = sb.lengths;
-  std::vector<std::int64_t> target(sb.tokens.size(), -1), position(sb.tokens.size());
-  double targets = 0;
-  for (sequence_index s = 0; s < b.size(); ++s)
-    for (token_count i = 0; i < b.length(s); ++i) {
-      const auto g = static_cast<std::size_t>(b.offset(s) + i);
-      position[g] = i;
-      if (i + 1 < b.length(s)) target[g] = sb.tokens[g + 1], targets += 1;
-    }
-  const model_config priced = example_cli::priced_model(cfg.heads, cfg.kv_heads, cfg.head_dim(), static_cast<int>(sizeof(T)));
-  method_setup setup;
-  setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
-  auto [spec, p] = plan_method(requested, b, t, priced, setup);
-  const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
-  attention_engine<T> engine(p, b, t, dims, to_program_options(options_for(spec, setup), {}));
-  std::vector<placement> loader = loader_layout(b, t.num_ranks());
-  relayout_plan dispatch = make_dispatch_plan(loader, linear_layout(p, engine.program()));
-  return {std::move(sb), std::move(target), std::move(position), targets, spec, std::move(p), std::move(loader), std::move(dispatch),
-          std::move(engine)};
-}
-
 // The calling rank's share of one step: its loader rows dispatched to the linear layout, the
 // forward pass, and (when `grads` is given) the backward pass into `grads` (zeroed first),
 // recomputing the layers `recompute` names; `kept`, when given, receives the activation values
@@ -203,64 +148,8 @@ planned_step<T> plan_step(train_gpt::step_batch sb, const topology& t, const met
 template <class T, communicator C>
 double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy& recompute, const planned_step<T>& step,
                         const gpt_params<T>& w, gpt_params<T>* grads, double* kept = nullptr) {
-  const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden), V = static_cast<std::size_t>(cfg.vocab);
-  const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
-  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw;
-  const attention_engine<T>& engine = step.engine;
-  const plan& p = step.layout;
-  const batch& b = step.data.lengths;
-  const rank_index me = c.rank();
-  const auto ri = static_cast<std::size_t>(me);
-  // the loader's rows -> the linear layout: (token, target, position) per row
-  std::vector<std::int64_t> mine;
-  for (const shard& s : step.loader[ri].shards)
-    for (token_count i = s.range.begin; i < s.range.end; ++i) {
-      const auto g = static_cast<std::size_t>(b.offset(s.seq) + i);
-      mine.insert(mine.end(), {step.data.tokens[g], step.target[g], step.position[g]});
-    }
-  const auto n = static_cast<std::size_t>(step.dispatch.ranks[ri].target_tokens);
-  std::vector<std::int64_t> rows(n * 3);
-  execute_relayout(c, step.dispatch, std::span<const std::int64_t>(mine), std::span<std::int64_t>(rows), 3, "dispatch");
-  std::vector<std::int64_t> tok(n), tgt(n), pos(n);
-  for (std::size_t r = 0; r < n; ++r) tok[r] = rows[3 * r], tgt[r] = rows[3 * r + 1], pos[r] = rows[3 * r + 2];
-  const auto na = static_cast<std::size_t>(engine.rows(me));
-
-  // forward
-  std::vector<T> x(n * D);
-  for (std::size_t r = 0; r < n; ++r)
-    std::copy_n(w.embed.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(tok[r]) * D), D,
-                x.begin() + static_cast<std::ptrdiff_t>(r * D));
-  // one layer's forward from its input k.x, filling the rest of its cache; returns its output
-  const auto layer_forward = [&](int l, layer_cache<T>& k) {
-    const auto& lw = w.layers[static_cast<std::size_t>(l)];
-    train_gpt::rmsnorm(k.x, lw.norm1, k.h1, k.inv1, n, D, cfg.eps);
-    train_gpt::matmul(k.h1, lw.wq, k.q, n, D, D);
-    train_gpt::matmul(k.h1, lw.wk, k.k, n, D, kvw);
-    train_gpt::matmul(k.h1, lw.wv, k.v, n, D, kvw);
-    train_gpt::rope(k.q, pos, H, hd, cfg.rope_base, 1);
-    train_gpt::rope(k.k, pos, KV, hd, cfg.rope_base, 1);
-    const std::vector<T> packed = concat_columns<T>({&k.q, &k.k, &k.v}, {D, kvw, kvw}, n);
-    std::vector<T> att(na * qkv);
-    to_attention_layout(engine, c, p, pass_kind::forward, std::span<const T>(packed), std::span<T>(att), static_cast<std::int64_t>(qkv));
-    k.aq = columns(att, na, qkv, 0, D), k.ak = columns(att, na, qkv, D, kvw), k.av = columns(att, na, qkv, D + kvw, kvw);
-    k.ao.assign(na * D, T(0)), k.lse.assign(na * H, T(0));
-    engine.forward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<T>(k.ao),
-                   std::span<T>(k.lse));
-    k.o.assign(n * D, T(0));
-    to_linear_layout(engine, c, p, pass_kind::forward, std::span<const T>(k.ao), std::span<T>(k.o), static_cast<std::int64_t>(D));
-    std::vector<T> y;
-    train_gpt::matmul(k.o, lw.wo, y, n, D, D);
-    k.x1 = k.x;
-    add(k.x1, y);
-    train_gpt::rmsnorm(k.x1, lw.norm2, k.h2, k.inv2, n, D, cfg.eps);
-    train_gpt::matmul(k.h2, lw.w1, k.z, n, D, F);
-    k.act.resize(k.z.size());
-    for (std::size_t i = 0; i < k.z.size(); ++i) k.act[i] = k.z[i] * train_gpt::sigmoid(k.z[i]);
-    train_gpt::matmul(k.act, lw.w2, y, n, F, D);
-    std::vector<T> out = k.x1;
-    add(out, y);
-    return out;
-  };
+  const train_gpt::linear_rows rows = train_gpt::dispatch_rows(c, step);
+  std::vector<T> x = train_gpt::embed(cfg, w, rows);
   // the first `recomputed` layers keep only their input until their backward (checkpoint
   // policy, whole-layer recomputation)
   const int recomputed =
@@ -269,7 +158,7 @@ double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy
   for (int l = 0; l < cfg.layers; ++l) {
     layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
     k.x = x;
-    x = layer_forward(l, k);
+    x = train_gpt::layer_forward(c, cfg, step, rows, w.layers[static_cast<std::size_t>(l)], k);
     if (l < recomputed) {  // keep the input only
       layer_cache<T> input_only;
       input_only.x = std::move(k.x);
@@ -277,66 +166,79 @@ double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy
     }
   }
   if (kept) {
-    double values = 0;
-    for (const auto& k : caches)
-      for (const std::vector<T>* t : {&k.x, &k.inv1, &k.h1, &k.q, &k.k, &k.v, &k.aq, &k.ak, &k.av, &k.ao, &k.lse, &k.o, &k.x1, &k.inv2,
-                                      &k.h2, &k.z, &k.act})
-        values += static_cast<double>(t->size());
-    *kept = values;
+    *kept = 0;
+    for (const auto& k : caches) *kept += train_gpt::cached_values(k);
   }
-  std::vector<T> hf, inv_f, logits, dlogits;
-  train_gpt::rmsnorm(x, w.norm_final, hf, inv_f, n, D, cfg.eps);
-  train_gpt::matmul(hf, w.lm_head, logits, n, D, V);
-  const double loss = train_gpt::cross_entropy(logits, tgt, dlogits, V, 1.0 / step.targets);
+  train_gpt::head_cache<T> head;
+  const double loss = train_gpt::head_forward(cfg, w, rows, std::move(x), head, 1.0 / step.targets);
   if (!grads) return loss;
 
-  // backward
   gpt_params<T>& g = *grads;
   g = train_gpt::zero_params<T>(cfg);
-  std::vector<T> dh, dx;
-  train_gpt::matmul_backward(hf, w.lm_head, dlogits, dh, g.lm_head, n, D, V);
-  train_gpt::rmsnorm_backward(x, w.norm_final, inv_f, dh, dx, g.norm_final, n, D);
+  std::vector<T> dx = train_gpt::head_backward(cfg, w, g, rows, head);
   for (int l = cfg.layers - 1; l >= 0; --l) {
-    const auto& lw = w.layers[static_cast<std::size_t>(l)];
-    auto& gl = g.layers[static_cast<std::size_t>(l)];
-    layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
-    if (l < recomputed) (void)layer_forward(l, k);  // the same values, bit for bit
-    // MLP: x_out = x1 + silu(norm2(x1) W1) W2
-    std::vector<T> dact, dz, dh2, dx1;
-    train_gpt::matmul_backward(k.act, lw.w2, dx, dact, gl.w2, n, F, D);
-    dz.resize(dact.size());
-    for (std::size_t i = 0; i < dz.size(); ++i) {
-      const T sg = train_gpt::sigmoid(k.z[i]);
-      dz[i] = dact[i] * sg * (T(1) + k.z[i] * (T(1) - sg));
-    }
-    train_gpt::matmul_backward(k.h2, lw.w1, dz, dh2, gl.w1, n, D, F);
-    train_gpt::rmsnorm_backward(k.x1, lw.norm2, k.inv2, dh2, dx1, gl.norm2, n, D);
-    add(dx1, dx);
-    // attention: x1 = x + attention(rope(norm1(x) Wq), rope(norm1(x) Wk), norm1(x) Wv) Wo
-    std::vector<T> d_o, dxq, dxk, dxv, dxn;
-    train_gpt::matmul_backward(k.o, lw.wo, dx1, d_o, gl.wo, n, D, D);
-    std::vector<T> a_do(na * D), adq(na * D), adk(na * kvw), adv(na * kvw);
-    to_attention_layout(engine, c, p, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do), static_cast<std::int64_t>(D));
-    engine.backward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<const T>(k.ao),
-                    std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(adq), std::span<T>(adk), std::span<T>(adv));
-    const std::vector<T> agrad = concat_columns<T>({&adq, &adk, &adv}, {D, kvw, kvw}, na);
-    std::vector<T> grad(n * qkv);
-    to_linear_layout(engine, c, p, pass_kind::backward, std::span<const T>(agrad), std::span<T>(grad), static_cast<std::int64_t>(qkv));
-    std::vector<T> dq = columns(grad, n, qkv, 0, D), dk = columns(grad, n, qkv, D, kvw), dv = columns(grad, n, qkv, D + kvw, kvw);
-    train_gpt::rope(dq, pos, H, hd, cfg.rope_base, -1);
-    train_gpt::rope(dk, pos, KV, hd, cfg.rope_base, -1);
-    train_gpt::matmul_backward(k.h1, lw.wq, dq, dxq, gl.wq, n, D, D);
-    train_gpt::matmul_backward(k.h1, lw.wk, dk, dxk, gl.wk, n, D, kvw);
-    train_gpt::matmul_backward(k.h1, lw.wv, dv, dxv, gl.wv, n, D, kvw);
-    add(dxq, dxk);
-    add(dxq, dxv);
-    train_gpt::rmsnorm_backward(k.x, lw.norm1, k.inv1, dxq, dxn, gl.norm1, n, D);
-    add(dxn, dx1);
-    dx = std::move(dxn);
+    const auto li = static_cast<std::size_t>(l);
+    layer_cache<T>& k = caches[li];
+    if (l < recomputed) (void)train_gpt::layer_forward(c, cfg, step, rows, w.layers[li], k);  // the same values, bit for bit
+    dx = train_gpt::layer_backward(c, cfg, step, rows, w.layers[li], g.layers[li], k, dx);
   }
-  for (std::size_t r = 0; r < n; ++r)
-    for (std::size_t i = 0; i < D; ++i) g.embed[static_cast<std::size_t>(tok[r]) * D + i] += dx[r * D + i];
+  train_gpt::embed_backward(cfg, g, rows, dx);
   return loss;
+}
+
+// One pipelined step on a world of o.stages x R ranks (pipeline_stage.hpp): the step's
+// documents cut into micro-batches, each planned for the R ranks of a stage, run through the
+// schedule; every rank's gradients summed over its stage's group; the loss gathered from the
+// last stage. Returns the step's mean loss; `kept` receives the most activation values a rank
+// held.
+template <class T>
+double pipelined_step(const options& o, const topology& t, const any_checkpoint_policy& recompute, const train_gpt::step_batch& sb,
+                      const method_spec& requested, host_loopback_world& world, std::vector<gpt_params<T>>& params,
+                      std::vector<train_gpt::adamw<T>>& optimizers, double& kept, std::string& executed) {
+  const gpt_config& cfg = o.model;
+  const rank_index R = t.num_ranks();
+  std::vector<planned_step<T>> steps;
+  std::vector<token_count> tokens;
+  double targets = 0;
+  for (train_gpt::step_batch& part : train_gpt::split_documents(sb, o.micro_batch_count())) {
+    tokens.push_back(part.lengths.total_tokens());
+    steps.push_back(train_gpt::plan_step<T>(std::move(part), t, requested, cfg));
+    targets += steps.back().targets;
+  }
+  executed = std::string(steps.back().executed.name);
+  const pipeline_schedule schedule =
+      make_pipeline_schedule(o.schedule, o.chunks()).build(o.stages, std::span<const token_count>(tokens));
+  double step_loss = 0;
+  std::mutex m;
+  world.run([&](host_loopback_comm& c) {
+    const rank_index stage = c.rank() / R, r = c.rank() % R;
+    std::vector<rank_index> group(static_cast<std::size_t>(R)), stage_ranks(static_cast<std::size_t>(o.stages));
+    for (rank_index i = 0; i < R; ++i) group[static_cast<std::size_t>(i)] = stage * R + i;
+    for (int s = 0; s < o.stages; ++s) stage_ranks[static_cast<std::size_t>(s)] = s * R + r;
+    sub_communicator<host_loopback_comm> cp(c, group);
+    const auto ri = static_cast<std::size_t>(c.rank());
+    gpt_params<T> g = train_gpt::zero_params<T>(cfg);
+    train_gpt::gpt_stage<T, sub_communicator<host_loopback_comm>> model(cp, cfg, steps, params[ri], g, recompute, stage, o.stages,
+                                                                         o.chunks(), 1.0 / targets);
+    (void)run_pipeline_stage(schedule, stage, model, c, std::span<const rank_index>(stage_ranks));
+    // the loss of every rank's rows (nonzero on the last stage), summed in rank order
+    double loss = 0;
+    std::vector<double> losses(static_cast<std::size_t>(c.size()));
+    std::vector<rank_index> everyone(static_cast<std::size_t>(c.size()));
+    for (rank_index i = 0; i < c.size(); ++i) everyone[static_cast<std::size_t>(i)] = i;
+    const double mine = model.loss();
+    const std::vector<token_count> ones(everyone.size(), 1);
+    all_gather_v(c, std::span<const rank_index>(everyone), std::span<const double>(&mine, 1), std::span<double>(losses),
+                 std::span<const token_count>(ones), "loss gather");
+    for (const double x : losses) loss += x;
+    double unused = 0;
+    sum_over_ranks(cp, g, unused);  // the stage's gradients over its group
+    optimizers[ri].step(params[ri], g);
+    std::lock_guard lock(m);
+    kept = std::max(kept, model.peak_kept());
+    if (c.rank() == 0) step_loss = loss / targets;
+  });
+  return step_loss;
 }
 
 template <class T>
@@ -345,33 +247,39 @@ run_result train(const options& o, const topology& t, const any_checkpoint_polic
   const method_spec requested = method_or_partitioner(o.method);
   train_gpt::corpus data = o.corpus_file.empty() ? train_gpt::corpus(cfg.vocab, o.min_length, o.max_length, o.seed)
                                                  : train_gpt::corpus(o.corpus_file, cfg.vocab);
-  const rank_index R = t.num_ranks();
+  const rank_index R = t.num_ranks(), world_ranks = R * o.stages;
   // every rank keeps its own copy of the parameters and optimizer state, as processes would
-  std::vector<gpt_params<T>> params(static_cast<std::size_t>(R), train_gpt::init_params<T>(cfg, o.seed));
-  std::vector<train_gpt::adamw<T>> optimizers(static_cast<std::size_t>(R));
+  // (with pipeline stages a rank uses and updates only its stage's layers)
+  std::vector<gpt_params<T>> params(static_cast<std::size_t>(world_ranks), train_gpt::init_params<T>(cfg, o.seed));
+  std::vector<train_gpt::adamw<T>> optimizers(static_cast<std::size_t>(world_ranks));
   for (auto& opt : optimizers) opt.lr = o.lr, opt.m = train_gpt::zero_params<T>(cfg), opt.v = train_gpt::zero_params<T>(cfg);
-  host_loopback_world world{.ranks = R, .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
+  host_loopback_world world{.ranks = world_ranks, .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
 
   run_result result;
   for (int step = 0; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const planned_step<T> planned = plan_step<T>(data.next(step, o.tokens), t, requested, cfg);
-    result.executed = std::string(planned.executed.name);
+    train_gpt::step_batch sb = data.next(step, o.tokens);
+    const auto tokens = static_cast<double>(sb.lengths.total_tokens());
     double step_loss = 0;
-    std::mutex m;
-    world.run([&](host_loopback_comm& c) {
-      const auto ri = static_cast<std::size_t>(c.rank());
-      gpt_params<T> g;
-      double kept = 0;
-      double loss = forward_backward(c, cfg, recompute, planned, params[ri], &g, &kept);
-      sum_over_ranks(c, g, loss);
-      optimizers[ri].step(params[ri], g);
-      std::lock_guard lock(m);
-      result.kept = std::max(result.kept, kept);
-      if (c.rank() == 0) step_loss = loss / planned.targets;
-    });
+    if (o.pipelined()) {
+      step_loss = pipelined_step<T>(o, t, recompute, sb, requested, world, params, optimizers, result.kept, result.executed);
+    } else {
+      const planned_step<T> planned = train_gpt::plan_step<T>(std::move(sb), t, requested, cfg);
+      result.executed = std::string(planned.executed.name);
+      std::mutex m;
+      world.run([&](host_loopback_comm& c) {
+        const auto ri = static_cast<std::size_t>(c.rank());
+        gpt_params<T> g;
+        double kept = 0;
+        double loss = forward_backward(c, cfg, recompute, planned, params[ri], &g, &kept);
+        sum_over_ranks(c, g, loss);
+        optimizers[ri].step(params[ri], g);
+        std::lock_guard lock(m);
+        result.kept = std::max(result.kept, kept);
+        if (c.rank() == 0) step_loss = loss / planned.targets;
+      });
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const auto tokens = static_cast<double>(planned.data.lengths.total_tokens());
     result.loss.push_back(step_loss);
     result.tokens += tokens;
     result.seconds += seconds;
@@ -385,14 +293,15 @@ run_result train(const options& o, const topology& t, const any_checkpoint_polic
       std::printf("%s step %d loss %.12f tokens/s %.0f (%s)\n", label, step + 1, step_loss, tokens / seconds, result.executed.c_str());
     }
   }
-  // the ranks' parameters must be identical bit for bit
-  std::vector<T> first;
-  params[0].for_each([&](std::vector<T>& x) { first.insert(first.end(), x.begin(), x.end()); });
-  for (std::size_t r = 1; r < params.size(); ++r) {
-    std::vector<T> other;
-    params[r].for_each([&](std::vector<T>& x) { other.insert(other.end(), x.begin(), x.end()); });
-    ZEPPELIN_EXPECTS(first == other, "train_gpt: the ranks' parameters differ after training", {{"rank", double(r)}});
-  }
+  // the ranks of one stage must hold identical parameters, bit for bit
+  const auto flat = [](gpt_params<T>& p) {
+    std::vector<T> out;
+    p.for_each([&](std::vector<T>& x) { out.insert(out.end(), x.begin(), x.end()); });
+    return out;
+  };
+  for (std::size_t r = 0; r < params.size(); ++r)
+    ZEPPELIN_EXPECTS(flat(params[r]) == flat(params[r - r % static_cast<std::size_t>(R)]),
+                     "the ranks of a stage hold different parameters after training", {{"rank", double(r)}});
   return result;
 }
 
@@ -404,7 +313,7 @@ double gradient_check(const options& o, const topology& t, int samples) {
   const gpt_config& cfg = o.model;
   train_gpt::corpus data = o.corpus_file.empty() ? train_gpt::corpus(cfg.vocab, o.min_length, o.max_length, o.seed)
                                                  : train_gpt::corpus(o.corpus_file, cfg.vocab);
-  const planned_step<T> planned = plan_step<T>(data.next(0, o.tokens), t, method_or_partitioner(o.method), cfg);
+  const planned_step<T> planned = train_gpt::plan_step<T>(data.next(0, o.tokens), t, method_or_partitioner(o.method), cfg);
   const any_checkpoint_policy recompute = checkpoint_policy_by_name(o.checkpoint);
   host_loopback_world world{.ranks = t.num_ranks(), .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
   gpt_params<T> w = train_gpt::init_params<T>(cfg, o.seed), analytic;
@@ -464,7 +373,9 @@ int run(const options& o) {
     return worst <= tolerance ? 0 : 1;
   }
   // the reference keeps every activation; the ranks recompute what --checkpoint says
-  const run_result reference = train<T>(o, single, {no_recompute{}}, progress, "reference");
+  options one_rank = o;  // no stages, no micro-batches
+  one_rank.stages = 1, one_rank.micro_batches = 1;
+  const run_result reference = train<T>(one_rank, single, {no_recompute{}}, progress, "reference");
   const run_result distributed = train<T>(o, t, checkpoint_policy_by_name(o.checkpoint), progress, "ranks");
   double worst = 0, scale = 0;
   for (std::size_t i = 0; i < reference.loss.size(); ++i) {
@@ -473,8 +384,11 @@ int run(const options& o) {
   }
   const double tolerance = o.fp32 ? 1e-4 * std::max(1.0, scale) : 1e-10;
   std::printf("loss: %.6f -> %.6f; tokens/s: reference %.0f, %d ranks %.0f (method %s, last step: %s)\n", reference.loss.front(),
-              reference.loss.back(), reference.tokens / reference.seconds, t.num_ranks(), distributed.tokens / distributed.seconds,
-              o.method.c_str(), distributed.executed.c_str());
+              reference.loss.back(), reference.tokens / reference.seconds, t.num_ranks() * o.stages,
+              distributed.tokens / distributed.seconds, o.method.c_str(), distributed.executed.c_str());
+  if (o.pipelined())
+    std::printf("pipeline: %d stage(s) of %d ranks, %s schedule, %d virtual stage(s) per stage, up to %d micro-batches per step\n",
+                o.stages, t.num_ranks(), std::string(to_string(o.schedule)).c_str(), o.chunks(), o.micro_batch_count());
   std::printf("activations kept between forward and backward: reference %.0f values, ranks at most %.0f each (checkpoint %s)\n",
               reference.kept, distributed.kept, o.checkpoint.c_str());
   std::printf("loss parity: max |loss - reference| = %.3e over %d steps\n", worst, o.steps);
@@ -512,18 +426,34 @@ int main(int argc, char** argv) {
   app.add_flag("--fp32", o.fp32, "train in fp32 (default fp64)");
   app.add_option("--checkpoint", o.checkpoint, "layers the ranks recompute in backward: none, full, selective:K")
       ->capture_default_str();
+  add_integer_option(&app, "--stages", o.stages, "pipeline stages, each a group of nodes x gpus-per-node ranks")->check(CLI::Range(1, 16));
+  add_integer_option(&app, "--micro-batches", o.micro_batches, "micro-batches per step (whole documents; 0: the stage count)")
+      ->check(CLI::Range(0, 256));
+  std::string schedule = "1f1b";
+  app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b, interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
+      ->capture_default_str();
+  add_integer_option(&app, "--virtual-stages", o.virtual_stages, "model chunks per stage of the interleaved schedule")
+      ->check(CLI::Range(1, 16));
   add_integer_option(&app, "--gradient-check", o.gradient_check,
                      "instead of training: check the distributed gradient of the first step at N coordinates against "
                      "central differences")
       ->check(CLI::Range(0, 100000));
   CLI11_PARSE(app, argc, argv);
   try {
+    o.schedule = pipeline_schedule_kind_by_name(schedule);
     ZEPPELIN_EXPECTS(o.model.dim % o.model.heads == 0 && o.model.head_dim() % 2 == 0 && o.model.heads % o.model.kv_heads == 0,
-                     "train_gpt: the width must split into heads of an even head dim, and the K/V heads divide the heads",
+                     "the width must split into heads of an even head dim, and the K/V heads divide the heads",
                      {{"dim", double(o.model.dim)}, {"heads", double(o.model.heads)}, {"kv_heads", double(o.model.kv_heads)}});
-    ZEPPELIN_EXPECTS(o.min_length <= o.max_length, "train_gpt: --min-length exceeds --max-length",
+    ZEPPELIN_EXPECTS(o.min_length <= o.max_length, "--min-length exceeds --max-length",
                      {{"min_length", double(o.min_length)}, {"max_length", double(o.max_length)}});
     (void)checkpoint_policy_by_name(o.checkpoint);  // a bad policy fails before any training
+    ZEPPELIN_EXPECTS(o.model.layers >= o.stages * o.chunks(),
+                     "every virtual pipeline stage needs a layer: --layers must be at least --stages (times "
+                     "--virtual-stages with the interleaved schedule)",
+                     {{"layers", double(o.model.layers)}, {"stages", double(o.stages)}, {"virtual_stages", double(o.chunks())}});
+    ZEPPELIN_EXPECTS(o.gradient_check == 0 || !o.pipelined(), "--gradient-check runs without pipeline stages or micro-batches",
+                     {{"stages", double(o.stages)}, {"micro_batches", double(o.micro_batch_count())}});
     return o.fp32 ? run<float>(o) : run<double>(o);
   } catch (const std::exception& e) {
     std::cerr << "train_gpt: " << e.what() << '\n';

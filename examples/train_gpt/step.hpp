@@ -1,0 +1,280 @@
+// examples/train_gpt/step.hpp
+// One training step of train_gpt, in the pieces that the plain loop (main.cpp) and a pipeline
+// stage (pipeline_stage.hpp) both compose:
+//   plan_step        the step's plan, attention engine and dispatch (the same on every rank)
+//   dispatch_rows    a rank's (token, target, position) rows, from the data loader's layout to
+//                    the linear modules' layout
+//   embed / layer_forward / head_forward       the forward of the embedding, one transformer
+//                    layer (attention through the library's engine) and the final norm, LM
+//                    head and cross-entropy
+//   head_backward / layer_backward / embed_backward   their backward passes
+// Every piece runs on the calling rank's rows; the ones that move rows across ranks (dispatch,
+// the engine's layout changes and attention) are collective over the communicator of the
+// plan's ranks, which every rank calls in the same order.
+#pragma once
+
+#include "corpus.hpp"
+#include "gpt.hpp"
+
+#include "../common/priced_model.hpp"
+
+#include <zeppelin/comm.hpp>
+#include <zeppelin/exec.hpp>
+#include <zeppelin/program.hpp>
+#include <zeppelin/sim/methods.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace train_gpt {
+
+using namespace zeppelin;
+
+// One rank's forward activations of one layer, kept for its backward.
+template <class T>
+struct layer_cache {
+  std::vector<T> x, inv1, h1, q, k, v;          // linear layout; q, k after the rotary embedding
+  std::vector<T> aq, ak, av, ao, lse;           // attention layout
+  std::vector<T> o, x1, inv2, h2, z, act;       // linear layout
+};
+
+template <class T>
+void add(std::vector<T>& into, const std::vector<T>& x) {
+  for (std::size_t i = 0; i < into.size(); ++i) into[i] += x[i];
+}
+
+// Columns [from, from + width) of rows of `w` elements.
+template <class T>
+std::vector<T> columns(const std::vector<T>& rows, std::size_t n, std::size_t w, std::size_t from, std::size_t width) {
+  std::vector<T> out(n * width);
+  for (std::size_t r = 0; r < n; ++r)
+    std::copy_n(rows.begin() + static_cast<std::ptrdiff_t>(r * w + from), width, out.begin() + static_cast<std::ptrdiff_t>(r * width));
+  return out;
+}
+
+template <class T>
+std::vector<T> concat_columns(const std::vector<const std::vector<T>*>& parts, const std::vector<std::size_t>& widths, std::size_t n) {
+  std::size_t w = 0;
+  for (const std::size_t x : widths) w += x;
+  std::vector<T> out(n * w);
+  for (std::size_t r = 0; r < n; ++r) {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      std::copy_n(parts[i]->begin() + static_cast<std::ptrdiff_t>(r * widths[i]), widths[i],
+                  out.begin() + static_cast<std::ptrdiff_t>(r * w + at));
+      at += widths[i];
+    }
+  }
+  return out;
+}
+
+// One step's plan and data movement, the same on every rank.
+template <class T>
+struct planned_step {
+  step_batch data;
+  std::vector<std::int64_t> target, position;  //!< packed stream order; target -1: last token of a document
+  double targets = 0;                          //!< tokens with a target: the loss is their mean
+  method_spec executed;
+  plan layout;
+  std::vector<placement> loader;
+  relayout_plan dispatch;
+  attention_engine<T> engine;
+};
+
+template <class T>
+planned_step<T> plan_step(step_batch sb, const topology& t, const method_spec& requested, const gpt_config& cfg) {
+  const batch& b = sb.lengths;
+  std::vector<std::int64_t> target(sb.tokens.size(), -1), position(sb.tokens.size());
+  double targets = 0;
+  for (sequence_index s = 0; s < b.size(); ++s)
+    for (token_count i = 0; i < b.length(s); ++i) {
+      const auto g = static_cast<std::size_t>(b.offset(s) + i);
+      position[g] = i;
+      if (i + 1 < b.length(s)) target[g] = sb.tokens[g + 1], targets += 1;
+    }
+  const model_config priced = example_cli::priced_model(cfg.heads, cfg.kv_heads, cfg.head_dim(), static_cast<int>(sizeof(T)));
+  method_setup setup;
+  setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+  auto [spec, p] = plan_method(requested, b, t, priced, setup);
+  const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
+  attention_engine<T> engine(p, b, t, dims, to_program_options(options_for(spec, setup), {}));
+  std::vector<placement> loader = loader_layout(b, t.num_ranks());
+  relayout_plan dispatch = make_dispatch_plan(loader, linear_layout(p, engine.program()));
+  return {std::move(sb), std::move(target), std::move(position), targets, spec, std::move(p), std::move(loader), std::move(dispatch),
+          std::move(engine)};
+}
+
+
+// A rank's rows of one step in the linear layout, and its attention-layout row count.
+struct linear_rows {
+  std::vector<std::int64_t> tok, tgt, pos;  //!< per row: token, next-token target (-1: none), position in its document
+  std::size_t n = 0;                        //!< rows in the linear layout
+  std::size_t na = 0;                       //!< rows in the attention layout
+};
+
+// The calling rank's loader rows moved to the linear layout (collective over the plan's ranks).
+template <class T, communicator C>
+linear_rows dispatch_rows(C& c, const planned_step<T>& step) {
+  const batch& b = step.data.lengths;
+  const auto ri = static_cast<std::size_t>(c.rank());
+  std::vector<std::int64_t> mine;
+  for (const shard& s : step.loader[ri].shards)
+    for (token_count i = s.range.begin; i < s.range.end; ++i) {
+      const auto g = static_cast<std::size_t>(b.offset(s.seq) + i);
+      mine.insert(mine.end(), {step.data.tokens[g], step.target[g], step.position[g]});
+    }
+  linear_rows out;
+  out.n = static_cast<std::size_t>(step.dispatch.ranks[ri].target_tokens);
+  out.na = static_cast<std::size_t>(step.engine.rows(c.rank()));
+  std::vector<std::int64_t> rows(out.n * 3);
+  execute_relayout(c, step.dispatch, std::span<const std::int64_t>(mine), std::span<std::int64_t>(rows), 3, "dispatch");
+  out.tok.resize(out.n), out.tgt.resize(out.n), out.pos.resize(out.n);
+  for (std::size_t r = 0; r < out.n; ++r) out.tok[r] = rows[3 * r], out.tgt[r] = rows[3 * r + 1], out.pos[r] = rows[3 * r + 2];
+  return out;
+}
+
+// The embedding of the rows' tokens: [n][D].
+template <class T>
+std::vector<T> embed(const gpt_config& cfg, const gpt_params<T>& w, const linear_rows& rows) {
+  const auto D = static_cast<std::size_t>(cfg.dim);
+  std::vector<T> x(rows.n * D);
+  for (std::size_t r = 0; r < rows.n; ++r)
+    std::copy_n(w.embed.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rows.tok[r]) * D), D,
+                x.begin() + static_cast<std::ptrdiff_t>(r * D));
+  return x;
+}
+
+// Adds the embedding's gradient: dx [n][D] into the rows' token vectors.
+template <class T>
+void embed_backward(const gpt_config& cfg, gpt_params<T>& g, const linear_rows& rows, const std::vector<T>& dx) {
+  const auto D = static_cast<std::size_t>(cfg.dim);
+  for (std::size_t r = 0; r < rows.n; ++r)
+    for (std::size_t i = 0; i < D; ++i) g.embed[static_cast<std::size_t>(rows.tok[r]) * D + i] += dx[r * D + i];
+}
+
+// One layer's forward from its input k.x, filling the rest of its cache; returns its output.
+template <class T, communicator C>
+std::vector<T> layer_forward(C& c, const gpt_config& cfg, const planned_step<T>& step, const linear_rows& rows, const layer_params<T>& lw,
+                             layer_cache<T>& k) {
+  const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
+  const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
+  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n, na = rows.na;
+  const attention_engine<T>& engine = step.engine;
+  const plan& p = step.layout;
+  rmsnorm(k.x, lw.norm1, k.h1, k.inv1, n, D, cfg.eps);
+  matmul(k.h1, lw.wq, k.q, n, D, D);
+  matmul(k.h1, lw.wk, k.k, n, D, kvw);
+  matmul(k.h1, lw.wv, k.v, n, D, kvw);
+  rope(k.q, rows.pos, H, hd, cfg.rope_base, 1);
+  rope(k.k, rows.pos, KV, hd, cfg.rope_base, 1);
+  const std::vector<T> packed = concat_columns<T>({&k.q, &k.k, &k.v}, {D, kvw, kvw}, n);
+  std::vector<T> att(na * qkv);
+  to_attention_layout(engine, c, p, pass_kind::forward, std::span<const T>(packed), std::span<T>(att), static_cast<std::int64_t>(qkv));
+  k.aq = columns(att, na, qkv, 0, D), k.ak = columns(att, na, qkv, D, kvw), k.av = columns(att, na, qkv, D + kvw, kvw);
+  k.ao.assign(na * D, T(0)), k.lse.assign(na * H, T(0));
+  engine.forward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<T>(k.ao),
+                 std::span<T>(k.lse));
+  k.o.assign(n * D, T(0));
+  to_linear_layout(engine, c, p, pass_kind::forward, std::span<const T>(k.ao), std::span<T>(k.o), static_cast<std::int64_t>(D));
+  std::vector<T> y;
+  matmul(k.o, lw.wo, y, n, D, D);
+  k.x1 = k.x;
+  add(k.x1, y);
+  rmsnorm(k.x1, lw.norm2, k.h2, k.inv2, n, D, cfg.eps);
+  matmul(k.h2, lw.w1, k.z, n, D, F);
+  k.act.resize(k.z.size());
+  for (std::size_t i = 0; i < k.z.size(); ++i) k.act[i] = k.z[i] * sigmoid(k.z[i]);
+  matmul(k.act, lw.w2, y, n, F, D);
+  std::vector<T> out = k.x1;
+  add(out, y);
+  return out;
+}
+
+// One layer's backward from the gradient of its output, adding into its parameter gradients
+// `gl`; returns the gradient of its input. The cache must be complete (recompute first).
+template <class T, communicator C>
+std::vector<T> layer_backward(C& c, const gpt_config& cfg, const planned_step<T>& step, const linear_rows& rows,
+                              const layer_params<T>& lw, layer_params<T>& gl, const layer_cache<T>& k, const std::vector<T>& dx) {
+  const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
+  const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
+  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n, na = rows.na;
+  const attention_engine<T>& engine = step.engine;
+  const plan& p = step.layout;
+  // MLP: x_out = x1 + silu(norm2(x1) W1) W2
+  std::vector<T> dact, dz, dh2, dx1;
+  matmul_backward(k.act, lw.w2, dx, dact, gl.w2, n, F, D);
+  dz.resize(dact.size());
+  for (std::size_t i = 0; i < dz.size(); ++i) {
+    const T sg = sigmoid(k.z[i]);
+    dz[i] = dact[i] * sg * (T(1) + k.z[i] * (T(1) - sg));
+  }
+  matmul_backward(k.h2, lw.w1, dz, dh2, gl.w1, n, D, F);
+  rmsnorm_backward(k.x1, lw.norm2, k.inv2, dh2, dx1, gl.norm2, n, D);
+  add(dx1, dx);
+  // attention: x1 = x + attention(rope(norm1(x) Wq), rope(norm1(x) Wk), norm1(x) Wv) Wo
+  std::vector<T> d_o, dxq, dxk, dxv, dxn;
+  matmul_backward(k.o, lw.wo, dx1, d_o, gl.wo, n, D, D);
+  std::vector<T> a_do(na * D), adq(na * D), adk(na * kvw), adv(na * kvw);
+  to_attention_layout(engine, c, p, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do), static_cast<std::int64_t>(D));
+  engine.backward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<const T>(k.ao),
+                  std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(adq), std::span<T>(adk), std::span<T>(adv));
+  const std::vector<T> agrad = concat_columns<T>({&adq, &adk, &adv}, {D, kvw, kvw}, na);
+  std::vector<T> grad(n * qkv);
+  to_linear_layout(engine, c, p, pass_kind::backward, std::span<const T>(agrad), std::span<T>(grad), static_cast<std::int64_t>(qkv));
+  std::vector<T> dq = columns(grad, n, qkv, 0, D), dk = columns(grad, n, qkv, D, kvw), dv = columns(grad, n, qkv, D + kvw, kvw);
+  rope(dq, rows.pos, H, hd, cfg.rope_base, -1);
+  rope(dk, rows.pos, KV, hd, cfg.rope_base, -1);
+  matmul_backward(k.h1, lw.wq, dq, dxq, gl.wq, n, D, D);
+  matmul_backward(k.h1, lw.wk, dk, dxk, gl.wk, n, D, kvw);
+  matmul_backward(k.h1, lw.wv, dv, dxv, gl.wv, n, D, kvw);
+  add(dxq, dxk);
+  add(dxq, dxv);
+  rmsnorm_backward(k.x, lw.norm1, k.inv1, dxq, dxn, gl.norm1, n, D);
+  add(dxn, dx1);
+  return dxn;
+}
+
+// What the head keeps between its forward and backward.
+template <class T>
+struct head_cache {
+  std::vector<T> x, hf, inv_f, dlogits;
+};
+
+// Final RMSNorm, LM head and cross-entropy of the rows (each row's loss times `scale` goes
+// into dlogits); returns the rows' summed cross-entropy.
+template <class T>
+double head_forward(const gpt_config& cfg, const gpt_params<T>& w, const linear_rows& rows, std::vector<T> x, head_cache<T>& h,
+                    double scale) {
+  const auto D = static_cast<std::size_t>(cfg.dim), V = static_cast<std::size_t>(cfg.vocab);
+  std::vector<T> logits;
+  h.x = std::move(x);
+  rmsnorm(h.x, w.norm_final, h.hf, h.inv_f, rows.n, D, cfg.eps);
+  matmul(h.hf, w.lm_head, logits, rows.n, D, V);
+  return cross_entropy(logits, rows.tgt, h.dlogits, V, scale);
+}
+
+// The head's backward: adds into the LM head and final norm gradients; returns dx.
+template <class T>
+std::vector<T> head_backward(const gpt_config& cfg, const gpt_params<T>& w, gpt_params<T>& g, const linear_rows& rows,
+                             const head_cache<T>& h) {
+  const auto D = static_cast<std::size_t>(cfg.dim), V = static_cast<std::size_t>(cfg.vocab);
+  std::vector<T> dh, dx;
+  matmul_backward(h.hf, w.lm_head, h.dlogits, dh, g.lm_head, rows.n, D, V);
+  rmsnorm_backward(h.x, w.norm_final, h.inv_f, dh, dx, g.norm_final, rows.n, D);
+  return dx;
+}
+
+// Activation values a cache holds.
+template <class T>
+double cached_values(const layer_cache<T>& k) {
+  double values = 0;
+  for (const std::vector<T>* t : {&k.x, &k.inv1, &k.h1, &k.q, &k.k, &k.v, &k.aq, &k.ak, &k.av, &k.ao, &k.lse, &k.o, &k.x1, &k.inv2,
+                                  &k.h2, &k.z, &k.act})
+    values += static_cast<double>(t->size());
+  return values;
+}
+
+}  // namespace train_gpt
