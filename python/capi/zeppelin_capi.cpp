@@ -8,6 +8,8 @@
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/plan_json.hpp>
+#include <zeppelin/core/validate.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
@@ -21,6 +23,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -86,7 +89,7 @@ int zeppelin_plan_create(const int64_t* lengths, int64_t sequences, int32_t node
     const zeppelin::topology t(zeppelin::topology_config{.nodes = nodes, .gpus_per_node = gpus_per_node});
     const zeppelin::partitioner_settings settings{
         .capacity = capacity > 0 ? capacity : zeppelin::balanced_capacity(b, t), .cp_size = cp_size, .metric = {}};
-    *out = new zeppelin_plan{zeppelin::partition(zeppelin::partitioner_by_name(partitioner, settings), b, t), "",
+    *out = new zeppelin_plan{zeppelin::partition(zeppelin::partitioner_by_name(partitioner, settings), b, t), std::vector<zeppelin::token_count>(b.lengths().begin(), b.lengths().end()), "",
                              std::numeric_limits<double>::quiet_NaN()};
   });
 }
@@ -101,6 +104,38 @@ uint64_t zeppelin_plan_fingerprint(const zeppelin_plan* plan) { return plan ? ze
 const char* zeppelin_plan_choice(const zeppelin_plan* plan) { return plan ? plan->choice.c_str() : ""; }
 double zeppelin_plan_predicted_step(const zeppelin_plan* plan) {
   return plan ? plan->predicted_step_s : std::numeric_limits<double>::quiet_NaN();
+}
+
+int zeppelin_plan_lengths(const zeppelin_plan* plan, int64_t* out, int64_t room, int64_t* count) {
+  return zeppelin::capi::guarded([&] {
+    expect(plan != nullptr, "zeppelin: the plan must not be NULL");
+    fill_table<1>(static_cast<std::int64_t>(plan->lengths.size()), out, room, count,
+                  [&](std::int64_t i, std::int64_t* row) { row[0] = plan->lengths[static_cast<std::size_t>(i)]; });
+  });
+}
+
+int zeppelin_plan_json(const zeppelin_plan* plan, char* out, int64_t room, int64_t* length) {
+  return zeppelin::capi::guarded([&] {
+    expect(plan != nullptr && length != nullptr, "zeppelin_plan_json: the plan and length must not be NULL");
+    const zeppelin::batch b(plan->lengths);
+    std::ostringstream text;
+    zeppelin::write_plan_json(text, plan->plan, &b);
+    const std::string json = text.str();
+    *length = static_cast<std::int64_t>(json.size());
+    if (out != nullptr && room >= *length) std::copy(json.begin(), json.end(), out);
+  });
+}
+
+int zeppelin_plan_read_json(const char* text, int64_t length, zeppelin_plan** out) {
+  return zeppelin::capi::guarded([&] {
+    expect(text != nullptr && length >= 0 && out != nullptr, "zeppelin_plan_read_json: text and out must not be NULL");
+    zeppelin::plan_document doc = zeppelin::read_plan_json(std::string_view(text, static_cast<std::size_t>(length)));
+    expect(!doc.lengths.empty(), "zeppelin_plan_read_json: the plan JSON has no \"lengths\": the plan cannot be checked");
+    const zeppelin::batch b(doc.lengths);
+    const zeppelin::topology t(zeppelin::topology_config{.nodes = doc.layout.nodes, .gpus_per_node = doc.layout.gpus_per_node});
+    zeppelin::validate(doc.layout, b, t);
+    *out = new zeppelin_plan{std::move(doc.layout), std::move(doc.lengths), "", std::numeric_limits<double>::quiet_NaN()};
+  });
 }
 
 int zeppelin_plan_shards(const zeppelin_plan* plan, int32_t rank, int64_t* out, int64_t room, int64_t* count) {

@@ -60,6 +60,14 @@ ZEPPELIN_CAPI int32_t zeppelin_plan_groups(const zeppelin_plan* plan);
 ZEPPELIN_CAPI int64_t zeppelin_plan_capacity(const zeppelin_plan* plan);
 /* The plan's fingerprint: equal on every rank that planned the same batch the same way. */
 ZEPPELIN_CAPI uint64_t zeppelin_plan_fingerprint(const zeppelin_plan* plan);
+/* The batch's lengths (rows of 1). */
+ZEPPELIN_CAPI int zeppelin_plan_lengths(const zeppelin_plan* plan, int64_t* out, int64_t room, int64_t* count);
+/* The plan as JSON (format "zeppelin.plan", with its lengths and fingerprint; the format of
+ * `zeppelin plan --json`): *length receives its bytes (no NUL), written when out is not NULL
+ * and room >= *length. */
+ZEPPELIN_CAPI int zeppelin_plan_json(const zeppelin_plan* plan, char* out, int64_t room, int64_t* length);
+/* Reads such a JSON back: the fingerprint and the plan against its lengths are checked. */
+ZEPPELIN_CAPI int zeppelin_plan_read_json(const char* text, int64_t length, zeppelin_plan** out);
 /* Rank `rank`'s shards, in its storage order: rows of 5 (sequence, begin, end, group or -1,
  * micro-batch). */
 ZEPPELIN_CAPI int zeppelin_plan_shards(const zeppelin_plan* plan, int32_t rank, int64_t* out, int64_t room, int64_t* count);

@@ -29,6 +29,6 @@ extern "C" int zeppelin_plan_by_cost(const int64_t* lengths, int64_t sequences, 
     setup.tokens_per_gpu = capacity > 0 ? capacity : zeppelin::balanced_capacity(b, t);
     setup.capacity_slack = 0;
     const zeppelin::cost_driven_choice choice = zeppelin::plan_by_cost(b, t, zeppelin::model_by_name(model), setup);
-    *out = new zeppelin_plan{choice.chosen.layout, choice.chosen.candidate, choice.chosen.result.step_time_s};
+    *out = new zeppelin_plan{choice.chosen.layout, std::vector<zeppelin::token_count>(b.lengths().begin(), b.lengths().end()), choice.chosen.candidate, choice.chosen.result.step_time_s};
   });
 }

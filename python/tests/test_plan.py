@@ -128,3 +128,26 @@ def test_cost_driven_plan_bad_input():
         zt.plan_by_cost([100, 200], cluster="zz")
     with pytest.raises(TypeError, match="cluster must be a str, got int"):
         zt.plan_by_cost([100, 200], cluster=3)
+
+
+@pytest.mark.parametrize("partitioner", PARTITIONERS)
+def test_plans_round_trip_through_json(partitioner):
+    lengths = random_lengths(200)
+    p = zt.plan(lengths, nodes=2, gpus_per_node=2, partitioner=partitioner)
+    text = p.to_json()
+    assert '"format":"zeppelin.plan"' in text
+    q = zt.read_plan(text)
+    assert q.fingerprint == p.fingerprint
+    assert torch.equal(q.lengths, p.lengths)
+    assert all(torch.equal(q.shards(r), p.shards(r)) for r in range(p.num_ranks))
+    assert q.to_json() == text
+
+
+def test_a_tampered_plan_json_is_refused():
+    text = zt.plan([300, 20, 7], gpus_per_node=2).to_json()
+    with pytest.raises(zt.ZeppelinError, match="fingerprint"):
+        zt.read_plan(text.replace('"capacity":', '"capacity":1'))
+    with pytest.raises(zt.ZeppelinError):
+        zt.read_plan("{not json")
+    with pytest.raises(TypeError, match="text must be a str or bytes, got int"):
+        zt.read_plan(3)

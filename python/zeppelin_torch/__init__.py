@@ -12,7 +12,7 @@ from ._capi import ZeppelinError
 from .attention import varlen_attention
 from .chunk import Chunking, chunk
 from .pack import pack
-from .plan import Group, Layout, Plan, plan, plan_by_cost
+from .plan import Group, Layout, Plan, plan, plan_by_cost, read_plan
 from .relayout import RankRelayout, Relayout, relayout
 from .ring import RankSchedule, RingStep, ring_attention
 from .strategy import Pipeline, Strategy, strategy
@@ -34,6 +34,7 @@ __all__ = [
     "pack",
     "plan",
     "plan_by_cost",
+    "read_plan",
     "relayout",
     "ring_attention",
     "varlen_attention",

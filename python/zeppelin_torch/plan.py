@@ -118,6 +118,15 @@ class Plan:
             raise ValueError(f"micro_batch must be < the plan's {self.micro_batches} micro-batches, got {micro_batch}")
         return micro_batch
 
+    def to_json(self):
+        """The plan as JSON text (format "zeppelin.plan" with its lengths and fingerprint, as
+        `zeppelin plan --json` writes it; read_plan reads it back)."""
+        length = ctypes.c_int64(0)
+        _capi.call(_capi.lib.zeppelin_plan_json, self._handle, None, 0, ctypes.byref(length))
+        buf = ctypes.create_string_buffer(length.value)
+        _capi.call(_capi.lib.zeppelin_plan_json, self._handle, buf, length.value, ctypes.byref(length))
+        return buf.raw[: length.value].decode("utf-8")
+
     def shards(self, rank):
         """LongTensor [n, 5]: rank's shards in storage order, (sequence, begin, end, group or -1, micro-batch)."""
         return self._shards[self._rank("rank", rank)]
@@ -188,3 +197,19 @@ def plan_by_cost(lengths, *, gpus_per_node=0, nodes=1, model="7b", cluster="c", 
         ctypes.byref(handle),
     )
     return Plan(handle, lengths, "cost-driven")
+
+
+def read_plan(text):
+    """The plan of a "zeppelin.plan" JSON text (Plan.to_json, `zeppelin plan --json`), checked:
+    its fingerprint, and the plan against the lengths it carries. Raises ZeppelinError naming
+    what is wrong."""
+    if isinstance(text, bytes):
+        data = text
+    elif isinstance(text, str):
+        data = text.encode("utf-8")
+    else:
+        raise TypeError(f"text must be a str or bytes, got {type(text).__name__}")
+    handle = ctypes.c_void_p()
+    _capi.call(_capi.lib.zeppelin_plan_read_json, data, len(data), ctypes.byref(handle))
+    lengths = _capi.table(_capi.lib.zeppelin_plan_lengths, 1, handle)[:, 0].contiguous()
+    return Plan(handle, lengths, "read")

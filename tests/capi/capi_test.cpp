@@ -291,3 +291,26 @@ TEST_CASE("cost-driven plans equal plan_by_cost's, with its choice and step", "[
   CHECK(zeppelin_plan_by_cost(lengths.data(), 8, "c", 2, 4, "7b", -1, &p) != 0);
   CHECK(std::string(zeppelin_last_error()).find("capacity must be >= 0") != std::string::npos);
 }
+
+TEST_CASE("plans round-trip through the plan JSON, checked against their lengths", "[capi]") {
+  const std::vector<std::int64_t> lengths{900, 30, 4000, 12, 512};
+  plan_handle h;
+  REQUIRE(zeppelin_plan_create(lengths.data(), 5, 2, 2, "hierarchical", 0, 0, &h.p) == 0);
+  std::int64_t length = 0;
+  REQUIRE(zeppelin_plan_json(h.p, nullptr, 0, &length) == 0);
+  std::string text(static_cast<std::size_t>(length), '\0');
+  REQUIRE(zeppelin_plan_json(h.p, text.data(), length, &length) == 0);
+  CHECK(text.find("\"format\":\"zeppelin.plan\"") != std::string::npos);
+  plan_handle back;
+  REQUIRE(zeppelin_plan_read_json(text.data(), length, &back.p) == 0);
+  CHECK(zeppelin_plan_fingerprint(back.p) == zeppelin_plan_fingerprint(h.p));
+  std::int64_t count = 0;
+  std::vector<std::int64_t> read_lengths(5);
+  REQUIRE(zeppelin_plan_lengths(back.p, read_lengths.data(), 5, &count) == 0);
+  CHECK(read_lengths == lengths);
+  zeppelin_plan* bad = nullptr;
+  const std::string tampered = std::string(text).replace(text.find("\"capacity\":"), 11, "\"capacity\":1");
+  CHECK(zeppelin_plan_read_json(tampered.data(), static_cast<int64_t>(tampered.size()), &bad) != 0);
+  CHECK(bad == nullptr);
+  CHECK(zeppelin_plan_read_json("{", 1, &bad) != 0);
+}
