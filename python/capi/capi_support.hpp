@@ -4,15 +4,20 @@
 //                  nonzero return and this thread's last_error message (one definition for the
 //                  whole library), so no C++ exception crosses the C ABI
 //   expect(ok, m)  throws invalid_argument(m) when !ok
-//   fill_table     the (out, room, count) convention of the int64 tables
+//   fill_table     the (out, room, count) convention of the int64 tables (fill_rows: of rows
+//                  built in full first)
+//   lengths_of     a batch's lengths from the caller's array
 #pragma once
 
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/core/types.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 namespace zeppelin::capi {
 
@@ -45,6 +50,19 @@ void fill_table(std::int64_t n, std::int64_t* out, std::int64_t room, std::int64
   *count = n;
   if (out == nullptr || room < n) return;
   for (std::int64_t i = 0; i < n; ++i) row(i, out + i * Width);
+}
+
+//! fill_table over rows built in full first (Width values per row, row-major).
+template <int Width>
+void fill_rows(const std::vector<std::int64_t>& rows, std::int64_t* out, std::int64_t room, std::int64_t* count) {
+  fill_table<Width>(static_cast<std::int64_t>(rows.size() / Width), out, room, count,
+                    [&](std::int64_t i, std::int64_t* row) { std::copy_n(rows.data() + i * Width, Width, row); });
+}
+
+//! A batch's lengths from the C caller's array; at least one.
+inline std::vector<token_count> lengths_of(const std::int64_t* lengths, std::int64_t sequences) {
+  expect(lengths != nullptr && sequences >= 1, "zeppelin: the batch needs at least one length (sequences " + std::to_string(sequences) + ")");
+  return {lengths, lengths + sequences};
 }
 
 }  // namespace zeppelin::capi

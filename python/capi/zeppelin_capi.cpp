@@ -81,11 +81,10 @@ int zeppelin_plan_create(const int64_t* lengths, int64_t sequences, int32_t node
                          const char* partitioner, int64_t capacity, int32_t cp_size, zeppelin_plan** out) {
   return zeppelin::capi::guarded([&] {
     expect(out != nullptr, "zeppelin_plan_create: out must not be NULL");
-    expect(lengths != nullptr && sequences >= 1, "zeppelin_plan_create: the batch needs at least one length");
     expect(partitioner != nullptr, "zeppelin_plan_create: the partitioner name must not be NULL");
     expect(capacity >= 0, "zeppelin_plan_create: capacity must be >= 0 (0: balanced), got " + std::to_string(capacity));
     expect(cp_size >= 0, "zeppelin_plan_create: cp_size must be >= 0 (0: all ranks), got " + std::to_string(cp_size));
-    const zeppelin::batch b(std::vector<zeppelin::token_count>(lengths, lengths + sequences));
+    const zeppelin::batch b(zeppelin::capi::lengths_of(lengths, sequences));
     const zeppelin::topology t(zeppelin::topology_config{.nodes = nodes, .gpus_per_node = gpus_per_node});
     const zeppelin::partitioner_settings settings{
         .capacity = capacity > 0 ? capacity : zeppelin::balanced_capacity(b, t), .cp_size = cp_size, .metric = {}};
@@ -238,8 +237,7 @@ int zeppelin_packing_table(const zeppelin_packing* packing, int64_t* out, int64_
       for (std::size_t m = 0; m < mbs.size(); ++m)
         for (const std::int64_t d : mbs[m].documents) rows.insert(rows.end(), {std::int64_t(i), std::int64_t(m), d});
     }
-    fill_table<3>(static_cast<std::int64_t>(rows.size() / 3), out, room, count,
-                  [&](std::int64_t i, std::int64_t* row) { std::copy_n(rows.data() + i * 3, 3, row); });
+    zeppelin::capi::fill_rows<3>(rows, out, room, count);
   });
 }
 

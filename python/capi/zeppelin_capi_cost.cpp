@@ -21,9 +21,8 @@ extern "C" int zeppelin_plan_by_cost(const int64_t* lengths, int64_t sequences, 
   using zeppelin::capi::expect;
   return zeppelin::capi::guarded([&] {
     expect(out != nullptr && cluster != nullptr && model != nullptr, "zeppelin_plan_by_cost: out, cluster and model must not be NULL");
-    expect(lengths != nullptr && sequences >= 1, "zeppelin_plan_by_cost: the batch needs at least one length");
     expect(capacity >= 0, "zeppelin_plan_by_cost: capacity must be >= 0 (0: balanced), got " + std::to_string(capacity));
-    const zeppelin::batch b(std::vector<zeppelin::token_count>(lengths, lengths + sequences));
+    const zeppelin::batch b(zeppelin::capi::lengths_of(lengths, sequences));
     const zeppelin::topology t = zeppelin::cluster_by_name(cluster, nodes, gpus_per_node);
     zeppelin::method_setup setup;
     setup.tokens_per_gpu = capacity > 0 ? capacity : zeppelin::balanced_capacity(b, t);

@@ -26,19 +26,9 @@ struct zeppelin_chunking {
 namespace {
 
 using zeppelin::capi::expect;
+using zeppelin::capi::fill_rows;
 using zeppelin::capi::fill_table;
-
-std::vector<zeppelin::token_count> lengths_of(const int64_t* lengths, int64_t sequences) {
-  expect(lengths != nullptr && sequences >= 1, "zeppelin: the batch needs at least one length (sequences " + std::to_string(sequences) + ")");
-  return {lengths, lengths + sequences};
-}
-
-// Writes the rows of a table built in full first (rows of Width).
-template <int Width>
-void fill_rows(const std::vector<std::int64_t>& rows, int64_t* out, int64_t room, int64_t* count) {
-  fill_table<Width>(static_cast<std::int64_t>(rows.size() / Width), out, room, count,
-                    [&](std::int64_t i, std::int64_t* row) { std::copy_n(rows.data() + i * Width, Width, row); });
-}
+using zeppelin::capi::lengths_of;
 
 }  // namespace
 

@@ -62,20 +62,25 @@ class RankSchedule:
         self.mine = mine
         # groups this rank rings in this micro-batch: it is a member and some member holds shards of it
         self.rings: List[Tuple[int, List[int], List[List[_Shard]]]] = []
+        of_member = {}  # member -> {group: its shards there}, each member read once
         for g in plan.groups:
             if rank not in g.members:
                 continue
-            held = [self._group_shards(m, g.index) for m in g.members]
+            for m in g.members:
+                if m not in of_member:
+                    of_member[m] = self._shards_by_group(m)
+            held = [of_member[m].get(g.index, []) for m in g.members]
             if any(held):
                 self.rings.append((g.index, g.members, held))
 
-    def _group_shards(self, member, group):
-        layout = self.plan.layout(member, self.micro_batch)
-        out, row = [], 0
-        for seq, begin, end, g in layout.shards.tolist():
-            if g == group:
-                out.append(_Shard(row, seq, begin, end))
-                row += end - begin
+    def _shards_by_group(self, member):
+        """{group: member's shards of it in this micro-batch}, rows counted from 0 per group
+        (the order they sit in the K/V buffer the member circulates)."""
+        out, rows = {}, {}
+        for seq, begin, end, g, mb in self.plan.shards(member).tolist():
+            if g >= 0 and mb == self.micro_batch:
+                out.setdefault(g, []).append(_Shard(rows.get(g, 0), seq, begin, end))
+                rows[g] = rows.get(g, 0) + end - begin
         return out
 
     def steps(self):

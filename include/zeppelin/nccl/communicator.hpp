@@ -79,14 +79,10 @@ class nccl_communicator {
       : options_(options), rank_(rank), size_(nranks) {
     ZEPPELIN_EXPECTS(nranks >= 1 && rank >= 0 && rank < nranks, "nccl: rank outside the communicator",
                      {{"rank", double(rank)}, {"ranks", double(nranks)}});
-    ZEPPELIN_EXPECTS(options.gpus_per_node >= 0 && (options.gpus_per_node == 0 || nranks % options.gpus_per_node == 0),
-                     "nccl: gpus_per_node must divide the rank count",
-                     {{"ranks", double(nranks)}, {"gpus_per_node", double(options.gpus_per_node)}});
-    ZEPPELIN_EXPECTS(options.timeout.count() > 0, "nccl: the timeout must be positive", {{"timeout_ms", double(options.timeout.count())}});
+    check_options(options, nranks);
     if (options.device >= 0) ZEPPELIN_CUDA_CHECK(cudaSetDevice(options.device));
     ZEPPELIN_CUDA_CHECK(cudaGetDevice(&device_));
-    const device::priority_range pr = device::stream_priorities();
-    stream_ = device::cuda_stream(options.high_priority_stream ? pr.greatest : pr.least);
+    make_stream();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = options.blocking ? 1 : 0;
     const ncclResult_t r = ncclCommInitRankConfig(&comm_, nranks, id, rank, &config);
@@ -96,12 +92,7 @@ class nccl_communicator {
       throw nccl_error(static_cast<int>(r), nccl::describe(r, "ncclCommInitRankConfig"), __FILE__, __LINE__);
     }
     wait_issued("ncclCommInitRankConfig", "init");
-    if (options.gpus_per_node > 0) {
-      node_.resize(static_cast<std::size_t>(nranks));
-      for (int x = 0; x < nranks; ++x) node_[static_cast<std::size_t>(x)] = x / options.gpus_per_node;
-    } else {
-      discover_nodes();
-    }
+    assign_nodes();
   }
 
   //! Uses `comm`, an initialised communicator created elsewhere, without owning it: rank, size
@@ -113,25 +104,16 @@ class nccl_communicator {
   nccl_communicator(borrow_comm_t, ncclComm_t comm, nccl_options options = {})
       : options_(options), rank_(0), size_(0), ownership_(comm_ownership::borrowed) {
     ZEPPELIN_EXPECTS(comm != nullptr, "nccl: the borrowed communicator must not be null", {});
-    ZEPPELIN_EXPECTS(options.timeout.count() > 0, "nccl: the timeout must be positive", {{"timeout_ms", double(options.timeout.count())}});
-    int rank = 0, count = 0, device = 0;
+    int rank = 0, count = 0;
     ZEPPELIN_NCCL_CHECK(ncclCommUserRank(comm, &rank));
     ZEPPELIN_NCCL_CHECK(ncclCommCount(comm, &count));
-    ZEPPELIN_NCCL_CHECK(ncclCommCuDevice(comm, &device));
-    ZEPPELIN_EXPECTS(options.gpus_per_node >= 0 && (options.gpus_per_node == 0 || count % options.gpus_per_node == 0),
-                     "nccl: gpus_per_node must divide the rank count",
-                     {{"ranks", double(count)}, {"gpus_per_node", double(options.gpus_per_node)}});
-    rank_ = rank, size_ = count, device_ = device;
+    ZEPPELIN_NCCL_CHECK(ncclCommCuDevice(comm, &device_));
+    check_options(options, count);
+    rank_ = rank, size_ = count;
     ZEPPELIN_CUDA_CHECK(cudaSetDevice(device_));
-    const device::priority_range pr = device::stream_priorities();
-    stream_ = device::cuda_stream(options.high_priority_stream ? pr.greatest : pr.least);
+    make_stream();
     comm_ = comm;
-    if (options.gpus_per_node > 0) {
-      node_.resize(static_cast<std::size_t>(size_));
-      for (int x = 0; x < size_; ++x) node_[static_cast<std::size_t>(x)] = x / options.gpus_per_node;
-    } else {
-      discover_nodes();
-    }
+    assign_nodes();
   }
   nccl_communicator(const nccl_communicator&) = delete;
   nccl_communicator& operator=(const nccl_communicator&) = delete;
@@ -234,6 +216,23 @@ class nccl_communicator {
   }
 
  private:
+  // what both constructors check of the options, for a communicator of `ranks` ranks
+  static void check_options(const nccl_options& o, int ranks) {
+    ZEPPELIN_EXPECTS(o.gpus_per_node >= 0 && (o.gpus_per_node == 0 || ranks % o.gpus_per_node == 0),
+                     "nccl: gpus_per_node must divide the rank count", {{"ranks", double(ranks)}, {"gpus_per_node", double(o.gpus_per_node)}});
+    ZEPPELIN_EXPECTS(o.timeout.count() > 0, "nccl: the timeout must be positive", {{"timeout_ms", double(o.timeout.count())}});
+  }
+  // the communication stream, on the current device
+  void make_stream() {
+    const device::priority_range pr = device::stream_priorities();
+    stream_ = device::cuda_stream(options_.high_priority_stream ? pr.greatest : pr.least);
+  }
+  // node_of: from options.gpus_per_node, or discovered from host names
+  void assign_nodes() {
+    if (options_.gpus_per_node == 0) return discover_nodes();
+    node_.resize(static_cast<std::size_t>(size_));
+    for (int x = 0; x < size_; ++x) node_[static_cast<std::size_t>(x)] = x / options_.gpus_per_node;
+  }
   void check_peer(rank_index peer) const {
     ZEPPELIN_EXPECTS(peer >= 0 && peer < size_, "nccl: peer rank outside the communicator",
                      {{"rank", double(rank_)}, {"peer", double(peer)}, {"ranks", double(size_)}});
