@@ -223,14 +223,22 @@ TEST_CASE("program: fused launches never outnumber per-group ones, and fuse the 
 
 TEST_CASE("program: a program over the size limits is refused before it is built", "[program]") {
   random_generator rng(1205);
-  int refused = 0;
-  for (int trial = 0; trial < 60; ++trial) {
+  int refused = 0, all_to_all = 0;
+  for (int trial = 0; trial < 80; ++trial) {
     program_case c = random_case(rng);
+    // every other trial runs every group as all-to-all, counted G x (Ulysses degree + ring degree)
+    const bool flip = trial % 2 == 1;
+    if (flip)
+      for (ring_group& g : c.p.groups) g.collective = collective_kind::all_to_all;
     std::int64_t member_rounds = 0;
-    for (const ring_group& g : c.p.groups)
-      if (g.zone != zone_kind::local) member_rounds += static_cast<std::int64_t>(g.ranks.size() * g.ranks.size());
+    for (const ring_group& g : c.p.groups) {
+      if (g.zone == zone_kind::local) continue;
+      const auto G = static_cast<std::int64_t>(g.ranks.size());
+      const std::int64_t u = flip ? detail::ulysses_degree(c.options.wire, static_cast<std::int32_t>(G)) : 0;
+      member_rounds += flip ? G * (u + G / u) : G * G;
+    }
     if (member_rounds == 0 || c.p.micro_batches() > 1) continue;
-    INFO("trial " << trial << " method " << c.p.method);
+    INFO("trial " << trial << " method " << c.p.method << " all-to-all " << flip);
     // exactly at the limit it builds; one below, it names the limit and the pairs
     c.options.max_member_rounds = member_rounds;
     (void)make_program(c.p, c.b, c.topo, c.options);
@@ -240,9 +248,16 @@ TEST_CASE("program: a program over the size limits is refused before it is built
     CHECK(e.value("max_member_rounds") == static_cast<double>(member_rounds - 1));
     c.options.max_member_rounds = member_rounds;
     c.options.max_shard_pairs = 0;
-    const resource_limit f = zeppelin_test::expect_error<resource_limit>([&] { (void)make_program(c.p, c.b, c.topo, c.options); });
-    CHECK(f.value("shard_pairs") >= 1.0);
+    if (flip) {
+      // the all-to-all collective makes no (query shard, key shard) pairs: no shard-pair limit
+      (void)make_program(c.p, c.b, c.topo, c.options);
+      ++all_to_all;
+    } else {
+      const resource_limit f = zeppelin_test::expect_error<resource_limit>([&] { (void)make_program(c.p, c.b, c.topo, c.options); });
+      CHECK(f.value("shard_pairs") >= 1.0);
+    }
     ++refused;
   }
   CHECK(refused >= 10);
+  CHECK(all_to_all >= 5);
 }

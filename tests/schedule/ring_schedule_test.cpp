@@ -1,5 +1,6 @@
 // tests/schedule/ring_schedule_test.cpp
-// make_ring_schedule (schedule/ring_schedule.hpp) on zigzag layouts (even and uneven chunks,
+// make_ring_schedule (schedule/ring_schedule.hpp, over make_group_layout of
+// schedule/group_layout.hpp) on zigzag layouts (even and uneven chunks,
 // one or several sequences, as TE's global ring) and on random layouts (random cuts, random
 // owners, shuffled placement order). Brute force over every (q, k) position pair: every causal
 // pair of every sequence is computed exactly once over the (position, origin) pairs, and
@@ -187,6 +188,21 @@ void check_schedule(const fixture& f, const ring_schedule& s) {
   REQUIRE(by_origin == total);
 }
 
+// check_schedule on group 0's schedule, and the layout alone (what the all-to-all collective
+// builds): it is the schedule's layout, it holds every shard of the group, and the blocks over
+// it are the schedule's
+void check_schedule_and_layout(const fixture& f) {
+  const ring_schedule s = make_ring_schedule(f.p, f.b, 0);
+  check_schedule(f, s);
+  const group_layout layout = make_group_layout(f.p, f.b, 0);
+  CHECK(layout == static_cast<const group_layout&>(s));
+  std::size_t shards = 0;
+  for (const placement& pl : f.p.placements)
+    shards += static_cast<std::size_t>(std::count_if(pl.shards.begin(), pl.shards.end(), [](const shard& x) { return x.group == 0; }));
+  CHECK(layout.shard_count() == shards);
+  CHECK(make_ring_schedule(layout) == s);
+}
+
 }  // namespace
 
 TEST_CASE("ring schedule covers every causal pair once on zigzag layouts", "[schedule][ring]") {
@@ -200,7 +216,7 @@ TEST_CASE("ring schedule covers every causal pair once on zigzag layouts", "[sch
     fixture f = zigzag_fixture(lengths, G, ranks, random_ring(rng, ranks, G), rng.below(2) == 1);
     if (ranks > G && rng.below(2) == 1) add_decoys(f, ranks);
     INFO("t=" << t << " G=" << G);
-    check_schedule(f, make_ring_schedule(f.p, f.b, 0));
+    check_schedule_and_layout(f);
   }
 }
 
@@ -215,7 +231,7 @@ TEST_CASE("ring schedule covers every causal pair once on arbitrary layouts", "[
     fixture f = random_fixture(rng, lengths, ranks, random_ring(rng, ranks, G));
     if (ranks > G) add_decoys(f, ranks);
     INFO("t=" << t << " G=" << G);
-    check_schedule(f, make_ring_schedule(f.p, f.b, 0));
+    check_schedule_and_layout(f);
   }
 }
 

@@ -22,9 +22,10 @@
 // Throws invalid_plan when the plan fails validate(p, b, t), invalid_argument for a bad wire
 // format, resource_limit when its groups exceed program_options::max_member_rounds or
 // max_shard_pairs.
-// Cost: O(G^2 + S log S + B log B) per group of G ranks, S shards and B blocks (the G^2 is
-// the ring itself: G rounds on G members), plus the launches; a rank's part is as long as
-// its own groups.
+// Cost: O(G^2 + S log S + B log B) per ring or all-gather group of G ranks, S shards and B
+// blocks (the G^2 is the ring itself: G rounds on G members), O(G (u + G / u) + S log S) per
+// all-to-all group of Ulysses degree u, plus the launches; a rank's part is as long as its own
+// groups.
 // Host code, nvcc-safe.
 #pragma once
 
@@ -47,6 +48,7 @@
 #include <zeppelin/remap/exact.hpp>
 #include <zeppelin/remap/layout.hpp>
 #include <zeppelin/schedule/engine_queue.hpp>
+#include <zeppelin/schedule/group_layout.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
 #include <algorithm>
@@ -63,63 +65,88 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 namespace detail {
 
+//! The groups of one zone (inter or intra) of a micro-batch, by group id: the ring and
+//! all-gather groups with their (position, origin) blocks, the all-to-all groups with their
+//! layouts only (their collective computes on subgroups, schedule/group_layout.hpp).
+struct zone_groups {
+  std::vector<ring_schedule> paired;
+  std::vector<group_layout> all_to_all;
+  [[nodiscard]] bool empty() const noexcept { return paired.empty() && all_to_all.empty(); }
+};
+
 //! What one micro-batch runs, independent of the pass.
 struct micro_batch_work {
   std::int32_t micro_batch = 0;
-  std::vector<ring_schedule> inter, intra;               //!< by group id
+  zone_groups inter, intra;
   std::vector<std::vector<attention_block>> local;      //!< [rank]
   std::optional<relayout_plan> remap;                       //!< attention -> token-balanced layout
   std::int32_t remap_in = -1, inter_level = -1, intra_level = -1, local_level = -1, remap_out = -1;  //!< level indices
 };
 
-//! Rounds of the collective of `s` in `pass` (the all-to-all's depend on the heads).
-inline std::int32_t collective_rounds(const ring_schedule& s, pass_kind pass, const wire_format& wire) {
-  switch (s.collective) {
+//! Rounds of the collective of a group of `G` ranks running `c` in `pass` (the all-to-all's
+//! depend on the heads).
+inline std::int32_t collective_rounds(collective_kind c, std::int32_t G, pass_kind pass, const wire_format& wire) {
+  switch (c) {
     case collective_kind::ring: break;
-    case collective_kind::all_gather: return all_gather_rounds(s.size(), pass);
-    case collective_kind::all_to_all: return all_to_all_rounds(wire, s.size(), pass);
+    case collective_kind::all_gather: return all_gather_rounds(G, pass);
+    case collective_kind::all_to_all: return all_to_all_rounds(wire, G, pass);
   }
-  return ring_rounds(s.size(), pass);
+  return ring_rounds(G, pass);
 }
 
 //! Rounds of a ring level of `groups` in `pass`.
-inline std::int32_t level_rounds(const std::vector<ring_schedule>& groups, pass_kind pass, const wire_format& wire) {
+inline std::int32_t level_rounds(const zone_groups& groups, pass_kind pass, const wire_format& wire) {
   std::int32_t rounds = 0;
-  for (const ring_schedule& s : groups) rounds = std::max(rounds, collective_rounds(s, pass, wire));
+  for (const ring_schedule& s : groups.paired) rounds = std::max(rounds, collective_rounds(s.collective, s.size(), pass, wire));
+  for (const group_layout& s : groups.all_to_all) rounds = std::max(rounds, collective_rounds(s.collective, s.size(), pass, wire));
   return rounds;
 }
 
 //! The level_work of a ring level (its ring, all-gather and all-to-all groups).
-inline level_work ring_level(const std::vector<ring_schedule>& groups, std::int32_t level, std::int32_t stream, pass_kind pass,
+inline level_work ring_level(const zone_groups& groups, std::int32_t level, std::int32_t stream, pass_kind pass,
                              const execution_program& prog, const arena_allocator& allocate, const wire_format& wire) {
   level_work w(level, stream, level_rounds(groups, pass, wire), prog.num_ranks());
-  std::vector<const ring_schedule*> of[3];  // by collective_kind
-  for (const ring_schedule& s : groups) of[static_cast<int>(s.collective)].push_back(&s);
-  build_ring(w, of[static_cast<int>(collective_kind::ring)], pass, prog, allocate, wire);
-  build_all_gather(w, of[static_cast<int>(collective_kind::all_gather)], pass, prog, allocate, wire);
-  build_all_to_all(w, of[static_cast<int>(collective_kind::all_to_all)], pass, prog, allocate, wire);
+  std::vector<const ring_schedule*> ring, all_gather;
+  for (const ring_schedule& s : groups.paired) (s.collective == collective_kind::all_gather ? all_gather : ring).push_back(&s);
+  std::vector<const group_layout*> all_to_all;
+  for (const group_layout& s : groups.all_to_all) all_to_all.push_back(&s);
+  build_ring(w, ring, pass, prog, allocate, wire);
+  build_all_gather(w, all_gather, pass, prog, allocate, wire);
+  build_all_to_all(w, all_to_all, pass, prog, allocate, wire);
   return w;
 }
 
-//! Throws resource_limit, before anything is built, when the ring and all-gather groups of
-//! `p` run more (position, round) pairs per pass than o.max_member_rounds (sum of G^2) or
-//! pair more shards of one sequence than o.max_shard_pairs (sum over a group's sequences of
-//! their shards in it squared: each pair makes up to three attention blocks, held by the
-//! schedule and by the launches).
+//! (position, round) pairs a group of G ranks running `c` holds in a pass, up to a constant:
+//! a ring or all-gather member meets every other member's K/V (G x G); an all-to-all member
+//! (Ulysses degree u, ring degree G / u) runs u all-to-all peers and G / u ring rounds.
+[[nodiscard]] inline std::int64_t member_rounds_of(collective_kind c, std::int64_t G, const wire_format& wire) {
+  if (c != collective_kind::all_to_all) return G * G;
+  const std::int64_t u = ulysses_degree(wire, static_cast<std::int32_t>(G));
+  return G * (u + G / u);
+}
+
+//! Throws resource_limit, before anything is built, when the groups of `p` run more
+//! (position, round) pairs per pass than o.max_member_rounds (member_rounds_of, summed) or the
+//! ring and all-gather groups pair more shards of one sequence than o.max_shard_pairs (sum
+//! over a group's sequences of their shards in it squared: each pair makes up to three
+//! attention blocks, held by the schedule and by the launches; the all-to-all collective
+//! computes on subgroups and makes no such pairs).
 inline void refuse_oversized_program(const plan& p, const std::vector<std::set<group_index>>& groups_of, const program_options& o) {
   std::int64_t member_rounds = 0, largest = 0;
   group_index largest_group = no_group;
   for (const auto& groups : groups_of)
     for (const group_index g : groups) {
-      const auto G = static_cast<std::int64_t>(p.groups[static_cast<std::size_t>(g)].ranks.size());
-      member_rounds += G * G;
+      const ring_group& grp = p.groups[static_cast<std::size_t>(g)];
+      const auto G = static_cast<std::int64_t>(grp.ranks.size());
+      member_rounds += member_rounds_of(grp.collective, G, o.wire);
       if (G > largest) largest = G, largest_group = g;
     }
   if (member_rounds > o.max_member_rounds)
     ZEPPELIN_THROW(resource_limit,
-                   "execution program too large: its ring and all-gather groups run more (position, round) pairs per pass "
-                   "than program_options::max_member_rounds allows (a group of G ranks runs G x G); plan smaller groups "
-                   "(more tokens per GPU, fewer GPUs per sequence) or raise the limit",
+                   "execution program too large: its groups run more (position, round) pairs per pass than "
+                   "program_options::max_member_rounds allows (a ring or all-gather group of G ranks runs G x G, an "
+                   "all-to-all group G x (Ulysses degree + ring degree)); plan smaller groups (more tokens per GPU, fewer "
+                   "GPUs per sequence) or raise the limit",
                    {{"member_rounds", double(member_rounds)},
                     {"max_member_rounds", double(o.max_member_rounds)},
                     {"largest_group", double(largest_group)},
@@ -128,7 +155,8 @@ inline void refuse_oversized_program(const plan& p, const std::vector<std::set<g
   std::vector<std::tuple<group_index, std::int32_t, sequence_index>> keys;
   for (const auto& pl : p.placements)
     for (const shard& s : pl.shards)
-      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].zone != zone_kind::local)
+      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].zone != zone_kind::local &&
+          p.groups[static_cast<std::size_t>(s.group)].collective != collective_kind::all_to_all)
         keys.emplace_back(s.group, s.micro_batch, s.seq);
   std::sort(keys.begin(), keys.end());
   std::int64_t shard_pairs = 0;
@@ -185,8 +213,10 @@ inline void refuse_oversized_program(const plan& p, const std::vector<std::set<g
     auto& m = mbs[static_cast<size_t>(mb)];
     m.micro_batch = mb;
     for (const group_index g : groups_of[static_cast<size_t>(mb)]) {
-      ring_schedule s = make_ring_schedule(p, b, g, mb);
-      (s.zone == zone_kind::inter_node ? m.inter : m.intra).push_back(std::move(s));
+      group_layout layout = make_group_layout(p, b, g, mb);
+      detail::zone_groups& zone = layout.zone == zone_kind::inter_node ? m.inter : m.intra;
+      if (layout.collective == collective_kind::all_to_all) zone.all_to_all.push_back(std::move(layout));
+      else zone.paired.push_back(make_ring_schedule(std::move(layout)));
     }
     m.local = detail::local_blocks(p, out, queues, mb);
     if (o.remap) {

@@ -74,10 +74,11 @@ struct program_options {
   engine_policy engine = engine_policy::in_order;
   any_router router{};
   std::optional<remap_objective> remap{};
-  //! Largest program make_program builds, in (position, round) pairs of ring and all-gather
-  //! groups per pass (the sum over groups and micro-batches of G^2): a group of G ranks runs G
-  //! rounds on each of its G members, and the program holds every one (a few KB each with
-  //! its transfers, pieces and launches). 2^20 keeps a program within a few GB; beyond it
+  //! Largest program make_program builds, in (position, round) pairs per pass, summed over
+  //! groups and micro-batches: a ring or all-gather group of G ranks runs G rounds on each of
+  //! its G members (G^2), an all-to-all group of Ulysses degree u runs u peers and G / u ring
+  //! rounds on each (G (u + G / u)), and the program holds every one (a few KB each with its
+  //! transfers, pieces and launches). 2^20 keeps a program within a few GB; beyond it
   //! make_program throws resource_limit naming the largest group.
   std::int64_t max_member_rounds = std::int64_t{1} << 20;
   //! Largest sum over groups and sequences of (the sequence's shards in the group)^2: each

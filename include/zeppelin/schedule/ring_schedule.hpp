@@ -1,11 +1,12 @@
 // zeppelin/schedule/ring_schedule.hpp
 // What every position of ONE ring group of a plan computes, against the K/V of every origin
 // (Zeppelin 3.2, TE CP "P2P", LLaMA-3 CP).
-//   in : a plan (the partitioner's layout is the source of truth), the batch, a group g and a
-//        micro-batch. Position p of the ring is rank groups[g].ranks[p]; its "group buffer" is
-//        the concatenation, in placement order, of its shards of group g (one sequence cut into
-//        zigzag chunks, or the chunks of several sequences as in TE's global ring).
-//   out: plain data: per position the buffer layout, and the attention blocks of position p's
+//   in : the group's layout (schedule/group_layout.hpp: position p of the ring is rank
+//        groups[g].ranks[p]; its "group buffer" is the concatenation, in placement order, of its
+//        shards of group g: one sequence cut into zigzag chunks, or the chunks of several
+//        sequences as in TE's global ring), or the plan, batch, group and micro-batch it
+//        comes from.
+//   out: plain data: the layout, and the attention blocks of position p's
 //        queries against the group buffer of origin o, blocks(p, o), stored only for the
 //        pairs that compute something; step(k, p) is round k of the ring, o = (p - k) mod G,
 //        in which p holds the K/V that started on p - k. The union over (p, o) of the computed (q, k) pairs is exactly the causal
@@ -34,6 +35,7 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/schedule/block_mask.hpp>
+#include <zeppelin/schedule/group_layout.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -43,15 +45,6 @@
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
-
-//! One shard in a position's group buffer.
-struct group_shard {
-  sequence_index seq = 0;
-  token_range range{};     //!< positions inside the sequence
-  std::int32_t shard = 0;  //!< index into plan.placements[rank].shards
-  token_count row = 0;     //!< first row of the shard in the group buffer
-  friend constexpr bool operator==(const group_shard&, const group_shard&) = default;
-};
 
 //! One attention block: queries q of the rank x keys k of the KV buffer it holds, one sequence.
 struct attention_block {
@@ -73,23 +66,16 @@ struct forward_step {
   std::span<const attention_block> blocks;
 };
 
-//! The geometry of one ring group. Only the (position, origin) pairs that compute something
-//! are stored (blocks of pair i: block_list[pair_begin[i], pair_begin[i + 1]), pairs sorted by
-//! position then origin), so a group of G ranks costs O(G + S + B), never G^2: a global ring
-//! of 1M one-token sequences has G pairs, not G^2 steps.
-struct ring_schedule {
-  group_index group = no_group;
-  zone_kind zone = zone_kind::local;
-  collective_kind collective = collective_kind::ring;
-  std::int32_t micro_batch = 0;
-  std::vector<rank_index> ranks;                 //!< ring order (position -> rank)
-  std::vector<std::vector<group_shard>> layout;  //!< per position: its group buffer
-  std::vector<token_count> buffer_tokens;        //!< per position: rows of its group buffer
+//! The blocks of one ring group over its layout (schedule/group_layout.hpp). Only the
+//! (position, origin) pairs that compute something are stored (blocks of pair i:
+//! block_list[pair_begin[i], pair_begin[i + 1]), pairs sorted by position then origin), so a
+//! group of G ranks costs O(G + S + B), never G^2: a global ring of 1M one-token sequences has
+//! G pairs, not G^2 steps.
+struct ring_schedule : group_layout {
   std::vector<std::int64_t> pair_key;            //!< position * G + origin, ascending, one per computing pair
   std::vector<std::size_t> pair_begin;           //!< pair_key.size() + 1 offsets into block_list
   std::vector<attention_block> block_list;       //!< every block, grouped by pair
 
-  [[nodiscard]] std::int32_t size() const noexcept { return static_cast<std::int32_t>(ranks.size()); }
   [[nodiscard]] std::int32_t rounds() const noexcept { return size(); }
   //! The blocks of position p's queries against the group buffer of origin o (empty when
   //! the pair computes nothing). O(log pairs).
@@ -133,81 +119,13 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
   return pairs;
 }
 
-//! The schedule of ring group `g` of `p` for the shards of micro-batch `micro_batch`.
-//! Throws invalid_argument when g is not a group of p, a group rank is out of range or repeated,
-//! a shard of g sits on a rank outside g or outside its sequence, or the group's shards of a
-//! sequence do not tile [0, length) exactly (the exact-cover guarantee needs a tiling).
-//! Cost: O(G + S log S + B) for S group shards and B emitted blocks.
-[[nodiscard]] inline ring_schedule make_ring_schedule(const plan& p, const batch& b, group_index g,
-                                                      std::int32_t micro_batch = 0) {
+//! The blocks of every computing (position, origin) pair of `layout` (see the file comment).
+//! Cost: O(S log S + B) for S group shards and B emitted blocks.
+[[nodiscard]] inline ring_schedule make_ring_schedule(group_layout layout) {
   using std::size_t;
-  ZEPPELIN_EXPECTS(g >= 0 && g < static_cast<group_index>(p.groups.size()), "ring schedule: no such group",
-                   {{"group", static_cast<double>(g)}, {"groups", static_cast<double>(p.groups.size())}});
-  const ring_group& grp = p.groups[static_cast<size_t>(g)];
-  const auto G = static_cast<std::int32_t>(grp.ranks.size());
-  ZEPPELIN_EXPECTS(G >= 1, "ring schedule: the group has no ranks", {{"group", static_cast<double>(g)}});
-
-  // position of every rank in the ring (-1: not in the group)
-  std::vector<std::int32_t> position_of(static_cast<size_t>(p.num_ranks()), -1);
-  for (std::int32_t pos = 0; pos < G; ++pos) {
-    const rank_index r = grp.ranks[static_cast<size_t>(pos)];
-    ZEPPELIN_EXPECTS(r >= 0 && r < p.num_ranks() && position_of[static_cast<size_t>(r)] < 0,
-                     "ring schedule: group rank out of range or repeated",
-                     {{"group", static_cast<double>(g)}, {"rank", static_cast<double>(r)}, {"ranks", static_cast<double>(p.num_ranks())}});
-    position_of[static_cast<size_t>(r)] = pos;
-  }
-
   ring_schedule s;
-  s.group = g;
-  s.zone = grp.zone;
-  s.collective = grp.collective;
-  s.micro_batch = micro_batch;
-  s.ranks = grp.ranks;
-  s.layout.resize(static_cast<size_t>(G));
-  s.buffer_tokens.assign(static_cast<size_t>(G), 0);
-
-  struct piece {
-    sequence_index seq;
-    token_range range;
-  };
-  std::vector<piece> pieces;
-  for (rank_index r = 0; r < p.num_ranks(); ++r) {
-    const auto& shards = p.placements[static_cast<size_t>(r)].shards;
-    for (size_t i = 0; i < shards.size(); ++i) {
-      const shard& sh = shards[i];
-      if (sh.group != g || sh.micro_batch != micro_batch) continue;
-      const std::int32_t pos = position_of[static_cast<size_t>(r)];
-      ZEPPELIN_EXPECTS(pos >= 0, "ring schedule: a shard of the group sits on a rank outside it",
-                       {{"group", static_cast<double>(g)}, {"rank", static_cast<double>(r)}, {"seq", static_cast<double>(sh.seq)}});
-      ZEPPELIN_EXPECTS(sh.seq >= 0 && sh.seq < b.size() && sh.range.begin >= 0 && sh.range.begin < sh.range.end &&
-                           sh.range.end <= b.length(sh.seq),
-                       "ring schedule: shard outside its sequence",
-                       {{"rank", static_cast<double>(r)}, {"seq", static_cast<double>(sh.seq)},
-                        {"begin", static_cast<double>(sh.range.begin)}, {"end", static_cast<double>(sh.range.end)}});
-      auto& row = s.buffer_tokens[static_cast<size_t>(pos)];
-      s.layout[static_cast<size_t>(pos)].push_back({sh.seq, sh.range, static_cast<std::int32_t>(i), row});
-      row += sh.range.size();
-      pieces.push_back({sh.seq, sh.range});
-    }
-  }
-
-  // the group's shards of each sequence must tile [0, length)
-  std::sort(pieces.begin(), pieces.end(), [](const piece& x, const piece& y) {
-    return x.seq != y.seq ? x.seq < y.seq : x.range.begin < y.range.begin;
-  });
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const bool first = i == 0 || pieces[i - 1].seq != pieces[i].seq;
-    const token_count expected = first ? 0 : pieces[i - 1].range.end;
-    ZEPPELIN_EXPECTS(pieces[i].range.begin == expected, "ring schedule: the group's shards do not tile the sequence",
-                     {{"seq", static_cast<double>(pieces[i].seq)}, {"expected_begin", static_cast<double>(expected)},
-                      {"begin", static_cast<double>(pieces[i].range.begin)}});
-    const bool last = i + 1 == pieces.size() || pieces[i + 1].seq != pieces[i].seq;
-    ZEPPELIN_EXPECTS(!last || pieces[i].range.end == b.length(pieces[i].seq),
-                     "ring schedule: the group's shards do not tile the sequence",
-                     {{"seq", static_cast<double>(pieces[i].seq)}, {"covered_end", static_cast<double>(pieces[i].range.end)},
-                      {"length", static_cast<double>(b.length(pieces[i].seq))}});
-  }
-
+  static_cast<group_layout&>(s) = std::move(layout);
+  const std::int32_t G = s.size();
   // every shard of the group by sequence, in (position, layout index) order: a query shard
   // pairs only with the shards of its own sequence, so the blocks cost O(S log S + B) and no
   // (position, origin) pair is visited unless it computes something
@@ -217,7 +135,7 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
     std::int32_t index;  // into layout[position]
   };
   std::vector<occurrence> occurrences;
-  occurrences.reserve(pieces.size());
+  occurrences.reserve(s.shard_count());
   for (std::int32_t pos = 0; pos < G; ++pos)
     for (size_t i = 0; i < s.layout[static_cast<size_t>(pos)].size(); ++i)
       occurrences.push_back({s.layout[static_cast<size_t>(pos)][i].seq, pos, static_cast<std::int32_t>(i)});
@@ -261,6 +179,13 @@ inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, st
     for (const std::int32_t o : origins) slot_of[static_cast<size_t>(o)] = 0;
   }
   return s;
+}
+
+//! The schedule of ring group `g` of `p` for the shards of micro-batch `micro_batch`:
+//! make_group_layout (which validates the group and its tiling), then its blocks.
+//! Cost: O(G + S log S + B) for S group shards and B emitted blocks.
+[[nodiscard]] inline ring_schedule make_ring_schedule(const plan& p, const batch& b, group_index g, std::int32_t micro_batch = 0) {
+  return make_ring_schedule(make_group_layout(p, b, g, micro_batch));
 }
 
 //! Causal pairs one step computes (sum of block_pairs over its blocks).

@@ -2,8 +2,9 @@
 // The all-to-all collective of the all-to-all groups of one level, for one pass, written into
 // a level_work: DeepSpeed-Ulysses, and hybrid Ulysses x ring (USP) for a group whose size the
 // heads do not allow.
-//   in : the level's groups whose collective is all_to_all, the program's shard rows, an
-//        arena allocator, the wire format
+//   in : the layouts of the level's groups whose collective is all_to_all
+//        (schedule/group_layout.hpp: no (position, origin) blocks, which this collective never
+//        reads), the program's shard rows, an arena allocator, the wire format
 //   out: per round the payloads and per member its operations.
 // Degrees: a group of G members runs Ulysses of degree u = ulysses_degree(wire, G), the
 // largest divisor of G whose head lanes exist (below), and a ring of degree r = G / u over
@@ -60,6 +61,7 @@
 #include <zeppelin/program/detail/members.hpp>
 #include <zeppelin/program/program.hpp>
 #include <zeppelin/program/wire_format.hpp>
+#include <zeppelin/schedule/group_layout.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
 #include <algorithm>
@@ -114,7 +116,7 @@ struct subgroup_rows {
   std::vector<row_run> permute;   //!< member-major rows (members in order, each its group buffer) -> sequence-major
 };
 
-[[nodiscard]] inline subgroup_rows subgroup_rows_of(const ring_schedule& s, std::int32_t first, std::int32_t members) {
+[[nodiscard]] inline subgroup_rows subgroup_rows_of(const group_layout& s, std::int32_t first, std::int32_t members) {
   struct piece {
     sequence_index seq;
     token_range range;
@@ -151,11 +153,11 @@ struct subgroup_rows {
   return runs;
 }
 
-inline void build_all_to_all(level_work& w, const std::vector<const ring_schedule*>& groups, pass_kind pass,
+inline void build_all_to_all(level_work& w, const std::vector<const group_layout*>& groups, pass_kind pass,
                              const execution_program& prog, const arena_allocator& allocate, const wire_format& wire) {
   if (groups.empty()) return;
   const bool backward = pass == pass_kind::backward;
-  const level_members lm = lay_out_members(groups, prog.shard_row, prog.num_ranks(), [](const ring_schedule&) { return token_count{0}; });
+  const level_members lm = lay_out_members(groups, prog.shard_row, prog.num_ranks(), [](const group_layout&) { return token_count{0}; });
   const auto arena = [](std::int32_t a) { return buffer_ref::arena(a); };
   const auto tensor = [](tensor_kind t) { return buffer_ref::tensor(t); };
 
@@ -179,7 +181,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const ring_schedul
                : std::vector<stream_of_rows>{{tensor_kind::o, row_kind::q, false}, {tensor_kind::lse, row_kind::lse, false}};
 
   for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-    const ring_schedule& s = *groups[gi];
+    const group_layout& s = *groups[gi];
     const std::int32_t G = s.size(), u = ulysses_degree(wire, G), r = G / u;
     std::vector<lane_heads> lanes;
     for (std::int32_t j = 0; j < u; ++j) lanes.push_back(lane_of(wire, u, j));

@@ -13,6 +13,7 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/program/program.hpp>
+#include <zeppelin/schedule/group_layout.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
 #include <algorithm>
@@ -47,14 +48,15 @@ struct level_members {
   std::vector<token_count> region_rows;  //!< [rank]: rows its regions take
 };
 
-//! Lays out the members: each takes `region_size(schedule)` rows, in group order per rank.
-template <class RegionSize>
-[[nodiscard]] level_members lay_out_members(const std::vector<const ring_schedule*>& groups,
+//! Lays out the members: each takes `region_size(group)` rows, in group order per rank.
+//! Group: group_layout or a type built on it (ring_schedule).
+template <class Group, class RegionSize>
+[[nodiscard]] level_members lay_out_members(const std::vector<const Group*>& groups,
                                             const std::vector<std::vector<token_count>>& shard_row, rank_index ranks,
                                             RegionSize&& region_size) {
   level_members out;
   out.region_rows.assign(static_cast<std::size_t>(ranks), 0);
-  for (const ring_schedule* s : groups) {
+  for (const Group* s : groups) {
     auto& ms = out.of.emplace_back();
     const token_count size = region_size(*s);
     for (std::int32_t p = 0; p < s->size(); ++p) {
