@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,12 @@ outcome run_one(const scale_case& c, const std::string& name) {
     setup.tokens_per_gpu = (b.total_tokens() + cluster.num_ranks() - 1) / cluster.num_ranks();
     const method_spec& spec = method_by_name(name);
     auto t0 = std::chrono::steady_clock::now();
-    const plan p = partition_for(spec, b, cluster, method_capacity(setup), setup.metric, &model);
+    // the cost-driven planner's plan time includes pricing its candidates with the simulator
+    std::optional<cost_driven_choice> choice;
+    if (spec.kind == method_kind::zeppelin) choice = plan_by_cost(b, cluster, model, setup);
+    const plan p = choice ? choice->chosen.layout : partition_for(spec, b, cluster, method_capacity(setup), setup.metric, &model);
     o.plan_s = seconds_since(t0);
-    const sim_options so = options_for(spec, setup);
+    const sim_options so = choice ? choice->options : options_for(spec, setup);
     t0 = std::chrono::steady_clock::now();
     {
       const execution_program prog = make_program(p, b, cluster, to_program_options(so, wire_format::for_model(model)));
@@ -123,9 +127,9 @@ int main(int argc, char** argv) {
        [&] { return batch(std::vector<token_count>(static_cast<std::size_t>(4 * million / 512 / shrink), 512)); }, 4,
        {"te_cp", "zeppelin_paper"}},
       {"GitHub, " + std::to_string(million / shrink) + " tokens", [&] { return sample_batch(dataset_by_name("github"), million / shrink, 1); },
-       std::max(1, 128 / fewer_nodes), {"hybrid_dp", "zeppelin_paper"}},
+       std::max(1, 128 / fewer_nodes), {"ulysses", "hybrid_dp", "zeppelin_paper", "zeppelin"}},
       {"GitHub, " + std::to_string(million / shrink) + " tokens", [&] { return sample_batch(dataset_by_name("github"), million / shrink, 1); },
-       1024 / fewer_nodes, {"te_cp", "hybrid_dp", "zeppelin_paper"}},
+       1024 / fewer_nodes, {"te_cp", "ulysses", "hybrid_dp", "zeppelin_paper", "zeppelin"}},
   };
   std::printf("%-34s %6s %-22s %9s %10s %11s %8s %10s  %s\n", "batch", "GPUs", "method", "plan s", "program s", "simulate s",
               "peak MB", "step ms", "refused / error");
