@@ -1,10 +1,11 @@
 // examples/zeppelin/plan.cpp
 // `zeppelin plan`: partition one batch of sequence lengths over a cluster and print the plan.
-// In:  --method hierarchical|even_split|allgather|hybrid_dp|per_document, --lengths FILE (one
+// In:  --method hierarchical|even_split|allgather|hybrid_dp|per_document|ulysses|micro_batched, --lengths FILE (one
 //      length per line, data/length_file.hpp), --nodes N, --gpus-per-node P, --capacity L
 //      (tokens per GPU per micro-batch; default partition/capacity.hpp's balanced_capacity: the
 //      batch's mean tokens per GPU plus 1/8); optional --metric tokens|attention|cost_model (the
-//      hierarchical load metric), --cp-size C (allgather / per_document CP group size, 0 = all).
+//      hierarchical load metric), --cp-size C (allgather / per_document CP group size, 0 = all),
+//      --micro-batches K (micro_batched: at least K micro-batches; 0 = the fewest that plan).
 // Out: --json prints the plan in the format of core/plan_json.hpp (docs/formats.md):
 //        {"format":"zeppelin.plan","version":1,"fingerprint","method","topology":{"nodes",
 //         "gpus_per_node"},"capacity","micro_batches","lengths":[...],
@@ -66,6 +67,7 @@ struct plan_arguments {
   zeppelin::token_count capacity = 0;  // 0: balanced_capacity of the batch
   std::string metric = "tokens";
   std::int32_t cp_size = 0;
+  std::int32_t micro_batches = 0;
   bool json = false;
   bool explain = false;
   std::string model = "7b";
@@ -78,7 +80,8 @@ zeppelin::any_partitioner make_partitioner(const plan_arguments& a, const zeppel
   using namespace zeppelin;
   const partitioner_settings settings{.capacity = a.capacity,
                                       .cp_size = a.cp_size,
-                                      .metric = make_load_metric(load_metric_kind_by_name(a.metric), t.gpu())};
+                                      .metric = make_load_metric(load_metric_kind_by_name(a.metric), t.gpu()),
+                                      .micro_batches = a.micro_batches};
   return partitioner_by_name(a.method, settings);
 }
 
@@ -179,7 +182,7 @@ void print_explanation(const zeppelin::cost_driven_choice& c, const zeppelin::ba
   std::printf("cost-driven plan: %d sequences, %lld tokens on %d x %d GPUs, model %s, capacity %lld\n", b.size(),
               static_cast<long long>(b.total_tokens()), p.nodes, p.gpus_per_node, m.name.c_str(),
               static_cast<long long>(p.capacity));
-  std::printf("%-22s %-10s %10s %10s %9s  %s\n", "candidate", "outcome", "bound ms", "step ms", "x chosen", "reason");
+  std::printf("%-28s %-10s %10s %10s %9s  %s\n", "candidate", "outcome", "bound ms", "step ms", "x chosen", "reason");
   std::optional<std::size_t> runner_up;
   for (std::size_t i = 0; i < c.candidates.size(); ++i) {
     const auto& x = c.candidates[i];
@@ -188,7 +191,7 @@ void print_explanation(const zeppelin::cost_driven_choice& c, const zeppelin::ba
     if (x.outcome != candidate_outcome::infeasible) std::snprintf(bound, sizeof bound, "%.1f", x.bound_s * 1e3);
     if (simulated) std::snprintf(step, sizeof step, "%.1f", x.step_s * 1e3), std::snprintf(ratio, sizeof ratio, "%.3f", x.step_s / chosen);
     if (x.outcome == candidate_outcome::pruned) std::snprintf(ratio, sizeof ratio, ">=%.3f", x.bound_s / chosen);
-    std::printf("%-22s %-10s %10s %10s %9s  %s\n", x.name.c_str(), zeppelin::to_string(x.outcome), bound, step, ratio,
+    std::printf("%-28s %-10s %10s %10s %9s  %s\n", x.name.c_str(), zeppelin::to_string(x.outcome), bound, step, ratio,
                 x.reason.c_str());
     if (simulated && i != c.chosen_index && (!runner_up || x.step_s < c.candidates[*runner_up].step_s)) runner_up = i;
   }
@@ -266,6 +269,8 @@ void add_plan_command(CLI::App& app) {
         return names;
       }()));
   add_integer_option(cmd, "--cp-size", args->cp_size, "allgather / per_document CP group size (0: all GPUs)")
+      ->check(CLI::NonNegativeNumber);
+  add_integer_option(cmd, "--micro-batches", args->micro_batches, "micro_batched: at least this many micro-batches (0: the fewest that plan)")
       ->check(CLI::NonNegativeNumber);
   auto* json = cmd->add_flag("--json", args->json, "print the plan as JSON");
   add_integer_option(cmd, "--rank", args->rank, "print what this rank holds, its groups, positions and neighbours")

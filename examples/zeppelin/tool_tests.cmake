@@ -11,7 +11,7 @@ zeppelin_add_cli_test(tool.simulate_json EXIT_CODE 0
   COMMAND ${zeppelin_tool_cmd} simulate --json)
 zeppelin_add_cli_test(tool.options_go_to_main_job EXIT_CODE 0 STDOUT "\"methods\"" COMMAND ${zeppelin_tool_cmd} --nodes 2 --json)
 
-foreach(method IN ITEMS hierarchical even_split allgather hybrid_dp per_document ulysses)
+foreach(method IN ITEMS hierarchical even_split allgather hybrid_dp per_document ulysses micro_batched)
   zeppelin_add_cli_test(tool.plan_json.${method} EXIT_CODE 0
     STDOUT "^\\{\"format\":\"zeppelin.plan\",\"version\":1,\"fingerprint\":\"[0-9a-f]+\",\"method\": *\"${method}\".*\"lengths\".*\"ranks\".*\"shards\".*\"groups\""
     COMMAND ${zeppelin_tool_cmd} plan --method ${method} --lengths ${zeppelin_fixtures}/lengths_small.txt
@@ -21,6 +21,15 @@ endforeach()
 zeppelin_add_cli_test(tool.plan_explain EXIT_CODE 0
   STDOUT "zeppelin_paper +(simulated|pruned).*chosen: .*step .* ms, efficiency .*seq +length +micro +group +zone +collective +ranks"
   COMMAND ${zeppelin_tool_cmd} plan --explain --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4)
+# a batch larger than the cluster (221,696 tokens, room 8 x 20,000): only the micro-batched
+# candidate plans it
+zeppelin_add_cli_test(tool.plan_explain_micro_batches EXIT_CODE 0
+  STDOUT "zeppelin_paper +infeasible.*zeppelin_paper\\+micro_batches +simulated.*chosen: zeppelin_paper\\+micro_batches .*seq +length +micro"
+  COMMAND ${zeppelin_tool_cmd} plan --explain --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4
+          --capacity 20000)
+zeppelin_add_cli_test(tool.plan_micro_batches_at_least EXIT_CODE 0 STDOUT "method micro_batched: .* 3 micro-batch\\(es\\)"
+  COMMAND ${zeppelin_tool_cmd} plan --method micro_batched --micro-batches 3 --lengths ${zeppelin_fixtures}/lengths_small.txt
+          --nodes 2 --gpus-per-node 4)
 zeppelin_add_cli_test(tool.plan_explain_json EXIT_CODE 0
   STDOUT "\"groups\".*\"explain\":.*\"candidates\":.*\"outcome\".*\"chosen\":"
   COMMAND ${zeppelin_tool_cmd} plan --explain --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4

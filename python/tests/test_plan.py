@@ -7,7 +7,7 @@ import torch
 
 import zeppelin_torch as zt
 
-PARTITIONERS = ["hierarchical", "even_split", "allgather", "hybrid_dp", "per_document", "ulysses"]
+PARTITIONERS = ["hierarchical", "even_split", "allgather", "hybrid_dp", "per_document", "ulysses", "micro_batched"]
 
 
 def random_lengths(seed, n_max=40, long_max=3000):
@@ -109,7 +109,7 @@ def test_cost_driven_plan_places_every_token_and_names_its_choice(seed):
     lengths = random_lengths(100 + seed, long_max=20000)
     p = zt.plan_by_cost(lengths, nodes=2, gpus_per_node=4, model="7b")
     assert p.choice in {"zeppelin_paper", "te_cp+routing+engine", "ulysses", "llama_cp", "te_cp+routing", "te_cp", "hybrid_dp",
-                        "hybrid_dp+engine"}
+                        "hybrid_dp+engine", "zeppelin_paper+micro_batches"}
     assert p.predicted_step_s > 0
     seen = torch.zeros(sum(lengths), dtype=torch.int64)
     for mb in range(p.micro_batches):

@@ -83,6 +83,31 @@ TEST_CASE("distributed attention equals the dense reference (fp64, every method 
   CHECK(cases == 120);
 }
 
+TEST_CASE("distributed attention over micro-batched plans equals the dense reference (fp64)", "[exec]") {
+  random_generator rng(2026);
+  int multi = 0;
+  for (const auto& [nodes, gpus] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {2, 3}}) {
+    const topology t = test_topology(nodes, gpus);
+    for (int trial = 0; trial < 6; ++trial) {
+      const batch b = random_lengths(rng, t.num_ranks());
+      const attention_dims dims{.heads = 2, .kv_heads = 1, .head_dim = 3};
+      // room for about a third to all of the batch per pass: one to several micro-batches
+      const token_count room = std::max(b.max_length(), b.total_tokens() / static_cast<token_count>(rng.between(1, 3)));
+      const partitioner_settings s{.capacity = (room + t.num_ranks() - 1) / t.num_ranks(), .micro_batches = static_cast<std::int32_t>(rng.below(3))};
+      const plan p = partition(partitioner_by_name("micro_batched", s), b, t);
+      const auto data = make_problem<double>(b, dims, rng());
+      program_options o = random_options(rng);
+      INFO("topology " << nodes << "x" << gpus << " micro-batches " << p.micro_batches() << " remap " << o.remap.has_value());
+      const run_errors e = run_distributed<double>(p, b, t, data, o);
+      CHECK(e.out < 1e-10);
+      CHECK(e.lse < 1e-10);
+      CHECK(e.grad < 1e-10);
+      multi += p.micro_batches() > 1;
+    }
+  }
+  CHECK(multi >= 6);
+}
+
 TEST_CASE("the ring and all-gather collectives agree on the same plan (fp32 within 1e-4)", "[exec]") {
   random_generator rng(7);
   for (const auto& [nodes, gpus] : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 2}}) {

@@ -31,7 +31,7 @@ inline topology test_topology(int nodes, int gpus, int nics = 1) {
 }
 
 //! The plan of partitioner_names[method] (0 hierarchical, 1 even_split, 2 allgather,
-//! 3 hybrid_dp, 4 per_document, 5 ulysses and above), through the registry, raising the capacity until
+//! 3 hybrid_dp, 4 per_document, 5 ulysses, 6 micro_batched and above), through the registry, raising the capacity until
 //! the method finds a layout.
 inline plan make_plan(int method, const batch& b, const topology& t, token_count capacity) {
   const auto last = static_cast<int>(partitioner_names.size()) - 1;

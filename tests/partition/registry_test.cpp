@@ -54,7 +54,7 @@ TEST_CASE("registry: the settings reach the model they configure", "[partition][
   const auto& h = std::get<hierarchical<cost_model_metric<>>>(held);
   CHECK(h.metric.heads == 8);
   CHECK(h.metric.head_dim == 64);
-  CHECK(partitioner_names.size() == std::variant_size_v<any_partitioner> - 2);  // hierarchical holds 3 metrics
+  CHECK(partitioner_names.size() == std::variant_size_v<any_partitioner> - 4);  // hierarchical and micro_batched hold 3 metrics each
 }
 
 TEST_CASE("registry: unknown names are refused with the valid ones", "[partition][registry]") {

@@ -4,11 +4,13 @@
 // all choose through it).
 //   in : a partitioner name (partitioner_names) and partitioner_settings: the capacity L
 //        every model takes, the CP group size of allgather, per_document and ulysses, the load metric
-//        of hierarchical
+//        of hierarchical and micro_batched (hierarchical over the fewest micro-batches that
+//        plan), micro_batched's least number of micro-batches
 //   out: any_partitioner, a std::variant of the configured models; partition(p, b, t) runs
 //        the one it holds and returns its plan (plan.method == the name)
-// Settings a model does not read are ignored (cp_size by even_split, hierarchical and
-// hybrid_dp; the metric by all but hierarchical). Throws invalid_argument for an unknown name,
+// Settings a model does not read are ignored (cp_size by even_split, hierarchical, hybrid_dp
+// and micro_batched; the metric by all but hierarchical and micro_batched; micro_batches by
+// all but micro_batched). Throws invalid_argument for an unknown name,
 // listing the valid ones; partition() throws what the model throws. Host-only.
 #pragma once
 
@@ -22,6 +24,7 @@
 #include <zeppelin/partition/even_split.hpp>
 #include <zeppelin/partition/hierarchical.hpp>
 #include <zeppelin/partition/hybrid_dp.hpp>
+#include <zeppelin/partition/micro_batched.hpp>
 #include <zeppelin/partition/partitioner.hpp>
 #include <zeppelin/partition/per_document.hpp>
 #include <zeppelin/partition/ulysses.hpp>
@@ -34,13 +37,16 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-using any_partitioner = std::variant<hierarchical<token_metric>, hierarchical<attention_cost_metric>,
-                                     hierarchical<cost_model_metric<>>, even_split, allgather, hybrid_dp, per_document, ulysses>;
+using any_partitioner =
+    std::variant<hierarchical<token_metric>, hierarchical<attention_cost_metric>, hierarchical<cost_model_metric<>>, even_split,
+                 allgather, hybrid_dp, per_document, ulysses, micro_batched<hierarchical<token_metric>>,
+                 micro_batched<hierarchical<attention_cost_metric>>, micro_batched<hierarchical<cost_model_metric<>>>>;
 
 struct partitioner_settings {
   token_count capacity = 4096;          //!< L, tokens per GPU per micro-batch
   std::int32_t cp_size = 0;             //!< allgather, per_document, ulysses: ranks per CP group (0: all)
-  any_load_metric metric = token_metric{};  //!< hierarchical: what a GPU's load is
+  any_load_metric metric = token_metric{};  //!< hierarchical, micro_batched: what a GPU's load is
+  std::int32_t micro_batches = 0;       //!< micro_batched: at least this many (0: the fewest that plan)
 };
 
 namespace detail {
@@ -55,13 +61,24 @@ inline any_partitioner make_hierarchical(const partitioner_settings& s) {
                     s.metric);
 }
 
-inline constexpr std::array<partitioner_entry, 6> partitioners{{
+//! hierarchical<metric> over the fewest micro-batches that plan (partition/micro_batched.hpp).
+inline any_partitioner make_micro_batched(const partitioner_settings& s) {
+  return std::visit(
+      [&](const auto& m) -> any_partitioner {
+        using inner = hierarchical<std::decay_t<decltype(m)>>;
+        return micro_batched<inner>{s.capacity, inner{s.capacity, m}, s.micro_batches};
+      },
+      s.metric);
+}
+
+inline constexpr std::array<partitioner_entry, 7> partitioners{{
     {hierarchical<>::name, make_hierarchical},
     {even_split::name, [](const partitioner_settings& s) -> any_partitioner { return even_split{s.capacity}; }},
     {allgather::name, [](const partitioner_settings& s) -> any_partitioner { return allgather{s.capacity, s.cp_size}; }},
     {hybrid_dp::name, [](const partitioner_settings& s) -> any_partitioner { return hybrid_dp{s.capacity}; }},
     {per_document::name, [](const partitioner_settings& s) -> any_partitioner { return per_document{s.capacity, s.cp_size}; }},
     {ulysses::name, [](const partitioner_settings& s) -> any_partitioner { return ulysses{s.capacity, s.cp_size}; }},
+    {micro_batched<hierarchical<>>::name, make_micro_batched},
 }};
 
 }  // namespace detail
