@@ -197,3 +197,29 @@ TEST_CASE("the cost-driven planner: infeasible candidates are recorded, and bad 
   CHECK_THROWS_WITH(plan_by_cost(b, t, m, setup, itself), Catch::Contains("its own candidate"));
   CHECK_THROWS_WITH(partition_for(method_by_name("zeppelin"), b, t, 4096), Catch::Contains("plan_by_cost"));
 }
+
+TEST_CASE("the cost-driven planner plans a batch over the capacity in micro-batches", "[sim][planner]") {
+  const model_config m = models::llama_3b();
+  const topology t = cluster_by_name("c", 1, 4);
+  const batch b({3000, 2500, 2000, 4000, 1500, 3500, 2600, 1900, 1800, 1776});  // 24,576 tokens
+  method_setup setup = setup_for(b, t);
+  // one pass fits: the micro-batched candidate is zeppelin_paper's plan, not simulated again
+  const cost_driven_choice fits = plan_by_cost(b, t, m, setup);
+  const candidate_price& same = fits.candidates.back();
+  CHECK(same.name == "zeppelin_paper+micro_batches");
+  CHECK(same.outcome == candidate_outcome::duplicate);
+  CHECK(same.reason.find("zeppelin_paper") != std::string::npos);
+  CHECK(same.bound_s == fits.candidates.front().bound_s);
+  // half the room the batch needs: every one-pass candidate refuses it, the micro-batched one plans it
+  setup.tokens_per_gpu = setup.tokens_per_gpu / 2;
+  setup.capacity_slack = 0;
+  const cost_driven_choice over = plan_by_cost(b, t, m, setup);
+  CHECK(over.execution.name == "zeppelin_paper+micro_batches");
+  CHECK(over.chosen.layout.micro_batches() >= 2);
+  validate(over.chosen.layout, b, over.chosen.view);
+  for (std::size_t i = 0; i + 1 < over.candidates.size(); ++i) {
+    CAPTURE(over.candidates[i].name);
+    CHECK(over.candidates[i].outcome == candidate_outcome::infeasible);
+  }
+  CHECK(over.chosen.result.step_time_s == run_spec(cost_driven_candidates.back(), b, t, m, setup).result.step_time_s);
+}

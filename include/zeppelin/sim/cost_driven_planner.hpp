@@ -3,12 +3,15 @@
 // price each with the step simulator, keep the fastest.
 //   in : batch, PHYSICAL topology, model, method_setup, candidates (method_specs; default
 //        cost_driven_candidates: Zeppelin as published, its ablation without remapping, every
-//        baseline as it runs, and the baselines' layouts under Zeppelin's execution)
+//        baseline as it runs, the baselines' layouts under Zeppelin's execution, and Zeppelin
+//        over the fewest micro-batches that fit the capacity)
 //   out: cost_driven_choice: the chosen run (plan, simulated result), the execution options it
 //        needs (sim_options: routing, engine, launches, remapping) and, per candidate, the
-//        bound, the simulated step or why it was not simulated (pruned, infeasible, refused).
+//        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
+//        duplicate).
 // Search: every candidate is partitioned (microseconds) and bounded by plan_compute_bound
-// (sim/plan_compute_bound.hpp); candidates are simulated in increasing order of bound (ties:
+// (sim/plan_compute_bound.hpp); a candidate whose plan and execution equal an earlier
+// candidate's is recorded as its duplicate and not simulated; candidates are simulated in increasing order of bound (ties:
 // candidate order) until the next bound is no smaller than the best step found. Pruning never
 // changes the choice: the chosen step is the minimum over all feasible candidates, ties going
 // to the earlier candidate, exactly as simulating all of them would choose. A candidate whose
@@ -47,7 +50,7 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! The candidates of the `zeppelin` method, in tie-breaking order.
-inline constexpr std::array<method_spec, 8> cost_driven_candidates{{
+inline constexpr std::array<method_spec, 9> cost_driven_candidates{{
     method_spec_of(method_kind::zeppelin_paper),
     method_spec_of(method_kind::te_cp_routing_engine),
     method_spec_of(method_kind::ulysses),
@@ -57,6 +60,9 @@ inline constexpr std::array<method_spec, 8> cost_driven_candidates{{
     method_spec_of(method_kind::hybrid_dp),
     {method_kind::candidate, "hybrid_dp+engine", "ByteScale-like micro-batches with routing and Zeppelin's engine",
      hybrid_dp::name, true, engine_policy::prioritized, false, launch_policy::fused_round},
+    {method_kind::candidate, "zeppelin_paper+micro_batches",
+     "Zeppelin as published over the fewest micro-batches that fit the capacity (a duplicate of zeppelin_paper when one pass fits)",
+     micro_batched<hierarchical<>>::name, true, engine_policy::prioritized, true, launch_policy::fused_round},
 }};
 
 //! Why a candidate has no simulated step.
@@ -64,6 +70,7 @@ enum class candidate_outcome : std::uint8_t {
   simulated,   //!< step_s holds its simulated step
   pruned,      //!< its bound was no smaller than a simulated step: it cannot win
   infeasible,  //!< the partitioner or the program builder refused it (reason)
+  duplicate,   //!< its plan and execution are an earlier candidate's (reason names it): the same step
 };
 
 [[nodiscard]] constexpr const char* to_string(candidate_outcome o) noexcept {
@@ -71,6 +78,7 @@ enum class candidate_outcome : std::uint8_t {
     case candidate_outcome::simulated: return "simulated";
     case candidate_outcome::pruned: return "pruned";
     case candidate_outcome::infeasible: return "infeasible";
+    case candidate_outcome::duplicate: return "duplicate";
   }
   return "?";
 }
@@ -81,7 +89,7 @@ struct candidate_price {
   candidate_outcome outcome = candidate_outcome::infeasible;
   double bound_s = 0;  //!< plan_compute_bound (0 when infeasible)
   double step_s = 0;   //!< simulated step (outcome simulated)
-  std::string reason;  //!< the error (outcome infeasible)
+  std::string reason;  //!< the error (outcome infeasible), the earlier candidate (duplicate)
 };
 
 struct cost_driven_choice {
@@ -91,6 +99,17 @@ struct cost_driven_choice {
   sim_options options;      //!< what an engine runs the chosen plan with (options_for)
   std::vector<candidate_price> candidates;  //!< in candidate order
 };
+
+//! Whether two candidates run a plan the same way (everything but their names and partitioners).
+[[nodiscard]] constexpr bool same_execution(const method_spec& x, const method_spec& y) noexcept {
+  return x.routing == y.routing && x.engine == y.engine && x.remap == y.remap && x.launch == y.launch;
+}
+
+//! Whether two plans lay out the same tokens the same way (everything but method and notes).
+[[nodiscard]] inline bool same_layout(const plan& x, const plan& y) noexcept {
+  return x.nodes == y.nodes && x.gpus_per_node == y.gpus_per_node && x.capacity == y.capacity && x.placements == y.placements &&
+         x.groups == y.groups;
+}
 
 //! Plans `b` on `physical` for model `m` with every candidate and keeps the fastest under the
 //! simulator (see the file comment). Throws invalid_argument for an empty candidate list or a
@@ -123,6 +142,16 @@ struct cost_driven_choice {
       if (!first_error) first_error = std::current_exception();
     }
   }
+
+  // a candidate whose plan and execution an earlier one already has costs the same step: it is
+  // not simulated again (e.g. a micro-batched planner whose batch fits one pass)
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    for (std::size_t j = 0; j < i && layouts[i]; ++j)
+      if (layouts[j] && same_execution(candidates[i], candidates[j]) && same_layout(*layouts[i], *layouts[j])) {
+        prices[i].outcome = candidate_outcome::duplicate;
+        prices[i].reason = "the plan and execution of " + prices[j].name;
+        layouts[i].reset();
+      }
 
   // candidates are priced without traces or records; the chosen one is simulated again with
   // them when the setup asks (the same step: the simulator is deterministic)
