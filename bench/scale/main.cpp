@@ -1,6 +1,7 @@
 // bench/scale/main.cpp
 // How planning, program building and simulation scale to cluster-size inputs. Each case runs
 // in a child process (fork), so its peak memory (getrusage maxrss of the child) is its own.
+// Methods: those of `zeppelin simulate`, or a candidate of the cost-driven planner by name.
 // Per case and method: wall seconds of partition(), make_program() and simulate() (which
 // builds its own program: the figure is program + event simulation), peak RSS, and the
 // simulated step, or the error when the library refuses the case (resource_limit: a program
@@ -53,7 +54,9 @@ outcome run_one(const scale_case& c, const std::string& name) {
     const model_config model = model_by_name("7b");
     method_setup setup;
     setup.tokens_per_gpu = (b.total_tokens() + cluster.num_ranks() - 1) / cluster.num_ranks();
-    const method_spec& spec = method_by_name(name);
+    const auto candidate = std::find_if(cost_driven_candidates.begin(), cost_driven_candidates.end(),
+                                        [&](const method_spec& c) { return c.name == name; });
+    const method_spec& spec = candidate != cost_driven_candidates.end() ? *candidate : method_by_name(name);
     auto t0 = std::chrono::steady_clock::now();
     // the cost-driven planner's plan time includes pricing its candidates with the simulator
     std::optional<cost_driven_choice> choice;
@@ -127,9 +130,9 @@ int main(int argc, char** argv) {
        [&] { return batch(std::vector<token_count>(static_cast<std::size_t>(4 * million / 512 / shrink), 512)); }, 4,
        {"te_cp", "zeppelin_paper"}},
       {"GitHub, " + std::to_string(million / shrink) + " tokens", [&] { return sample_batch(dataset_by_name("github"), million / shrink, 1); },
-       std::max(1, 128 / fewer_nodes), {"ulysses", "hybrid_dp", "zeppelin_paper", "zeppelin"}},
+       std::max(1, 128 / fewer_nodes), {"ulysses", "hybrid_dp", "hybrid_dp+ulysses", "zeppelin_paper", "zeppelin"}},
       {"GitHub, " + std::to_string(million / shrink) + " tokens", [&] { return sample_batch(dataset_by_name("github"), million / shrink, 1); },
-       1024 / fewer_nodes, {"te_cp", "ulysses", "hybrid_dp", "zeppelin_paper", "zeppelin"}},
+       1024 / fewer_nodes, {"te_cp", "ulysses", "hybrid_dp", "hybrid_dp+ulysses", "zeppelin_paper", "zeppelin"}},
   };
   std::printf("%-34s %6s %-22s %9s %10s %11s %8s %10s  %s\n", "batch", "GPUs", "method", "plan s", "program s", "simulate s",
               "peak MB", "step ms", "refused / error");

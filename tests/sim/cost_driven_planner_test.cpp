@@ -203,10 +203,13 @@ TEST_CASE("the cost-driven planner plans a batch over the capacity in micro-batc
   const topology t = cluster_by_name("c", 1, 4);
   const batch b({3000, 2500, 2000, 4000, 1500, 3500, 2600, 1900, 1800, 1776});  // 24,576 tokens
   method_setup setup = setup_for(b, t);
+  const auto micro = static_cast<std::size_t>(
+      std::find_if(cost_driven_candidates.begin(), cost_driven_candidates.end(), [](const method_spec& c) { return c.name == "zeppelin_paper+micro_batches"; }) -
+      cost_driven_candidates.begin());
+  REQUIRE(micro < cost_driven_candidates.size());
   // one pass fits: the micro-batched candidate is zeppelin_paper's plan, not simulated again
   const cost_driven_choice fits = plan_by_cost(b, t, m, setup);
-  const candidate_price& same = fits.candidates.back();
-  CHECK(same.name == "zeppelin_paper+micro_batches");
+  const candidate_price& same = fits.candidates[micro];
   CHECK(same.outcome == candidate_outcome::duplicate);
   CHECK(same.reason.find("zeppelin_paper") != std::string::npos);
   CHECK(same.bound_s == fits.candidates.front().bound_s);
@@ -214,12 +217,32 @@ TEST_CASE("the cost-driven planner plans a batch over the capacity in micro-batc
   setup.tokens_per_gpu = setup.tokens_per_gpu / 2;
   setup.capacity_slack = 0;
   const cost_driven_choice over = plan_by_cost(b, t, m, setup);
+  CHECK(over.chosen_index == micro);
   CHECK(over.execution.name == "zeppelin_paper+micro_batches");
   CHECK(over.chosen.layout.micro_batches() >= 2);
   validate(over.chosen.layout, b, over.chosen.view);
-  for (std::size_t i = 0; i + 1 < over.candidates.size(); ++i) {
+  for (std::size_t i = 0; i < over.candidates.size(); ++i) {
     CAPTURE(over.candidates[i].name);
-    CHECK(over.candidates[i].outcome == candidate_outcome::infeasible);
+    CHECK(over.candidates[i].outcome == (i == micro ? candidate_outcome::simulated : candidate_outcome::infeasible));
   }
-  CHECK(over.chosen.result.step_time_s == run_spec(cost_driven_candidates.back(), b, t, m, setup).result.step_time_s);
+  CHECK(over.chosen.result.step_time_s == run_spec(cost_driven_candidates[micro], b, t, m, setup).result.step_time_s);
+}
+
+TEST_CASE("a method's collective replaces its partitioner's on every group that spans ranks", "[sim][planner]") {
+  const topology t = cluster_by_name("c", 2, 4);
+  const batch b({9000, 700, 40, 3000, 12});
+  const method_spec& flexsp = cost_driven_candidates.back();
+  REQUIRE(flexsp.name == "hybrid_dp+ulysses");
+  const plan ours = partition_for(flexsp, b, t, 2000);
+  plan theirs = partition_for(method_spec_of(method_kind::hybrid_dp), b, t, 2000);
+  int spanning = 0;
+  for (ring_group& g : theirs.groups) {
+    CHECK(g.collective == collective_kind::ring);
+    if (g.zone == zone_kind::local) continue;
+    g.collective = collective_kind::all_to_all;
+    ++spanning;
+  }
+  CHECK(spanning >= 1);
+  CHECK(ours == theirs);  // the same layout, only the collective differs
+  validate(ours, b, t);
 }

@@ -3,8 +3,9 @@
 // price each with the step simulator, keep the fastest.
 //   in : batch, PHYSICAL topology, model, method_setup, candidates (method_specs; default
 //        cost_driven_candidates: Zeppelin as published, its ablation without remapping, every
-//        baseline as it runs, the baselines' layouts under Zeppelin's execution, and Zeppelin
-//        over the fewest micro-batches that fit the capacity)
+//        baseline as it runs, the baselines' layouts under Zeppelin's execution, Zeppelin
+//        over the fewest micro-batches that fit the capacity, and hybrid DP's groups running
+//        Ulysses)
 //   out: cost_driven_choice: the chosen run (plan, simulated result), the execution options it
 //        needs (sim_options: routing, engine, launches, remapping) and, per candidate, the
 //        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
@@ -50,7 +51,7 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! The candidates of the `zeppelin` method, in tie-breaking order.
-inline constexpr std::array<method_spec, 9> cost_driven_candidates{{
+inline constexpr std::array<method_spec, 10> cost_driven_candidates{{
     method_spec_of(method_kind::zeppelin_paper),
     method_spec_of(method_kind::te_cp_routing_engine),
     method_spec_of(method_kind::ulysses),
@@ -63,6 +64,9 @@ inline constexpr std::array<method_spec, 9> cost_driven_candidates{{
     {method_kind::candidate, "zeppelin_paper+micro_batches",
      "Zeppelin as published over the fewest micro-batches that fit the capacity (a duplicate of zeppelin_paper when one pass fits)",
      micro_batched<hierarchical<>>::name, true, engine_policy::prioritized, true, launch_policy::fused_round},
+    {method_kind::candidate, "hybrid_dp+ulysses",
+     "FlexSP-like: ByteScale-like aligned groups per sequence, each running Ulysses (USP where the heads do not split over it)",
+     hybrid_dp::name, false, engine_policy::in_order, false, launch_policy::per_group, collective_kind::all_to_all},
 }};
 
 //! Why a candidate has no simulated step.

@@ -96,6 +96,9 @@ struct method_spec {
   engine_policy engine = engine_policy::in_order;
   bool remap = false;                               //!< remap with the exact solver (max_send)
   launch_policy launch = launch_policy::per_group;  //!< see the file comment
+  //! The collective of every group that spans ranks, in place of the partitioner's (none: the
+  //! partitioner's own, e.g. all_gather for allgather); the layout stays the partitioner's.
+  std::optional<collective_kind> collective{};
 };
 
 //! Every method, baselines first, then the ablations and Zeppelin.
@@ -173,8 +176,9 @@ struct method_run {
   return static_cast<token_count>(per_rank);
 }
 
-//! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank; the
-//! cost-model metric prices model `m`'s heads (32 x 128 when none is given) on view.gpu().
+//! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank (its
+//! groups running spec.collective when it names one); the cost-model metric prices model `m`'s
+//! heads (32 x 128 when none is given) on view.gpu().
 //! Throws invalid_argument for the cost-driven `zeppelin`, whose partitioner depends on the
 //! batch (plan it with sim/cost_driven_planner.hpp).
 [[nodiscard]] inline plan partition_for(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
@@ -185,7 +189,11 @@ struct method_run {
                    {});
   const partitioner_settings settings{
       .capacity = capacity, .cp_size = 0, .metric = make_load_metric(metric, view.gpu(), m ? m->heads : 32, m ? m->head_dim : 128)};
-  return partition(partitioner_by_name(spec.partitioner, settings), b, view);
+  plan p = partition(partitioner_by_name(spec.partitioner, settings), b, view);
+  if (spec.collective)
+    for (ring_group& g : p.groups)
+      if (g.zone != zone_kind::local) g.collective = *spec.collective;
+  return p;
 }
 
 //! The sim_options of `spec` under `setup` (the collective of llama_cp's all-gather groups is
