@@ -72,12 +72,12 @@ struct micro_batched {
                      {{"micro_batches", detail::dbl(micro_batches)}});
     ZEPPELIN_EXPECTS(t.num_ranks() >= 1, "micro_batched: the topology has no GPU", {{"nodes", detail::dbl(t.nodes())}});
     const token_count room = detail::cluster_room(t, capacity);
-    if (b.size() > 0 && b.max_length() > room)
+    if (b.max_length() > room)
       ZEPPELIN_THROW(infeasible, "micro_batched: a sequence is longer than nodes * gpus_per_node * capacity, so no micro-batch holds it",
                      {{"max_length", detail::dbl(b.max_length())}, {"room", detail::dbl(room)}, {"capacity", detail::dbl(capacity)}});
     Inner in = inner;
     in.capacity = capacity;
-    const std::int32_t most = std::max<std::int32_t>(1, b.size());
+    const std::int32_t most = b.size();  // a batch holds at least one sequence
     const token_count needed = b.total_tokens() / room + (b.total_tokens() % room != 0);
     std::int32_t k = std::min(most, std::max<std::int32_t>({1, micro_batches, static_cast<std::int32_t>(std::min<token_count>(needed, most))}));
     std::optional<infeasible> refusal;
@@ -93,7 +93,7 @@ struct micro_batched {
         refusal = e;
       }
       if (k == most) throw *refusal;
-      k = tries < 4 ? k + 1 : std::min(most, k <= most / 2 ? 2 * k : most);
+      k = tries < 4 ? k + 1 : (k <= most / 2 ? 2 * k : most);
     }
   }
 
