@@ -151,3 +151,18 @@ def test_a_tampered_plan_json_is_refused():
         zt.read_plan("{not json")
     with pytest.raises(TypeError, match="text must be a str or bytes, got int"):
         zt.read_plan(3)
+
+
+def test_micro_batched_plans_a_batch_over_the_capacity_in_several_passes():
+    lengths = [900, 700, 650, 400, 300, 120, 64, 33]  # 3,167 tokens on 4 GPUs of 400: two passes at least
+    with pytest.raises(zt.ZeppelinError, match="more tokens than nodes"):
+        zt.plan(lengths, gpus_per_node=4, partitioner="hierarchical", capacity=400)
+    p = zt.plan(lengths, gpus_per_node=4, partitioner="micro_batched", capacity=400)
+    assert p.micro_batches >= 2
+    seen = torch.zeros(sum(lengths), dtype=torch.int64)
+    for mb in range(p.micro_batches):
+        for r in range(p.num_ranks):
+            layout = p.layout(r, mb)
+            assert layout.rows <= 400
+            seen.index_add_(0, layout.token_index, torch.ones(layout.rows, dtype=torch.int64))
+    assert seen.eq(1).all()

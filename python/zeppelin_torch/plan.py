@@ -147,7 +147,8 @@ class Plan:
 def plan(lengths, *, gpus_per_node, nodes=1, partitioner="hierarchical", capacity=0, cp_size=0):
     """Plans `lengths` (sequence lengths in tokens: list, tuple or 1-D integer tensor) on
     nodes x gpus_per_node GPUs with `partitioner` ("hierarchical" is Zeppelin's; also
-    even_split, allgather, hybrid_dp, per_document, ulysses). capacity: tokens per GPU per
+    even_split, allgather, hybrid_dp, per_document, ulysses, and micro_batched: hierarchical
+    over the fewest micro-batches that fit the capacity). capacity: tokens per GPU per
     micro-batch (0: the batch's mean per GPU plus 1/8); cp_size: ranks per CP group of
     allgather, per_document and ulysses (0: all). Raises TypeError / ValueError naming a bad
     argument, ZeppelinError when the library refuses the batch."""
