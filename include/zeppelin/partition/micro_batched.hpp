@@ -18,11 +18,11 @@
 // search tries O(log S) values of k.
 // Throws invalid_argument (capacity <= 0, micro_batches < 0, an empty topology) and infeasible
 // for a sequence that alone exceeds N * P * L, or when no k plans (the inner partitioner's
-// last refusal). Deterministic. Cost: the inner partitioner's, once per k tried. Host-only.
+// last refusal). Deterministic. Cost: per k tried, O(S log k) to deal and the inner
+// partitioner on every part. Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
-#include <zeppelin/core/checked_math.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan.hpp>
@@ -33,9 +33,12 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -45,11 +48,15 @@ namespace detail {
 //! The parts of `b` for k micro-batches (see the file comment): [part] -> sequence indices, ascending.
 [[nodiscard]] inline std::vector<std::vector<sequence_index>> deal_into_parts(const batch& b, std::int32_t k) {
   std::vector<std::vector<sequence_index>> parts(static_cast<std::size_t>(k));
-  std::vector<token_count> tokens(static_cast<std::size_t>(k), 0);
+  // (tokens, part), the lightest part on top, ties to the lowest part: O(S log k)
+  using load = std::pair<token_count, std::int32_t>;
+  std::priority_queue<load, std::vector<load>, std::greater<>> lightest;
+  for (std::int32_t i = 0; i < k; ++i) lightest.push({0, i});
   for (const sequence_index s : by_length_descending(b)) {
-    const auto lightest = static_cast<std::size_t>(std::min_element(tokens.begin(), tokens.end()) - tokens.begin());
-    parts[lightest].push_back(s);
-    tokens[lightest] += b.length(s);
+    auto [tokens, part] = lightest.top();
+    lightest.pop();
+    parts[static_cast<std::size_t>(part)].push_back(s);
+    lightest.push({tokens + b.length(s), part});
   }
   for (auto& part : parts) std::sort(part.begin(), part.end());
   return parts;

@@ -10,12 +10,13 @@
 //        needs (sim_options: routing, engine, launches, remapping) and, per candidate, the
 //        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
 //        duplicate).
-// Search: every candidate is partitioned (microseconds) and bounded by plan_compute_bound
-// (sim/plan_compute_bound.hpp); a candidate whose plan and execution equal an earlier
-// candidate's is recorded as its duplicate and not simulated; candidates are simulated in increasing order of bound (ties:
-// candidate order) until the next bound is no smaller than the best step found. Pruning never
-// changes the choice: the chosen step is the minimum over all feasible candidates, ties going
-// to the earlier candidate, exactly as simulating all of them would choose. A candidate whose
+// Search: every candidate is partitioned (microseconds; candidates that share a partitioner
+// share its plan) and bounded by plan_compute_bound (sim/plan_compute_bound.hpp); a candidate
+// whose plan and execution equal an earlier candidate's is recorded as its duplicate and not
+// simulated; candidates are simulated in increasing order of bound (ties: candidate order)
+// until the next bound is no smaller than the best step found. Pruning never changes the
+// choice: the chosen step is the minimum over all feasible candidates, ties going to the
+// earlier candidate, exactly as simulating all of them would choose. A candidate whose
 // partitioner finds the batch infeasible, or whose program exceeds the library's limits, is
 // recorded with the reason and skipped; when no candidate can run, the first one's error is
 // thrown. Deterministic: no clocks, no unordered containers.
@@ -104,7 +105,8 @@ struct cost_driven_choice {
   std::vector<candidate_price> candidates;  //!< in candidate order
 };
 
-//! Whether two candidates run a plan the same way (everything but their names and partitioners).
+//! Whether two candidates run a plan the same way (routing, engine, remapping, launches; their
+//! collectives are in their plans' groups).
 [[nodiscard]] constexpr bool same_execution(const method_spec& x, const method_spec& y) noexcept {
   return x.routing == y.routing && x.engine == y.engine && x.remap == y.remap && x.launch == y.launch;
 }
@@ -137,8 +139,18 @@ struct cost_driven_choice {
                      {{"candidate", double(i)}});
     candidate_price& price = prices[i];
     price.name = std::string(spec.name);
+    // candidates sharing a partitioner share its plan: each partitioner runs once per call
+    const auto same = static_cast<std::size_t>(std::find_if(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(i),
+                                                            [&](const method_spec& c) {
+                                                              return c.partitioner == spec.partitioner && !c.collective;
+                                                            }) -
+                                               candidates.begin());
+    if (same < i && !layouts[same]) {
+      price.reason = prices[same].reason;  // the partitioner refused the batch
+      continue;
+    }
     try {
-      layouts[i] = partition_for(spec, b, view, capacity, setup.metric, &m);
+      layouts[i] = same < i ? with_collective_of(spec, *layouts[same]) : partition_for(spec, b, view, capacity, setup.metric, &m);
       price.bound_s =
           plan_compute_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
     } catch (const error& e) {

@@ -176,6 +176,14 @@ struct method_run {
   return static_cast<token_count>(per_rank);
 }
 
+//! `p` with every group that spans ranks running spec.collective, when the spec names one.
+[[nodiscard]] inline plan with_collective_of(const method_spec& spec, plan p) {
+  if (spec.collective)
+    for (ring_group& g : p.groups)
+      if (g.zone != zone_kind::local) g.collective = *spec.collective;
+  return p;
+}
+
 //! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank (its
 //! groups running spec.collective when it names one); the cost-model metric prices model `m`'s
 //! heads (32 x 128 when none is given) on view.gpu().
@@ -189,11 +197,7 @@ struct method_run {
                    {});
   const partitioner_settings settings{
       .capacity = capacity, .cp_size = 0, .metric = make_load_metric(metric, view.gpu(), m ? m->heads : 32, m ? m->head_dim : 128)};
-  plan p = partition(partitioner_by_name(spec.partitioner, settings), b, view);
-  if (spec.collective)
-    for (ring_group& g : p.groups)
-      if (g.zone != zone_kind::local) g.collective = *spec.collective;
-  return p;
+  return with_collective_of(spec, partition(partitioner_by_name(spec.partitioner, settings), b, view));
 }
 
 //! The sim_options of `spec` under `setup` (the collective of llama_cp's all-gather groups is
