@@ -224,7 +224,9 @@ TEST_CASE("the program fingerprint is deterministic and sees every part of the p
   changed[2].phases.back().round += 1;
   REQUIRE(!changed[3].launches.empty());
   REQUIRE(!changed[3].launches.front().blocks.empty());
-  changed[3].launches.front().blocks.front().seq += 1;
+  std::vector<attention_block> blocks = changed[3].launches.front().blocks.items();  // lists are immutable: copies share them
+  blocks.front().seq += 1;
+  changed[3].launches.front().blocks = block_list(std::move(blocks));
   REQUIRE(!changed[4].passes[1].front().segments.empty());
   changed[4].passes[1].front().segments.front().micro_batch += 1;
   changed[5].streams.push_back({3});

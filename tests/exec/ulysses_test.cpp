@@ -20,8 +20,10 @@
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/sim/simulate.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -192,4 +194,51 @@ TEST_CASE("ulysses: the degrees are the largest Ulysses degree with lanes, and a
   CHECK(detail::all_to_all_rounds(w, 16, pass_kind::forward) == 3);  // Ulysses 8 x ring 2
   CHECK(detail::all_to_all_rounds(w, 16, pass_kind::backward) == 4);
   CHECK_THROWS_WITH(detail::lane_of(w, 3, 0), Catch::Contains("do not split") && Catch::Contains("lanes"));
+}
+
+TEST_CASE("ulysses: a subgroup's lanes share one block list, and sequences held whole keep their rows", "[exec][ulysses]") {
+  // one group of G ranks over G heads (Ulysses G) or G / 2 (Ulysses G / 2 x ring 2); 257
+  // one-token sequences, each held whole by one rank, dealt over the ranks by the zigzag split
+  random_generator rng(4545);
+  for (const auto& [G, H] : std::vector<std::pair<int, int>>{{4, 4}, {8, 8}, {4, 2}, {8, 4}}) {
+    const topology t = test_topology(1, G);
+    const batch b(std::vector<token_count>(257, 1));
+    const plan p = ulysses{.capacity = b.total_tokens()}.partition(b, t);
+    REQUIRE(p.groups.size() == 1);
+    program_options o;
+    o.wire = wire_format::for_shape(H, H, 4, 4);
+    const execution_program prog = make_program(p, b, t, o);
+    const std::int32_t u = detail::ulysses_degree(o.wire, G);
+    INFO("G " << G << " heads " << H << " Ulysses degree " << u);
+    // per pass and round: the lanes' launches and the distinct lists they hold
+    std::map<std::tuple<int, std::int32_t, std::int32_t>, std::vector<const void*>> lists;
+    for (const program_launch& l : prog.launches) {
+      REQUIRE_FALSE(l.lane.whole());
+      lists[{static_cast<int>(l.pass), l.level, l.round}].push_back(l.blocks.identity());
+    }
+    for (auto& [at, ids] : lists) {
+      std::sort(ids.begin(), ids.end());
+      const auto distinct = std::unique(ids.begin(), ids.end()) - ids.begin();
+      CHECK(static_cast<std::int32_t>(ids.size()) == G);  // every lane computes in the rounds of its own keys
+      CHECK(distinct == G / u);                           // one list per subgroup
+    }
+    // the permutations between member-major and sequence-major rows: one run per member
+    std::int64_t permutations = 0;
+    for (const auto& pass : prog.passes)
+      for (const rank_pass& rp : pass)
+        for (const program_segment& seg : rp.segments)
+          for (const program_op& op : seg.ops)
+            if (const auto* c = std::get_if<copy_rows>(&op.body); c && c->from.where == buffer_ref::space::arena &&
+                                                                   c->to.where == buffer_ref::space::arena) {
+              CHECK(static_cast<std::int32_t>(c->runs.size()) <= u);
+              ++permutations;
+            }
+    CHECK(permutations > 0);
+    // and the sharing changes nothing the engine computes
+    const auto data = make_problem<double>(b, attention_dims{.heads = H, .kv_heads = H, .head_dim = 2}, rng());
+    const run_errors e = run_distributed<double>(p, b, t, data, program_options{});
+    CHECK(e.out < 1e-10);
+    CHECK(e.lse < 1e-10);
+    CHECK(e.grad < 1e-10);
+  }
 }

@@ -190,7 +190,7 @@ inline void hash_into(fnv1a_hasher& h, const head_runs& x) noexcept {
     for (const buffer_ref& b : {l.k, l.v, l.dk, l.dv, l.q, l.o, l.lse, l.d_o, l.dq}) detail::hash_into(h, b);
     h.add(l.lane.heads);
     h.add(l.lane.kv_heads);
-    detail::hash_all(h, l.blocks);
+    detail::hash_all(h, l.blocks.items());
   }
   for (const auto& pass : prog.passes) {
     h.add(static_cast<std::int64_t>(pass.size()));

@@ -78,7 +78,7 @@ struct zone_groups {
 struct micro_batch_work {
   std::int32_t micro_batch = 0;
   zone_groups inter, intra;
-  std::vector<std::vector<attention_block>> local;      //!< [rank]
+  std::vector<block_list> local;  //!< [rank], both passes
   std::optional<relayout_plan> remap;                       //!< attention -> token-balanced layout
   std::int32_t remap_in = -1, inter_level = -1, intra_level = -1, local_level = -1, remap_out = -1;  //!< level indices
 };

@@ -24,7 +24,8 @@
 //   launches   one attention kernel launch on one rank: a CSR list of blocks over the held
 //              K/V (an arena or the rank's own K, V), what it accumulates dK/dV into; the
 //              all-to-all (Ulysses) collective's launches also name their Q, O, LSE, dO and
-//              dQ arenas and compute a share of the heads (a "lane")
+//              dQ arenas and compute a share of the heads (a "lane"); the lanes of one
+//              subgroup share one block list (program/block_list.hpp)
 //   passes     forward and backward: per rank its arenas and segments; a segment is the
 //              ops of one micro-batch's remap_in, attention or remap_out, and starts after
 //              everything before it (a barrier on every stream)
@@ -42,6 +43,7 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/transfer.hpp>
 #include <zeppelin/core/types.hpp>
+#include <zeppelin/program/block_list.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
@@ -200,7 +202,7 @@ struct program_launch {
   buffer_ref d_o = buffer_ref::tensor(tensor_kind::d_o);
   buffer_ref dq = buffer_ref::tensor(tensor_kind::dq);
   head_lane lane{};
-  std::vector<attention_block> blocks;
+  block_list blocks;  //!< shared by the launches that compute the same blocks (the lanes of a subgroup)
   [[nodiscard]] token_count rows() const noexcept {
     token_count n = 0;
     for (const attention_block& b : blocks) n += b.q.size();

@@ -34,8 +34,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <span>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -51,19 +53,31 @@ struct launch_stats {
 };
 
 //! The price of every launch of a program (sim/detail/attention_call.hpp): each block of a
-//! launch is tiled on its own, as the CSR kernels do.
+//! launch is tiled on its own, as the CSR kernels do. Launches that share a block list and
+//! their head count (the lanes of an all-to-all subgroup) are priced once.
 [[nodiscard]] inline std::vector<detail::call_cost> price_launches(const execution_program& prog, const attention_time_model& model) {
   std::vector<detail::call_cost> out;
   out.reserve(prog.launches.size());
   std::vector<detail::call_item> items;
+  std::map<std::pair<const void*, std::int32_t>, detail::call_cost> shared;
   for (const program_launch& l : prog.launches) {
-    items.clear();
-    for (std::size_t i = 0; i < l.blocks.size(); ++i) {
-      const attention_block& b = l.blocks[i];
-      items.push_back({static_cast<std::int32_t>(i), b.seq, b.q, block_pairs(b.q, b.k, b.mask)});
-    }
     // a head lane (the all-to-all collective) computes its share of the heads
-    out.push_back(detail::price_call(items, model, l.lane.whole() ? prog.wire.heads : l.lane.heads, prog.wire.head_dim));
+    const std::int32_t heads = l.lane.whole() ? prog.wire.heads : l.lane.heads;
+    const auto price = [&] {
+      items.clear();
+      for (std::size_t i = 0; i < l.blocks.size(); ++i) {
+        const attention_block& b = l.blocks[i];
+        items.push_back({static_cast<std::int32_t>(i), b.seq, b.q, block_pairs(b.q, b.k, b.mask)});
+      }
+      return detail::price_call(items, model, heads, prog.wire.head_dim);
+    };
+    if (!l.blocks.is_shared()) {
+      out.push_back(price());
+      continue;
+    }
+    auto it = shared.find({l.blocks.identity(), heads});
+    if (it == shared.end()) it = shared.emplace(std::pair{l.blocks.identity(), heads}, price()).first;
+    out.push_back(it->second);
   }
   return out;
 }

@@ -112,7 +112,7 @@ class device_attention_engine {
     descriptors_.resize(static_cast<std::size_t>(program_.num_ranks()));
     csr_.reserve(program_.launches.size());
     for (const program_launch& l : program_.launches)
-      csr_.push_back(device::make_launch_csr(l.blocks, descriptors_.at(static_cast<std::size_t>(l.rank))));
+      csr_.push_back(device::make_launch_csr(l.blocks.items(), descriptors_.at(static_cast<std::size_t>(l.rank))));
   }
 
   //! Builds the program of `p` (make_program with options.wire set to the format of `type`).

@@ -114,7 +114,9 @@ inline void build_all_gather(level_work& w, const std::vector<const ring_schedul
       req.k = arena(mine.k);
       req.v = arena(mine.v);
       req.waits = G - 2;
-      for (std::int32_t o = 0; o < G; ++o) append_launch_blocks(me, s.blocks(p, o), me.region + place_of(o), req.blocks);
+      std::vector<attention_block> blocks;
+      for (std::int32_t o = 0; o < G; ++o) append_launch_blocks(me, s.blocks(p, o), me.region + place_of(o), blocks);
+      req.blocks = block_list(std::move(blocks));
       if (backward) {
         req.dk = arena(mine.dk);
         req.dv = arena(mine.dv);

@@ -110,10 +110,14 @@ struct lane_heads {
 
 //! Subgroup i's tokens as attention computes them: sequence after sequence, each in position
 //! order ("sequence-major"), so the subgroup's part of a sequence is one run and a lane
-//! computes it with one causal block (plus full blocks to the runs of other subgroups).
+//! computes it with one causal block (plus full blocks to the runs of other subgroups). The
+//! sequences come in the member-major order of their first tokens, so a sequence one member
+//! holds whole keeps its rows, and a subgroup of whole sequences permutes nothing (its
+//! permutation is one run per member, not one per sequence).
 struct subgroup_rows {
-  std::vector<group_shard> runs;  //!< maximal runs of one sequence, by (sequence, position); row: sequence-major
-  std::vector<row_run> permute;   //!< member-major rows (members in order, each its group buffer) -> sequence-major
+  std::vector<group_shard> runs;             //!< maximal runs of one sequence, sequence-major; row: sequence-major
+  std::vector<std::size_t> runs_by_sequence;  //!< indices into runs, by (sequence, position)
+  std::vector<row_run> permute;               //!< member-major rows (members in order, each its group buffer) -> sequence-major
 };
 
 [[nodiscard]] inline subgroup_rows subgroup_rows_of(const group_layout& s, std::int32_t first, std::int32_t members) {
@@ -121,6 +125,7 @@ struct subgroup_rows {
     sequence_index seq;
     token_range range;
     token_count member_major;
+    token_count sequence_first = 0;  //!< the member-major row of the sequence's first piece here
   };
   std::vector<piece> pieces;
   token_count base = 0;
@@ -131,6 +136,13 @@ struct subgroup_rows {
   std::sort(pieces.begin(), pieces.end(), [](const piece& a, const piece& b) {
     return a.seq != b.seq ? a.seq < b.seq : a.range.begin < b.range.begin;
   });
+  for (std::size_t a = 0, b = 0; a < pieces.size(); a = b) {
+    token_count first_row = pieces[a].member_major;
+    for (b = a; b < pieces.size() && pieces[b].seq == pieces[a].seq; ++b) first_row = std::min(first_row, pieces[b].member_major);
+    for (std::size_t c = a; c < b; ++c) pieces[c].sequence_first = first_row;
+  }
+  // stable: a sequence's pieces stay in position order
+  std::stable_sort(pieces.begin(), pieces.end(), [](const piece& a, const piece& b) { return a.sequence_first < b.sequence_first; });
   subgroup_rows out;
   token_count row = 0;
   for (const piece& x : pieces) {
@@ -139,7 +151,30 @@ struct subgroup_rows {
     else out.runs.push_back({x.seq, x.range, -1, row});
     row += x.range.size();
   }
+  out.runs_by_sequence.resize(out.runs.size());
+  for (std::size_t i = 0; i < out.runs.size(); ++i) out.runs_by_sequence[i] = i;
+  // a sequence's runs are adjacent and in position order: sorting by sequence keeps that
+  std::stable_sort(out.runs_by_sequence.begin(), out.runs_by_sequence.end(),
+                   [&](std::size_t a, std::size_t b) { return out.runs[a].seq < out.runs[b].seq; });
   return out;
+}
+
+//! The blocks of subgroup `queries`' runs against the runs of the same sequences in subgroup
+//! `keys`, whose key rows start at `key_base`: what every lane of the subgroup computes in one
+//! round, in query row order (a launch wave's order, so one wave is this very list).
+//! O(runs log runs).
+[[nodiscard]] inline block_list subgroup_blocks(const subgroup_rows& queries, const subgroup_rows& keys, token_count key_base) {
+  std::vector<attention_block> blocks;
+  const std::vector<std::size_t>& ks = keys.runs_by_sequence;
+  for (const group_shard& q : queries.runs) {
+    auto d = std::lower_bound(ks.begin(), ks.end(), q.seq, [&](std::size_t i, sequence_index s) { return keys.runs[i].seq < s; });
+    for (; d != ks.end() && keys.runs[*d].seq == q.seq; ++d) {
+      group_shard key = keys.runs[*d];
+      key.row += key_base;
+      append_blocks(q, key, blocks);
+    }
+  }
+  return block_list(std::move(blocks));
 }
 
 //! `runs` with `offset` added to their destination rows.
@@ -202,6 +237,8 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
     for (std::int32_t i = 0; i < r; ++i) largest_sub = std::max(largest_sub, sub_rows(i));
     std::vector<subgroup_rows> subgroups;
     for (std::int32_t i = 0; i < r; ++i) subgroups.push_back(subgroup_rows_of(s, i * u, u));
+    // [subgroup][round]: the blocks its u lanes share, made by its first lane
+    std::vector<std::vector<block_list>> shared_blocks(at(r), std::vector<block_list>(at(r)));
     // member-major -> sequence-major rows of a lane arena of `x` of subgroup i (K/V arenas hold
     // every subgroup, subgroup i from row place(i u))
     const auto permute = [&](const stream_of_rows& x, std::int32_t i) {
@@ -286,17 +323,9 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
           req.lse = arena(lane_out[P][1]);
         }
         req.waits = k;
-        // every run of subgroup i against the runs of the same sequence in subgroup `origin`
-        const std::vector<group_shard>& queries = subgroups[at(i)].runs;
-        const std::vector<group_shard>& keys = subgroups[at(origin)].runs;
-        for (std::size_t a = 0, c = 0; a < queries.size(); ++a) {
-          while (c < keys.size() && keys[c].seq < queries[a].seq) ++c;
-          for (std::size_t d = c; d < keys.size() && keys[d].seq == queries[a].seq; ++d) {
-            group_shard key = keys[d];
-            key.row += place[at(origin * u)];
-            append_blocks(queries[a], key, req.blocks);
-          }
-        }
+        block_list& blocks = shared_blocks[at(i)][at(k)];
+        if (j == 0) blocks = subgroup_blocks(subgroups[at(i)], subgroups[at(origin)], place[at(origin * u)]);
+        req.blocks = blocks;
         if (!req.blocks.empty()) compute.launches.push_back(std::move(req));
       }
       // backward, rounds r .. 2r - 2: reduce-scatter the dK/dV partials over the lane's ring

@@ -14,6 +14,7 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
+#include <zeppelin/program/block_list.hpp>
 #include <zeppelin/program/program.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
@@ -38,7 +39,7 @@ struct launch_request {
   buffer_ref q = buffer_ref::tensor(tensor_kind::q), o = buffer_ref::tensor(tensor_kind::o), lse = buffer_ref::tensor(tensor_kind::lse),
              d_o = buffer_ref::tensor(tensor_kind::d_o), dq = buffer_ref::tensor(tensor_kind::dq);
   head_lane lane{};
-  std::vector<attention_block> blocks;  //!< query rows in q, key rows in k / v
+  block_list blocks;  //!< query rows in q, key rows in k / v
   std::int32_t waits = -1;
 };
 

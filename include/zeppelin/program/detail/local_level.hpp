@@ -21,13 +21,14 @@ ZEPPELIN_NAMESPACE_BEGIN
 namespace detail {
 
 //! The blocks of the local queue of micro-batch `mb` per rank (query and key rows both in the
-//! rank's rows); empty where a rank holds no local sequence.
-[[nodiscard]] inline std::vector<std::vector<attention_block>> local_blocks(const plan& p, const execution_program& prog,
-                                                                            const std::vector<engine_queue>& queues,
-                                                                            std::int32_t mb) {
-  std::vector<std::vector<attention_block>> out(static_cast<std::size_t>(p.num_ranks()));
+//! rank's rows), one list for both passes; empty where a rank holds no local sequence.
+[[nodiscard]] inline std::vector<block_list> local_blocks(const plan& p, const execution_program& prog,
+                                                          const std::vector<engine_queue>& queues, std::int32_t mb) {
+  std::vector<block_list> out(static_cast<std::size_t>(p.num_ranks()));
+  std::vector<attention_block> blocks;
   for (rank_index r = 0; r < p.num_ranks(); ++r) {
     const auto ri = static_cast<std::size_t>(r);
+    blocks.clear();
     const auto& shards = p.placements[ri].shards;
     for (const engine_task& task : queues[ri].tasks) {
       if (task.zone != zone_kind::local || task.micro_batch != mb) continue;
@@ -36,14 +37,15 @@ namespace detail {
           const shard& qs = shards[static_cast<std::size_t>(qi)];
           const shard& ks = shards[static_cast<std::size_t>(ki)];
           append_blocks(group_shard{qs.seq, qs.range, qi, prog.shard_row[ri][static_cast<std::size_t>(qi)]},
-                        group_shard{ks.seq, ks.range, ki, prog.shard_row[ri][static_cast<std::size_t>(ki)]}, out[ri]);
+                        group_shard{ks.seq, ks.range, ki, prog.shard_row[ri][static_cast<std::size_t>(ki)]}, blocks);
         }
     }
+    out[ri] = block_list(blocks);
   }
   return out;
 }
 
-inline void build_local(level_work& w, const std::vector<std::vector<attention_block>>& blocks, pass_kind pass) {
+inline void build_local(level_work& w, const std::vector<block_list>& blocks, pass_kind pass) {
   for (std::size_t r = 0; r < blocks.size(); ++r) {
     if (blocks[r].empty()) continue;
     launch_request req;

@@ -104,7 +104,9 @@ inline void build_ring(level_work& w, const std::vector<const ring_schedule*>& g
         req.k = arena(mine.k[cur]);
         req.v = arena(mine.v[cur]);
         req.waits = k - 1;
-        append_launch_blocks(me, s.blocks(p, origin), me.region, req.blocks);
+        std::vector<attention_block> blocks;
+        append_launch_blocks(me, s.blocks(p, origin), me.region, blocks);
+        req.blocks = block_list(std::move(blocks));
         if (backward) {
           const token_count rows = rows_of(origin);
           req.dk = arena(mine.dk[cur]);

@@ -14,7 +14,9 @@
 // ring and thousands of small groups does not cost ranks x rounds.
 // Launches: the requests of one rank and round that read the same K/V and accumulate into the
 // same dK/dV (and, under launch_policy::per_group, come from the same group) are joined and
-// split into CSR waves (program/launch_waves.hpp), one program_launch each.
+// split into CSR waves (program/launch_waves.hpp), one program_launch each. Requests that
+// share one block list (the lanes of an all-to-all subgroup, all in the same round) get the
+// same waves, split once and shared by their launches.
 // Host code, nvcc-safe.
 #pragma once
 
@@ -53,6 +55,7 @@ class segment_writer {
         last_(segments_.size(), std::vector<std::int32_t>(prog.streams.size(), -1)) {}
 
   void setup(level_work& w) {
+    shared_waves_.clear();
     for (const rank_index r : w.ranks_with_work()) slot(w, r, 0);
   }
 
@@ -78,10 +81,27 @@ class segment_writer {
         exchanges_[{w.level, r, k}] = append(r, std::move(op));
       }
     }
+    shared_waves_.clear();
     for (const rank_index r : w.ranks_with_work()) slot(w, r, k + 1);
   }
 
  private:
+  //! The CSR waves of `blocks`, in launch order; split once for a list other requests share.
+  std::vector<block_list> waves_of(const block_list& blocks) {
+    const auto split = [](const block_list& all) {
+      std::vector<std::vector<attention_block>> waves = make_launch_waves(all.items());
+      std::vector<block_list> out;
+      if (waves.size() == 1 && waves.front() == all.items()) out.push_back(all);  // already one wave, in order
+      else
+        for (std::vector<attention_block>& wave : waves) out.emplace_back(std::move(wave));
+      return out;
+    };
+    if (!blocks.is_shared()) return split(blocks);
+    auto it = shared_waves_.find(blocks.identity());
+    if (it == shared_waves_.end()) it = shared_waves_.emplace(blocks.identity(), std::pair{blocks, split(blocks)}).first;
+    return it->second.second;
+  }
+
   std::int32_t append(std::size_t r, program_op op) {
     auto& ops = segments_[r]->ops;
     ops.push_back(std::move(op));
@@ -112,21 +132,26 @@ class segment_writer {
     using key = std::tuple<std::int32_t, std::array<buffer_id, 9>>;
     std::map<key, std::size_t> index;
     std::vector<launch_request> joined;
-    for (launch_request& req : work.launches) {
+    std::vector<std::vector<std::size_t>> parts;  //!< [joined]: the requests it joins
+    for (std::size_t i = 0; i < work.launches.size(); ++i) {
+      const launch_request& req = work.launches[i];
       const std::int32_t group = launch_ == launch_policy::per_group ? req.group : 0;
       const std::array<buffer_id, 9> buffers{id(req.k), id(req.v), id(req.dk), id(req.dv), id(req.q),
                                              id(req.o), id(req.lse), id(req.d_o), id(req.dq)};
       const auto [it, fresh] = index.try_emplace(key{group, buffers}, joined.size());
-      if (fresh) {
-        joined.push_back(std::move(req));
-      } else {
-        launch_request& into = joined[it->second];
-        into.blocks.insert(into.blocks.end(), req.blocks.begin(), req.blocks.end());
-        into.waits = std::max(into.waits, req.waits);
-      }
+      if (fresh) joined.push_back(req), parts.emplace_back();
+      joined[it->second].waits = std::max(joined[it->second].waits, req.waits);
+      parts[it->second].push_back(i);
     }
+    for (std::size_t j = 0; j < joined.size(); ++j) {
+      if (parts[j].size() < 2) continue;  // one request keeps its list, shared or not
+      std::vector<attention_block> all;
+      for (const std::size_t i : parts[j]) all.insert(all.end(), work.launches[i].blocks.begin(), work.launches[i].blocks.end());
+      joined[j].blocks = block_list(std::move(all));
+    }
+    work.launches.clear();
     for (const launch_request& req : joined) {
-      for (std::vector<attention_block>& wave : make_launch_waves(req.blocks)) {
+      for (block_list& wave : waves_of(req.blocks)) {
         const auto launch = static_cast<std::int32_t>(prog_.launches.size());
         program_launch& l = prog_.launches.emplace_back();
         l.rank = rank;
@@ -150,6 +175,8 @@ class segment_writer {
   phase_router route_;
   std::vector<std::vector<std::int32_t>> last_;  //!< [rank][stream]: last op on the stream in this segment
   std::map<std::tuple<std::int32_t, std::size_t, std::int32_t>, std::int32_t> exchanges_;  //!< (level, rank, round) -> op
+  //! the current slot's shared block lists (kept alive by the first of the pair) -> their waves
+  std::map<const void*, std::pair<block_list, std::vector<block_list>>> shared_waves_;
 };
 
 }  // namespace detail
