@@ -21,7 +21,7 @@
 #include <zeppelin/sim/pipeline_result.hpp>
 #include <zeppelin/sim/pipeline_simulator.hpp>
 #include <zeppelin/sim/pipeline_trace.hpp>
-#include <zeppelin/sim/plan_compute_bound.hpp>
+#include <zeppelin/sim/plan_step_bound.hpp>
 #include <zeppelin/sim/result.hpp>
 #include <zeppelin/sim/simulate.hpp>
 #include <zeppelin/sim/sm_contention.hpp>

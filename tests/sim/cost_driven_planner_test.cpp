@@ -1,5 +1,6 @@
 // The cost-driven planner (sim/cost_driven_planner.hpp) and the bound that prunes its search
-// (sim/plan_compute_bound.hpp): the bound never exceeds a simulated step, the choice equals
+// (sim/plan_step_bound.hpp): the bound never exceeds a simulated step (and sees the bytes a
+// ring or an all-to-all must deliver), the choice equals
 // the brute-force minimum over every candidate, the plan validates, the planner is
 // deterministic and never slower than a method it considers.
 #include <zeppelin/core/model_presets.hpp>
@@ -10,7 +11,7 @@
 #include <zeppelin/data/sampler.hpp>
 #include <zeppelin/sim/cost_driven_planner.hpp>
 #include <zeppelin/sim/methods.hpp>
-#include <zeppelin/sim/plan_compute_bound.hpp>
+#include <zeppelin/sim/plan_step_bound.hpp>
 
 #include <catch2/catch.hpp>
 
@@ -61,7 +62,7 @@ method_setup setup_for(const batch& b, const topology& t) {
 
 }  // namespace
 
-TEST_CASE("the plan compute bound never exceeds the simulated step", "[sim][planner]") {
+TEST_CASE("the plan step bound never exceeds the simulated step", "[sim][planner]") {
   const model_config models_tried[] = {models::llama_3b(), models::llama3_8b()};
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
     const topology t = small_cluster(seed);
@@ -71,7 +72,7 @@ TEST_CASE("the plan compute bound never exceeds the simulated step", "[sim][plan
     for (const method_spec& spec : cost_driven_candidates) {
       CAPTURE(seed, spec.name);
       const method_run run = run_spec(spec, b, t, m, setup);
-      const double bound = plan_compute_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view),
+      const double bound = plan_step_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view),
                                               spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
       CHECK(bound >= run.result.lower_bound_s * (1 - 1e-12));
       CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
@@ -79,13 +80,41 @@ TEST_CASE("the plan compute bound never exceeds the simulated step", "[sim][plan
   }
 }
 
-TEST_CASE("the plan compute bound is the perfect-balance bound for one rank and grows with imbalance", "[sim][planner]") {
+TEST_CASE("the plan step bound counts the bytes the collectives deliver, and stays below the step", "[sim][planner]") {
+  // short sequences every layout balances equally: work alone bounds every candidate alike;
+  // the K/V that TE CP's and LLaMA CP's rings pass around, and Ulysses' all-to-all, lift theirs
+  const model_config m = models::llama_3b();
+  random_generator rng(77, 5);
+  for (const topology& t : {clusters::cluster_c(8), clusters::cluster_a(8)}) {  // rings of 64 ranks
+    std::vector<token_count> lengths(4096);
+    for (token_count& x : lengths) x = 1 + static_cast<token_count>(rng.below(24));
+    const batch b(lengths);
+    const method_setup setup = setup_for(b, t);
+    const sim_cost_model cost = sim_cost_model::for_topology(t);
+    const bound_prices prices = bound_prices_for(b, m, t, cost);
+    bound_prices work_only = prices;
+    work_only.per_byte_in = 0;
+    int lifted = 0;
+    for (const method_spec& spec : cost_driven_candidates) {
+      CAPTURE(t.nodes(), t.gpus_per_node(), spec.name);
+      const method_run run = run_spec(spec, b, t, m, setup);
+      const linear_layout_kind linear = spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout;
+      const double bound = plan_step_bound(run.layout, prices, linear);
+      CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
+      CHECK(bound >= plan_step_bound(run.layout, work_only, linear));
+      if (bound > 1.5 * plan_step_bound(run.layout, work_only, linear)) ++lifted;
+    }
+    CHECK(lifted >= 3);  // te_cp, te_cp+routing, llama_cp at least
+  }
+}
+
+TEST_CASE("the plan step bound is the perfect-balance bound for one rank and grows with imbalance", "[sim][planner]") {
   const model_config m = models::llama_3b();
   const topology one = cluster_by_name("c", 1, 1);
   const batch b({3000, 1000});
   const plan single{"manual", 1, 1, 4000, {placement{{shard{0, {0, 3000}, no_group, 0}, shard{1, {0, 1000}, no_group, 0}}}}, {}, {}};
   const sim_cost_model cost = sim_cost_model::for_topology(one);
-  CHECK(plan_compute_bound(single, b, m, one, cost, linear_layout_kind::attention_layout) ==
+  CHECK(plan_step_bound(single, b, m, one, cost, linear_layout_kind::attention_layout) ==
         Approx(step_lower_bound(b, m, one, cost)).epsilon(1e-12));
 
   // two ranks: the long sequence alone on rank 0 is the busier rank whatever the layout of
@@ -95,8 +124,8 @@ TEST_CASE("the plan compute bound is the perfect-balance bound for one rank and 
                    {placement{{shard{0, {0, 3000}, no_group, 0}}}, placement{{shard{1, {0, 1000}, no_group, 0}}}}, {}, {}};
   const sim_cost_model cost2 = sim_cost_model::for_topology(two);
   const double balanced = step_lower_bound(b, m, two, cost2);
-  const double as_laid_out = plan_compute_bound(split, b, m, two, cost2, linear_layout_kind::attention_layout);
-  const double remapped = plan_compute_bound(split, b, m, two, cost2, linear_layout_kind::token_balanced);
+  const double as_laid_out = plan_step_bound(split, b, m, two, cost2, linear_layout_kind::attention_layout);
+  const double remapped = plan_step_bound(split, b, m, two, cost2, linear_layout_kind::token_balanced);
   CHECK(as_laid_out > remapped);
   CHECK(remapped > balanced);
 }

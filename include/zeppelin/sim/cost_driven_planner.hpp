@@ -11,7 +11,7 @@
 //        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
 //        duplicate).
 // Search: every candidate is partitioned (microseconds; candidates that share a partitioner
-// share its plan) and bounded by plan_compute_bound (sim/plan_compute_bound.hpp); a candidate
+// share its plan) and bounded by plan_step_bound (sim/plan_step_bound.hpp); a candidate
 // whose plan and execution equal an earlier candidate's is recorded as its duplicate and not
 // simulated; candidates are simulated in increasing order of bound (ties: candidate order)
 // until the next bound is no smaller than the best step found. Pruning never changes the
@@ -34,7 +34,7 @@
 #include <zeppelin/sim/cost_model.hpp>
 #include <zeppelin/sim/method_spec.hpp>
 #include <zeppelin/sim/options.hpp>
-#include <zeppelin/sim/plan_compute_bound.hpp>
+#include <zeppelin/sim/plan_step_bound.hpp>
 #include <zeppelin/sim/simulate.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
 
@@ -92,7 +92,7 @@ enum class candidate_outcome : std::uint8_t {
 struct candidate_price {
   std::string name;
   candidate_outcome outcome = candidate_outcome::infeasible;
-  double bound_s = 0;  //!< plan_compute_bound (0 when infeasible)
+  double bound_s = 0;  //!< plan_step_bound (0 when infeasible)
   double step_s = 0;   //!< simulated step (outcome simulated)
   std::string reason;  //!< the error (outcome infeasible), the earlier candidate (duplicate)
 };
@@ -152,7 +152,7 @@ struct cost_driven_choice {
     try {
       layouts[i] = same < i ? with_collective_of(spec, *layouts[same]) : partition_for(spec, b, view, capacity, setup.metric, &m);
       price.bound_s =
-          plan_compute_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
+          plan_step_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();

@@ -1,0 +1,215 @@
+// zeppelin/sim/plan_step_bound.hpp
+// A lower bound on the simulated step of ONE plan: the work its busiest ranks must execute,
+// at the best modelled rates, or the bytes its busiest receivers must take in, at the most
+// their ports can take, whichever is larger. The cost-driven planner
+// (sim/cost_driven_planner.hpp) simulates its candidates in order of this bound and stops
+// when the next bound reaches the best step found, without changing its choice.
+//   in : plan (on the CP view), batch, model, the view, cost model, whether the linear modules
+//        run in a token-balanced layout (remapping on)
+//   out: seconds <= simulate(...).step_time_s for every execution of the plan
+// Per micro-batch (the micro-batches run one after another), the larger of two bounds:
+// Work (forward + backward + LM head):
+//   - a rank's attention: the causal pairs of the queries it holds, of sequences alone on it or
+//     in a ring or all-gather group (each such shard attends to every earlier key of its
+//     sequence, on that rank);
+//   - an all-to-all (Ulysses) group spreads its pairs over its members by heads, so only the
+//     group's total is known: its busiest member carries at least the mean, over the members,
+//     of (their other work) + (the group's pairs) / (members);
+//   - the linear modules: the rank's tokens, or the micro-batch's mean tokens per rank when
+//     remapping balances them.
+//   Each pair and token is priced as step_lower_bound prices the whole batch (sim/lower_bound.hpp:
+//   exact FLOPs at the tables' best rates), so this part is at least step_lower_bound and
+//   reaches it for a perfectly balanced plan.
+// Bytes in (forward, then backward; each layer the same), what the collectives must deliver
+// to a member whatever the router does (program/detail/*_collective.hpp):
+//   - ring and all-gather groups: the K and V rows of every other member, in each pass;
+//   - all-to-all groups of Ulysses degree u: from the other members of its subgroup, their
+//     rows of its lane's heads (forward Q, K, V; backward Q, K, V, O, dO, LSE), and from the
+//     u - 1 other lanes its own rows' outputs (forward O, LSE; backward dQ, dK, dV).
+//   A byte reaches a rank through its NVLink ingress port or its NIC's receive port (the
+//   simulator's ports, sim/event_engine.hpp; a proxy's last leg is an NVLink flow), so a rank
+//   takes them in no faster than the two bandwidths together. Phases run one after another,
+//   so the bounds of the forward and the backward add up.
+// The bytes part is what separates layouts whose work is equally balanced: a million one-token
+// sequences on 64 GPUs cost every layout the same work, and TE CP's rings of 64 the same K/V
+// pass as for long sequences. Cost: O(shards + group members). Host-only.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/step_work.hpp>
+#include <zeppelin/program/detail/all_to_all_collective.hpp>
+#include <zeppelin/program/wire_format.hpp>
+#include <zeppelin/sim/cost_model.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! Whether the linear modules run in the plan's attention layout or a token-balanced one.
+enum class linear_layout_kind : std::uint8_t { attention_layout, token_balanced };
+
+//! What one causal pair, one token and one byte into a rank cost at the best modelled rates,
+//! and the batch's perfect-balance bound: the per-batch part of plan_step_bound, computed once
+//! when many plans of the same batch are bounded (the cost-driven planner).
+struct bound_prices {
+  double per_pair = 0;      //!< seconds per causal pair, forward + backward, every layer
+  double per_token = 0;     //!< seconds of linear work per token, every layer and the LM head
+  double balanced = 0;      //!< step_lower_bound of the batch
+  double per_byte_in = 0;   //!< seconds per byte of one layer into one rank, every layer (layers / ingress bandwidth)
+  wire_format wire{};       //!< the model's rows: bytes per row of each kind, heads and lanes
+};
+
+[[nodiscard]] inline bound_prices bound_prices_for(const batch& b, const model_config& m, const topology& view,
+                                                   const sim_cost_model& cost) {
+  const step_work work = estimate_step_work(b, m, view.gpu(), cost.attention, cost.linear);
+  double total_pairs = 0;
+  for (const token_count len : b.lengths()) total_pairs += static_cast<double>(causal_pairs(len));
+  const double tokens = static_cast<double>(b.total_tokens());
+  const double ingress = view.intra_node_link().bandwidth + view.nic_link().bandwidth;
+  return {.per_pair = total_pairs > 0 ? (work.attention_forward_flops / work.best_attention_forward_rate +
+                                         work.attention_backward_flops / work.best_attention_backward_rate) /
+                                            total_pairs
+                                      : 0.0,
+          .per_token = tokens > 0 ? work.linear_flops() / work.linear_rate / tokens : 0.0,
+          .balanced = work.balanced_lower_bound(view.num_ranks()),
+          .per_byte_in = static_cast<double>(m.layers) / ingress,
+          .wire = wire_format::for_model(m)};
+}
+
+namespace detail {
+
+//! Bytes of one layer that the collectives of `p` must deliver to each rank, per micro-batch
+//! and pass (see the file comment): [micro-batch][pass][rank].
+[[nodiscard]] inline std::vector<std::vector<std::vector<double>>> collective_bytes_in(const plan& p, const wire_format& wire) {
+  const std::size_t ranks = p.placements.size();
+  const auto micro_batches = static_cast<std::size_t>(p.micro_batches());
+  std::vector<std::vector<std::vector<double>>> in(micro_batches, std::vector<std::vector<double>>(2, std::vector<double>(ranks, 0.0)));
+  // [group][position]: tokens of the member's shards in the group
+  std::vector<std::vector<double>> held(p.groups.size());
+  std::vector<std::int32_t> micro_batch_of(p.groups.size(), 0);
+  std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> memberships(ranks);  // [rank]: (group, position)
+  for (std::size_t g = 0; g < p.groups.size(); ++g) {
+    const auto& members = p.groups[g].ranks;
+    held[g].assign(members.size(), 0.0);
+    for (std::size_t pos = 0; pos < members.size(); ++pos)
+      memberships[static_cast<std::size_t>(members[pos])].emplace_back(static_cast<std::int32_t>(g), static_cast<std::int32_t>(pos));
+  }
+  for (std::size_t r = 0; r < ranks; ++r)
+    for (const shard& s : p.placements[r].shards) {
+      if (s.group == no_group) continue;
+      for (const auto& [g, pos] : memberships[r])
+        if (g == s.group) {
+          held[static_cast<std::size_t>(g)][static_cast<std::size_t>(pos)] += static_cast<double>(s.range.size());
+          micro_batch_of[static_cast<std::size_t>(g)] = s.micro_batch;
+        }
+    }
+  const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
+  for (std::size_t g = 0; g < p.groups.size(); ++g) {
+    const auto& members = p.groups[g].ranks;
+    const auto G = static_cast<std::int32_t>(members.size());
+    if (G < 2) continue;
+    auto& forward = in[static_cast<std::size_t>(micro_batch_of[g])][0];
+    auto& backward = in[static_cast<std::size_t>(micro_batch_of[g])][1];
+    const std::vector<double>& mine = held[g];
+    if (p.groups[g].collective != collective_kind::all_to_all) {
+      double total = 0;
+      for (const double t : mine) total += t;
+      const double kv = 2 * bytes(row_kind::kv, 0);
+      for (std::int32_t pos = 0; pos < G; ++pos) {
+        const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
+        forward[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
+        backward[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
+      }
+      continue;
+    }
+    const std::int32_t u = ulysses_degree(wire, G);
+    if (u < 2) continue;  // a ring of whole heads over the subgroups: its K/V pass is not counted
+    const lane_heads lane = lane_of(wire, u, 0);
+    const double q = bytes(row_kind::q, lane.heads), kv = bytes(row_kind::kv, lane.kv_heads), lse = bytes(row_kind::lse, lane.heads),
+                 dkv = bytes(row_kind::dkv, lane.kv_heads);
+    for (std::int32_t first = 0; first < G; first += u) {
+      double subgroup = 0;
+      for (std::int32_t pos = first; pos < first + u; ++pos) subgroup += mine[static_cast<std::size_t>(pos)];
+      for (std::int32_t pos = first; pos < first + u; ++pos) {
+        const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
+        const double own = mine[static_cast<std::size_t>(pos)], others = subgroup - own, lanes = u - 1;
+        forward[r] += others * (q + 2 * kv) + lanes * own * (q + lse);
+        backward[r] += others * (3 * q + 2 * kv + lse) + lanes * own * (q + 2 * dkv);
+      }
+    }
+  }
+  return in;
+}
+
+}  // namespace detail
+
+//! Seconds no execution of `p` can beat, with the batch's `prices` (see the file comment).
+//! `p` must be a valid plan of the batch on its view (core/validate.hpp).
+[[nodiscard]] inline double plan_step_bound(const plan& p, const bound_prices& prices, linear_layout_kind linear) {
+  const double per_pair = prices.per_pair, per_token = prices.per_token;
+  const std::size_t ranks = p.placements.size();
+  const std::int32_t micro_batches = p.micro_batches();
+  // [micro-batch][rank]: pairs a rank surely computes, and tokens it holds.
+  std::vector<double> own_pairs(static_cast<std::size_t>(micro_batches) * ranks, 0.0);
+  std::vector<double> held(own_pairs.size(), 0.0);
+  std::vector<double> group_pairs(p.groups.size(), 0.0);
+  std::vector<std::int32_t> group_micro_batch(p.groups.size(), 0);
+  for (std::size_t r = 0; r < ranks; ++r)
+    for (const shard& s : p.placements[r].shards) {
+      const std::size_t at = static_cast<std::size_t>(s.micro_batch) * ranks + r;
+      const double pairs = static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
+      held[at] += static_cast<double>(s.range.size());
+      const bool spread_by_heads =
+          s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_to_all;
+      if (spread_by_heads) {
+        group_pairs[static_cast<std::size_t>(s.group)] += pairs;
+        group_micro_batch[static_cast<std::size_t>(s.group)] = s.micro_batch;
+      } else {
+        own_pairs[at] += pairs;
+      }
+    }
+  const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
+
+  double bound = 0;
+  for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
+    const std::size_t base = static_cast<std::size_t>(mb) * ranks;
+    double mb_tokens = 0;
+    for (std::size_t r = 0; r < ranks; ++r) mb_tokens += held[base + r];
+    const auto rank_work = [&](std::size_t r) {
+      const double linear_tokens = linear == linear_layout_kind::token_balanced ? mb_tokens / static_cast<double>(ranks) : held[base + r];
+      return own_pairs[base + r] * per_pair + linear_tokens * per_token;
+    };
+    double busiest = 0;
+    for (std::size_t r = 0; r < ranks; ++r) busiest = std::max(busiest, rank_work(r));
+    for (std::size_t g = 0; g < p.groups.size(); ++g) {
+      if (group_micro_batch[g] != mb || group_pairs[g] == 0) continue;
+      const auto& members = p.groups[g].ranks;
+      double others = 0;
+      for (const rank_index r : members) others += rank_work(static_cast<std::size_t>(r));
+      const double size = static_cast<double>(members.size());
+      busiest = std::max(busiest, (others + group_pairs[g] * per_pair) / size);
+    }
+    double receiving = 0;  // the forward's busiest receiver, then the backward's
+    for (const std::vector<double>& pass : bytes_in[static_cast<std::size_t>(mb)])
+      receiving += *std::max_element(pass.begin(), pass.end()) * prices.per_byte_in;
+    bound += std::max(busiest, receiving);
+  }
+  return std::max(bound, prices.balanced);
+}
+
+//! plan_step_bound of one plan of `b` on `view`.
+[[nodiscard]] inline double plan_step_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
+                                            const sim_cost_model& cost, linear_layout_kind linear) {
+  return plan_step_bound(p, bound_prices_for(b, m, view, cost), linear);
+}
+
+ZEPPELIN_NAMESPACE_END
