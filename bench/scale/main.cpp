@@ -123,9 +123,11 @@ int main(int argc, char** argv) {
   const int fewer_nodes = quick ? 64 : 1;  // the two GitHub clusters: 16 and 2 nodes
   const token_count million = 1 << 20;
   const std::vector<std::string> all = {"te_cp", "llama_cp", "hybrid_dp", "te_cp+routing", "te_cp+routing+engine", "zeppelin_paper"};
+  std::vector<std::string> with_planner = all;  // and Ulysses, and the cost-driven planner that weighs them all
+  with_planner.insert(with_planner.end(), {"ulysses", "zeppelin"});
   const std::vector<scale_case> cases = {
       {std::to_string(million / shrink) + " one-token sequences",
-       [&] { return batch(std::vector<token_count>(static_cast<std::size_t>(million / shrink), 1)); }, 8, all},
+       [&] { return batch(std::vector<token_count>(static_cast<std::size_t>(million / shrink), 1)); }, 8, with_planner},
       {std::to_string(4 * million / 512 / shrink) + " documents of 512 tokens",
        [&] { return batch(std::vector<token_count>(static_cast<std::size_t>(4 * million / 512 / shrink), 512)); }, 4,
        {"te_cp", "zeppelin_paper"}},

@@ -94,6 +94,7 @@ TEST_CASE("the plan step bound counts the bytes the collectives deliver, and sta
     const bound_prices prices = bound_prices_for(b, m, t, cost);
     bound_prices work_only = prices;
     work_only.per_byte_in = 0;
+    work_only.per_byte_into_node = 0;
     int lifted = 0;
     for (const method_spec& spec : cost_driven_candidates) {
       CAPTURE(t.nodes(), t.gpus_per_node(), spec.name);

@@ -28,8 +28,12 @@
 //     u - 1 other lanes its own rows' outputs (forward O, LSE; backward dQ, dK, dV).
 //   A byte reaches a rank through its NVLink ingress port or its NIC's receive port (the
 //   simulator's ports, sim/event_engine.hpp; a proxy's last leg is an NVLink flow), so a rank
-//   takes them in no faster than the two bandwidths together. Phases run one after another,
-//   so the bounds of the forward and the backward add up.
+//   takes them in no faster than the two bandwidths together. And a byte from another node
+//   enters a node through one of its NICs' receive ports: at least once per node for what a
+//   ring or an all-gather passes on (a member's K/V reaches a node's first member and may go
+//   on inside it), once per receiving member for the all-to-all, which passes nothing on. The
+//   busier of the receiving ranks and nodes bounds each pass; phases run one after another, so
+//   the bounds of the forward and the backward add up.
 // The bytes part is what separates layouts whose work is equally balanced: a million one-token
 // sequences on 64 GPUs cost every layout the same work, and TE CP's rings of 64 the same K/V
 // pass as for long sequences. Cost: O(shards + group members). Host-only.
@@ -47,6 +51,7 @@
 #include <zeppelin/sim/cost_model.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -64,7 +69,8 @@ struct bound_prices {
   double per_pair = 0;      //!< seconds per causal pair, forward + backward, every layer
   double per_token = 0;     //!< seconds of linear work per token, every layer and the LM head
   double balanced = 0;      //!< step_lower_bound of the batch
-  double per_byte_in = 0;   //!< seconds per byte of one layer into one rank, every layer (layers / ingress bandwidth)
+  double per_byte_in = 0;   //!< seconds per byte of one layer into one rank, every layer (layers / its ports' bandwidth)
+  double per_byte_into_node = 0;  //!< seconds per byte of one layer into one node from others (layers / its NICs' bandwidth)
   wire_format wire{};       //!< the model's rows: bytes per row of each kind, heads and lanes
 };
 
@@ -82,17 +88,26 @@ struct bound_prices {
           .per_token = tokens > 0 ? work.linear_flops() / work.linear_rate / tokens : 0.0,
           .balanced = work.balanced_lower_bound(view.num_ranks()),
           .per_byte_in = static_cast<double>(m.layers) / ingress,
+          .per_byte_into_node = static_cast<double>(m.layers) / (view.nics_per_node() * view.nic_link().bandwidth),
           .wire = wire_format::for_model(m)};
 }
 
 namespace detail {
 
-//! Bytes of one layer that the collectives of `p` must deliver to each rank, per micro-batch
-//! and pass (see the file comment): [micro-batch][pass][rank].
-[[nodiscard]] inline std::vector<std::vector<std::vector<double>>> collective_bytes_in(const plan& p, const wire_format& wire) {
+//! Bytes of one layer of one pass that the collectives must deliver (see the file comment).
+struct delivered_bytes {
+  std::vector<double> rank;  //!< [rank]: into the rank
+  std::vector<double> node;  //!< [node]: into the node from other nodes
+};
+
+//! What the collectives of `p` must deliver, [micro-batch][pass] (see the file comment).
+[[nodiscard]] inline std::vector<std::array<delivered_bytes, 2>> collective_bytes_in(const plan& p, const wire_format& wire) {
   const std::size_t ranks = p.placements.size();
-  const auto micro_batches = static_cast<std::size_t>(p.micro_batches());
-  std::vector<std::vector<std::vector<double>>> in(micro_batches, std::vector<std::vector<double>>(2, std::vector<double>(ranks, 0.0)));
+  const std::int32_t per_node = std::max(1, p.gpus_per_node);
+  const auto node_of = [&](rank_index r) { return static_cast<std::size_t>(r / per_node); };
+  std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(p.micro_batches()));
+  for (auto& passes : in)
+    for (delivered_bytes& d : passes) d.rank.assign(ranks, 0.0), d.node.assign(ranks / static_cast<std::size_t>(per_node) + 1, 0.0);
   // [group][position]: tokens of the member's shards in the group
   std::vector<std::vector<double>> held(p.groups.size());
   std::vector<std::int32_t> micro_batch_of(p.groups.size(), 0);
@@ -113,12 +128,28 @@ namespace detail {
         }
     }
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
+  // (node, tokens) of members [first, last) of a group, one entry per node, by node
+  std::vector<std::pair<std::size_t, double>> on_node;
+  const auto tokens_by_node = [&](const std::vector<rank_index>& members, const std::vector<double>& mine, std::int32_t first,
+                                  std::int32_t last) {
+    on_node.clear();
+    for (std::int32_t pos = first; pos < last; ++pos)
+      on_node.emplace_back(node_of(members[static_cast<std::size_t>(pos)]), mine[static_cast<std::size_t>(pos)]);
+    std::sort(on_node.begin(), on_node.end());
+    std::size_t out = 0;
+    for (std::size_t i = 0; i < on_node.size(); ++i)
+      if (out > 0 && on_node[out - 1].first == on_node[i].first) on_node[out - 1].second += on_node[i].second;
+      else on_node[out++] = on_node[i];
+    on_node.resize(out);
+  };
+  const auto on_same_node = [&](std::size_t node) {
+    return std::lower_bound(on_node.begin(), on_node.end(), std::pair{node, -1.0})->second;
+  };
   for (std::size_t g = 0; g < p.groups.size(); ++g) {
     const auto& members = p.groups[g].ranks;
     const auto G = static_cast<std::int32_t>(members.size());
     if (G < 2) continue;
-    auto& forward = in[static_cast<std::size_t>(micro_batch_of[g])][0];
-    auto& backward = in[static_cast<std::size_t>(micro_batch_of[g])][1];
+    std::array<delivered_bytes, 2>& at = in[static_cast<std::size_t>(micro_batch_of[g])];
     const std::vector<double>& mine = held[g];
     if (p.groups[g].collective != collective_kind::all_to_all) {
       double total = 0;
@@ -126,9 +157,11 @@ namespace detail {
       const double kv = 2 * bytes(row_kind::kv, 0);
       for (std::int32_t pos = 0; pos < G; ++pos) {
         const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
-        forward[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
-        backward[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
+        for (delivered_bytes& d : at) d.rank[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
       }
+      tokens_by_node(members, mine, 0, G);
+      for (const auto& [node, here] : on_node)
+        for (delivered_bytes& d : at) d.node[node] += (total - here) * kv;
       continue;
     }
     const std::int32_t u = ulysses_degree(wire, G);
@@ -136,14 +169,24 @@ namespace detail {
     const lane_heads lane = lane_of(wire, u, 0);
     const double q = bytes(row_kind::q, lane.heads), kv = bytes(row_kind::kv, lane.kv_heads), lse = bytes(row_kind::lse, lane.heads),
                  dkv = bytes(row_kind::dkv, lane.kv_heads);
+    // per member: rows from the others (forward, backward per row) and outputs per other lane
+    const double forward_row = q + 2 * kv, backward_row = 3 * q + 2 * kv + lse, forward_home = q + lse, backward_home = q + 2 * dkv;
     for (std::int32_t first = 0; first < G; first += u) {
       double subgroup = 0;
       for (std::int32_t pos = first; pos < first + u; ++pos) subgroup += mine[static_cast<std::size_t>(pos)];
+      tokens_by_node(members, mine, first, first + u);
       for (std::int32_t pos = first; pos < first + u; ++pos) {
-        const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
-        const double own = mine[static_cast<std::size_t>(pos)], others = subgroup - own, lanes = u - 1;
-        forward[r] += others * (q + 2 * kv) + lanes * own * (q + lse);
-        backward[r] += others * (3 * q + 2 * kv + lse) + lanes * own * (q + 2 * dkv);
+        const rank_index r = members[static_cast<std::size_t>(pos)];
+        const double own = mine[static_cast<std::size_t>(pos)], lanes = u - 1;
+        at[0].rank[static_cast<std::size_t>(r)] += (subgroup - own) * forward_row + lanes * own * forward_home;
+        at[1].rank[static_cast<std::size_t>(r)] += (subgroup - own) * backward_row + lanes * own * backward_home;
+        // from the subgroup's members on other nodes: their rows, and its outputs of their lanes
+        const std::size_t node = node_of(r);
+        std::int32_t off_node = 0;
+        for (std::int32_t o = first; o < first + u; ++o) off_node += node_of(members[static_cast<std::size_t>(o)]) != node;
+        const double remote = subgroup - on_same_node(node);
+        at[0].node[node] += remote * forward_row + off_node * own * forward_home;
+        at[1].node[node] += remote * backward_row + off_node * own * backward_home;
       }
     }
   }
@@ -198,9 +241,10 @@ namespace detail {
       const double size = static_cast<double>(members.size());
       busiest = std::max(busiest, (others + group_pairs[g] * per_pair) / size);
     }
-    double receiving = 0;  // the forward's busiest receiver, then the backward's
-    for (const std::vector<double>& pass : bytes_in[static_cast<std::size_t>(mb)])
-      receiving += *std::max_element(pass.begin(), pass.end()) * prices.per_byte_in;
+    double receiving = 0;  // the forward's busiest receiver (rank or node), then the backward's
+    for (const detail::delivered_bytes& pass : bytes_in[static_cast<std::size_t>(mb)])
+      receiving += std::max(*std::max_element(pass.rank.begin(), pass.rank.end()) * prices.per_byte_in,
+                            *std::max_element(pass.node.begin(), pass.node.end()) * prices.per_byte_into_node);
     bound += std::max(busiest, receiving);
   }
   return std::max(bound, prices.balanced);
