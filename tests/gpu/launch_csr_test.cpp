@@ -94,7 +94,7 @@ TEST_CASE("launch CSR: every launch of every partitioner's program is covered ex
         program_options o;
         o.launch = launch;
         const device_attention_engine engine(p, b, t, {.heads = 2, .kv_heads = 1, .head_dim = 64}, device::dtype::bf16, o);
-        for (const program_launch& l : engine.program().launches) total += check_csr(l.blocks);
+        for (const program_launch& l : engine.program().launches) total += check_csr(l.blocks.items());
         for (rank_index r = 0; r < p.num_ranks(); ++r)
           CHECK(engine.launches(r, pass_kind::forward) == engine.launches(r, pass_kind::backward));
       }
