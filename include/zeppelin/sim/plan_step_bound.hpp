@@ -29,11 +29,12 @@
 //   A byte reaches a rank through its NVLink ingress port or its NIC's receive port (the
 //   simulator's ports, sim/event_engine.hpp; a proxy's last leg is an NVLink flow), so a rank
 //   takes them in no faster than the two bandwidths together. And a byte from another node
-//   enters a node through one of its NICs' receive ports: at least once per node for what a
-//   ring or an all-gather passes on (a member's K/V reaches a node's first member and may go
-//   on inside it), once per receiving member for the all-to-all, which passes nothing on. The
-//   busier of the receiving ranks and nodes bounds each pass; phases run one after another, so
-//   the bounds of the forward and the backward add up.
+//   enters a node through one of its NICs' receive ports: a ring or an all-gather relays
+//   every origin's K/V member to member along every ring edge but the one into the origin, so
+//   each edge from another node brings in the K/V of all members but its head; an all-to-all
+//   member's rows from other nodes come in once per receiving member. The busier of the
+//   receiving ranks and nodes bounds each pass; phases run one after another, so the bounds of
+//   the forward and the backward add up.
 // The bytes part is what separates layouts whose work is equally balanced: a million one-token
 // sequences on 64 GPUs cost every layout the same work, and TE CP's rings of 64 the same K/V
 // pass as for long sequences. Cost: O(shards + group members). Host-only.
@@ -159,9 +160,17 @@ struct delivered_bytes {
         const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
         for (delivered_bytes& d : at) d.rank[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
       }
-      tokens_by_node(members, mine, 0, G);
-      for (const auto& [node, here] : on_node)
-        for (delivered_bytes& d : at) d.node[node] += (total - here) * kv;
+      // every ring edge between nodes carries every origin's K/V but its head's: edge
+      // i -> i + 1 (forward; the all-gather's backward too) or i + 1 -> i (the ring's backward)
+      const bool reversed_backward = p.groups[g].collective == collective_kind::ring;
+      for (std::int32_t i = 0; i < G; ++i) {
+        const std::int32_t j = (i + 1) % G;
+        const rank_index a = members[static_cast<std::size_t>(i)], b = members[static_cast<std::size_t>(j)];
+        if (node_of(a) == node_of(b)) continue;
+        at[0].node[node_of(b)] += (total - mine[static_cast<std::size_t>(j)]) * kv;
+        if (reversed_backward) at[1].node[node_of(a)] += (total - mine[static_cast<std::size_t>(i)]) * kv;
+        else at[1].node[node_of(b)] += (total - mine[static_cast<std::size_t>(j)]) * kv;
+      }
       continue;
     }
     const std::int32_t u = ulysses_degree(wire, G);
