@@ -110,22 +110,27 @@ struct lane_heads {
 
 //! Subgroup i's tokens as attention computes them: sequence after sequence, each in position
 //! order ("sequence-major"), so the subgroup's part of a sequence is one run and a lane
-//! computes it with one causal block (plus full blocks to the runs of other subgroups). The
-//! sequences come in the member-major order of their first tokens, so a sequence one member
-//! holds whole keeps its rows, and a subgroup of whole sequences permutes nothing (its
-//! permutation is one run per member, not one per sequence).
+//! computes it with one causal block (plus full blocks to the runs of other subgroups). Order
+//! of the sequences: first those that other subgroups of the group hold too, by sequence, so
+//! that every subgroup lists them in the same order and a ring round's blocks (queries here,
+//! keys there) ascend on both sides and make one launch wave; then the others in the
+//! member-major order of their first tokens, so a sequence one member holds whole keeps its
+//! place, and a subgroup of whole sequences permutes with one run per member, not one per
+//! sequence.
 struct subgroup_rows {
   std::vector<group_shard> runs;             //!< maximal runs of one sequence, sequence-major; row: sequence-major
   std::vector<std::size_t> runs_by_sequence;  //!< indices into runs, by (sequence, position)
   std::vector<row_run> permute;               //!< member-major rows (members in order, each its group buffer) -> sequence-major
 };
 
-[[nodiscard]] inline subgroup_rows subgroup_rows_of(const group_layout& s, std::int32_t first, std::int32_t members) {
+//! `shared`: the sequences other subgroups hold too, ascending.
+[[nodiscard]] inline subgroup_rows subgroup_rows_of(const group_layout& s, std::int32_t first, std::int32_t members,
+                                                    const std::vector<sequence_index>& shared) {
   struct piece {
     sequence_index seq;
     token_range range;
     token_count member_major;
-    token_count sequence_first = 0;  //!< the member-major row of the sequence's first piece here
+    token_count place = 0;  //!< where the sequence goes: shared ones first, by sequence; then the member-major row of its first piece
   };
   std::vector<piece> pieces;
   token_count base = 0;
@@ -136,13 +141,19 @@ struct subgroup_rows {
   std::sort(pieces.begin(), pieces.end(), [](const piece& a, const piece& b) {
     return a.seq != b.seq ? a.seq < b.seq : a.range.begin < b.range.begin;
   });
+  const auto shared_rank = [&](sequence_index q) -> token_count {
+    const auto it = std::lower_bound(shared.begin(), shared.end(), q);
+    return it != shared.end() && *it == q ? static_cast<token_count>(it - shared.begin()) : -1;
+  };
+  const auto shared_count = static_cast<token_count>(shared.size());
   for (std::size_t a = 0, b = 0; a < pieces.size(); a = b) {
     token_count first_row = pieces[a].member_major;
     for (b = a; b < pieces.size() && pieces[b].seq == pieces[a].seq; ++b) first_row = std::min(first_row, pieces[b].member_major);
-    for (std::size_t c = a; c < b; ++c) pieces[c].sequence_first = first_row;
+    const token_count rank = shared_rank(pieces[a].seq);
+    for (std::size_t c = a; c < b; ++c) pieces[c].place = rank >= 0 ? rank : shared_count + first_row;
   }
   // stable: a sequence's pieces stay in position order
-  std::stable_sort(pieces.begin(), pieces.end(), [](const piece& a, const piece& b) { return a.sequence_first < b.sequence_first; });
+  std::stable_sort(pieces.begin(), pieces.end(), [](const piece& a, const piece& b) { return a.place < b.place; });
   subgroup_rows out;
   token_count row = 0;
   for (const piece& x : pieces) {
@@ -156,6 +167,19 @@ struct subgroup_rows {
   // a sequence's runs are adjacent and in position order: sorting by sequence keeps that
   std::stable_sort(out.runs_by_sequence.begin(), out.runs_by_sequence.end(),
                    [&](std::size_t a, std::size_t b) { return out.runs[a].seq < out.runs[b].seq; });
+  return out;
+}
+
+//! The sequences that more than one subgroup of u consecutive members of `s` holds, ascending.
+[[nodiscard]] inline std::vector<sequence_index> shared_sequences(const group_layout& s, std::int32_t u) {
+  std::vector<std::pair<sequence_index, std::int32_t>> held;  // (sequence, subgroup)
+  for (std::int32_t o = 0; o < s.size(); ++o)
+    for (const group_shard& gs : s.layout[static_cast<std::size_t>(o)]) held.emplace_back(gs.seq, o / u);
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  std::vector<sequence_index> out;
+  for (std::size_t i = 1; i < held.size(); ++i)
+    if (held[i].first == held[i - 1].first && (out.empty() || out.back() != held[i].first)) out.push_back(held[i].first);
   return out;
 }
 
@@ -236,7 +260,8 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
     token_count largest_sub = 0;
     for (std::int32_t i = 0; i < r; ++i) largest_sub = std::max(largest_sub, sub_rows(i));
     std::vector<subgroup_rows> subgroups;
-    for (std::int32_t i = 0; i < r; ++i) subgroups.push_back(subgroup_rows_of(s, i * u, u));
+    const std::vector<sequence_index> shared = shared_sequences(s, u);
+    for (std::int32_t i = 0; i < r; ++i) subgroups.push_back(subgroup_rows_of(s, i * u, u, shared));
     // [subgroup][round]: the blocks its u lanes share, made by its first lane
     std::vector<std::vector<block_list>> shared_blocks(at(r), std::vector<block_list>(at(r)));
     // member-major -> sequence-major rows of a lane arena of `x` of subgroup i (K/V arenas hold
