@@ -88,8 +88,7 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
 //! outside the topology).
 [[nodiscard]] inline sim_result simulate(const plan& p, const batch& b, const topology& t, const model_config& m,
                                          const sim_options& o, const sim_cost_model& cost) {
-  validate(m);
-  validate(p, b, t);
+  validate(m);  // the plan: make_program validates it first thing (once, not twice)
   ZEPPELIN_EXPECTS(o.chained_layers >= 0, "chained_layers must be >= 0 (0 = every layer)",
                    {{"chained_layers", double(o.chained_layers)}});
   ZEPPELIN_EXPECTS(o.tensor_parallel >= 1, "tensor_parallel must be >= 1", {{"tensor_parallel", double(o.tensor_parallel)}});
