@@ -17,7 +17,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <span>
 #include <utility>
 #include <vector>
 
@@ -30,7 +29,6 @@ class block_list {
       : blocks_(blocks.empty() ? nullptr : std::make_shared<const std::vector<attention_block>>(std::move(blocks))) {}
 
   [[nodiscard]] const std::vector<attention_block>& items() const noexcept { return blocks_ ? *blocks_ : no_blocks(); }
-  [[nodiscard]] std::span<const attention_block> span() const noexcept { return items(); }
   [[nodiscard]] std::size_t size() const noexcept { return items().size(); }
   [[nodiscard]] bool empty() const noexcept { return items().empty(); }
   [[nodiscard]] const attention_block& operator[](std::size_t i) const noexcept { return items()[i]; }

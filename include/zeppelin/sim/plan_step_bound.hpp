@@ -55,7 +55,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -109,49 +108,39 @@ struct delivered_bytes {
   std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(p.micro_batches()));
   for (auto& passes : in)
     for (delivered_bytes& d : passes) d.rank.assign(ranks, 0.0), d.node.assign(ranks / static_cast<std::size_t>(per_node) + 1, 0.0);
-  // [group][position]: tokens of the member's shards in the group
-  std::vector<std::vector<double>> held(p.groups.size());
-  std::vector<std::int32_t> micro_batch_of(p.groups.size(), 0);
-  std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> memberships(ranks);  // [rank]: (group, position)
-  for (std::size_t g = 0; g < p.groups.size(); ++g) {
-    const auto& members = p.groups[g].ranks;
-    held[g].assign(members.size(), 0.0);
-    for (std::size_t pos = 0; pos < members.size(); ++pos)
-      memberships[static_cast<std::size_t>(members[pos])].emplace_back(static_cast<std::int32_t>(g), static_cast<std::int32_t>(pos));
-  }
-  for (std::size_t r = 0; r < ranks; ++r)
-    for (const shard& s : p.placements[r].shards) {
-      if (s.group == no_group) continue;
-      for (const auto& [g, pos] : memberships[r])
-        if (g == s.group) {
-          held[static_cast<std::size_t>(g)][static_cast<std::size_t>(pos)] += static_cast<double>(s.range.size());
-          micro_batch_of[static_cast<std::size_t>(g)] = s.micro_batch;
-        }
-    }
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
-  // (node, tokens) of members [first, last) of a group, one entry per node, by node
-  std::vector<std::pair<std::size_t, double>> on_node;
-  const auto tokens_by_node = [&](const std::vector<rank_index>& members, const std::vector<double>& mine, std::int32_t first,
-                                  std::int32_t last) {
+  std::vector<double> mine;  // [position]: tokens of the member's shards in the group
+  // the members [first, last) of a group per node: (node, their tokens, how many), by node
+  struct node_share {
+    std::size_t node;
+    double tokens;
+    std::int32_t members;
+  };
+  std::vector<node_share> on_node;
+  const auto share_by_node = [&](const std::vector<rank_index>& members, std::int32_t first, std::int32_t last) {
     on_node.clear();
     for (std::int32_t pos = first; pos < last; ++pos)
-      on_node.emplace_back(node_of(members[static_cast<std::size_t>(pos)]), mine[static_cast<std::size_t>(pos)]);
-    std::sort(on_node.begin(), on_node.end());
+      on_node.push_back({node_of(members[static_cast<std::size_t>(pos)]), mine[static_cast<std::size_t>(pos)], 1});
+    std::sort(on_node.begin(), on_node.end(), [](const node_share& a, const node_share& b) { return a.node < b.node; });
     std::size_t out = 0;
     for (std::size_t i = 0; i < on_node.size(); ++i)
-      if (out > 0 && on_node[out - 1].first == on_node[i].first) on_node[out - 1].second += on_node[i].second;
+      if (out > 0 && on_node[out - 1].node == on_node[i].node) on_node[out - 1].tokens += on_node[i].tokens, ++on_node[out - 1].members;
       else on_node[out++] = on_node[i];
     on_node.resize(out);
   };
-  const auto on_same_node = [&](std::size_t node) {
-    return std::lower_bound(on_node.begin(), on_node.end(), std::pair{node, -1.0})->second;
+  const auto share_of = [&](std::size_t node) {
+    return *std::lower_bound(on_node.begin(), on_node.end(), node, [](const node_share& a, std::size_t n) { return a.node < n; });
   };
   for (std::size_t g = 0; g < p.groups.size(); ++g) {
     const auto& members = p.groups[g].ranks;
     const auto G = static_cast<std::int32_t>(members.size());
     if (G < 2) continue;
-    std::array<delivered_bytes, 2>& at = in[static_cast<std::size_t>(micro_batch_of[g])];
-    const std::vector<double>& mine = held[g];
+    mine.assign(members.size(), 0.0);
+    std::int32_t micro_batch = 0;
+    for (std::size_t pos = 0; pos < members.size(); ++pos)
+      for (const shard& s : p.placements[static_cast<std::size_t>(members[pos])].shards)
+        if (s.group == static_cast<std::int32_t>(g)) mine[pos] += static_cast<double>(s.range.size()), micro_batch = s.micro_batch;
+    std::array<delivered_bytes, 2>& at = in[static_cast<std::size_t>(micro_batch)];
     if (p.groups[g].collective != collective_kind::all_to_all) {
       double total = 0;
       for (const double t : mine) total += t;
@@ -183,7 +172,7 @@ struct delivered_bytes {
     for (std::int32_t first = 0; first < G; first += u) {
       double subgroup = 0;
       for (std::int32_t pos = first; pos < first + u; ++pos) subgroup += mine[static_cast<std::size_t>(pos)];
-      tokens_by_node(members, mine, first, first + u);
+      share_by_node(members, first, first + u);
       for (std::int32_t pos = first; pos < first + u; ++pos) {
         const rank_index r = members[static_cast<std::size_t>(pos)];
         const double own = mine[static_cast<std::size_t>(pos)], lanes = u - 1;
@@ -191,9 +180,8 @@ struct delivered_bytes {
         at[1].rank[static_cast<std::size_t>(r)] += (subgroup - own) * backward_row + lanes * own * backward_home;
         // from the subgroup's members on other nodes: their rows, and its outputs of their lanes
         const std::size_t node = node_of(r);
-        std::int32_t off_node = 0;
-        for (std::int32_t o = first; o < first + u; ++o) off_node += node_of(members[static_cast<std::size_t>(o)]) != node;
-        const double remote = subgroup - on_same_node(node);
+        const node_share here = share_of(node);
+        const double remote = subgroup - here.tokens, off_node = u - here.members;
         at[0].node[node] += remote * forward_row + off_node * own * forward_home;
         at[1].node[node] += remote * backward_row + off_node * own * backward_home;
       }

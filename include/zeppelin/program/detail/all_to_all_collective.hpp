@@ -262,8 +262,13 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
     std::vector<subgroup_rows> subgroups;
     const std::vector<sequence_index> shared = shared_sequences(s, u);
     for (std::int32_t i = 0; i < r; ++i) subgroups.push_back(subgroup_rows_of(s, i * u, u, shared));
-    // [subgroup][round]: the blocks its u lanes share, made by its first lane
-    std::vector<std::vector<block_list>> shared_blocks(at(r), std::vector<block_list>(at(r)));
+    // [subgroup][round k]: its queries against the keys of subgroup i - k, shared by its u lanes
+    std::vector<std::vector<block_list>> round_blocks(at(r));
+    for (std::int32_t i = 0; i < r; ++i)
+      for (std::int32_t k = 0; k < r; ++k) {
+        const std::int32_t origin = sub(i - k);
+        round_blocks[at(i)].push_back(subgroup_blocks(subgroups[at(i)], subgroups[at(origin)], place[at(origin * u)]));
+      }
     // member-major -> sequence-major rows of a lane arena of `x` of subgroup i (K/V arenas hold
     // every subgroup, subgroup i from row place(i u))
     const auto permute = [&](const stream_of_rows& x, std::int32_t i) {
@@ -314,7 +319,6 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
         }
       // rounds 0 .. r - 1: the subgroup's queries against the keys of subgroup i - k
       for (std::int32_t k = 0; k < r; ++k) {
-        const std::int32_t origin = sub(i - k);
         if (k > 0)  // the K/V of subgroup i - k + 1 on to the next member of the lane's ring
           for (std::size_t x = 1; x <= 2; ++x) {
             const std::int32_t passed = sub(i - k + 1);
@@ -348,9 +352,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
           req.lse = arena(lane_out[P][1]);
         }
         req.waits = k;
-        block_list& blocks = shared_blocks[at(i)][at(k)];
-        if (j == 0) blocks = subgroup_blocks(subgroups[at(i)], subgroups[at(origin)], place[at(origin * u)]);
-        req.blocks = blocks;
+        req.blocks = round_blocks[at(i)][at(k)];
         if (!req.blocks.empty()) compute.launches.push_back(std::move(req));
       }
       // backward, rounds r .. 2r - 2: reduce-scatter the dK/dV partials over the lane's ring
