@@ -10,7 +10,8 @@
 //   - ring, all-gather and all-to-all groups in one program give the dense reference;
 //   - the bytes each rank sends are the all-to-all's (Q, K, V, O, LSE out and home);
 //   - the simulator prices exactly the program's transfers and launches;
-//   - the degrees: the largest Ulysses degree whose lanes exist, the rest a ring.
+//   - the degrees: the largest Ulysses degree whose lanes exist, the rest a ring;
+//   - each member packs and unpacks each tensor with at most three head operations.
 #include <catch2/catch.hpp>
 
 #include "exec_test_support.hpp"
@@ -282,4 +283,61 @@ TEST_CASE("ulysses: sequences several subgroups hold come first, in one order in
     }
   }
   CHECK(with_shared > 10);  // sequences across both subgroups were met
+}
+
+TEST_CASE("ulysses: a member packs and unpacks each tensor with at most three head operations", "[exec][ulysses]") {
+  // per rank, pass and rank tensor a head operation reads (pack) or writes (unpack): at most
+  // three operations (the lanes before the rank's own, its own, the lanes after), which
+  // together move each of the u lanes exactly once, each lane's heads once
+  for (const auto& [G, H, KV] : std::vector<std::tuple<int, int, int>>{{4, 8, 8}, {8, 8, 2}, {8, 4, 1}, {6, 6, 3}, {2, 2, 2}}) {
+    const topology t = test_topology(1, G);
+    const batch b({900, 301, 7, 40});
+    const plan p = ulysses{.capacity = 2000}.partition(b, t);
+    program_options o;
+    o.wire = wire_format::for_shape(H, KV, 4, 4);
+    const execution_program prog = make_program(p, b, t, o);
+    const std::int32_t u = detail::ulysses_degree(o.wire, G);
+    INFO("G " << G << " heads " << H << "/" << KV << " Ulysses degree " << u);
+    REQUIRE(u > 1);
+    for (int pass = 0; pass < 2; ++pass)
+      for (rank_index r = 0; r < G; ++r) {
+        std::map<std::int32_t, std::pair<int, std::vector<std::int32_t>>> by_tensor;  // tensor -> (ops, heads moved)
+        for (const program_segment& seg : prog.passes[pass][static_cast<std::size_t>(r)].segments)
+          for (const program_op& op : seg.ops) {
+            const head_runs* h = nullptr;
+            if (const auto* c = std::get_if<copy_heads>(&op.body)) h = c;
+            if (const auto* a = std::get_if<add_heads>(&op.body)) h = a;
+            if (!h) continue;
+            const bool pack = h->from.where == buffer_ref::space::tensor;
+            const buffer_ref& tensor = pack ? h->from : h->to;
+            REQUIRE(tensor.where == buffer_ref::space::tensor);
+            auto& [ops, heads] = by_tensor[tensor.index];
+            ++ops;
+            for (const head_move& m : h->moves)
+              for (std::int32_t x = 0; x < h->heads; ++x) heads.push_back((pack ? m.from_head : m.to_head) + x);
+          }
+        CHECK(by_tensor.size() == (pass == 0 ? 5u : 9u));  // fwd Q K V out, O LSE home; bwd Q K V O dO LSE out, dQ dK dV home
+        for (auto& [tensor, moved] : by_tensor) {
+          auto& [ops, heads] = moved;
+          INFO("pass " << pass << " rank " << r << " tensor " << tensor);
+          CHECK(ops <= 3);
+          CHECK(static_cast<std::int32_t>(heads.size()) % u == 0);
+          // K/V tensors (k, v, dk, dv): each K/V head once per lane that reads it; query tensors: each head once
+          std::sort(heads.begin(), heads.end());
+          const bool kv = tensor == static_cast<std::int32_t>(tensor_kind::k) || tensor == static_cast<std::int32_t>(tensor_kind::v) ||
+                          tensor == static_cast<std::int32_t>(tensor_kind::dk) || tensor == static_cast<std::int32_t>(tensor_kind::dv);
+          const std::int32_t all = kv ? KV : H;
+          CHECK(heads.front() == 0);
+          CHECK(heads.back() == all - 1);
+          if (!kv) CHECK(static_cast<std::int32_t>(heads.size()) == H);
+        }
+      }
+    // and the engine still computes the dense reference
+    random_generator rng(4646);
+    const auto data = make_problem<double>(b, attention_dims{.heads = H, .kv_heads = KV, .head_dim = 2}, rng());
+    const run_errors e = run_distributed<double>(p, b, t, data, program_options{});
+    CHECK(e.out < 1e-10);
+    CHECK(e.lse < 1e-10);
+    CHECK(e.grad < 1e-10);
+  }
 }

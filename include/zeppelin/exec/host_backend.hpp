@@ -210,27 +210,31 @@ class host_backend {
   }
   void run(const exchange_phase&) {}  // the driver hands exchanges to exchange()
 
-  // heads of rows of `op.from` into heads of rows of `op.to`, combined by `combine(to, from)`
+  // blocks of heads of rows of `op.from` into heads of rows of `op.to`, combined by
+  // `combine(to, from)`, move after move
   template <class Combine>
   void move_heads(const head_runs& op, Combine&& combine) {
     const std::span<const T> from = whole_read(op.from);
     const std::span<T> to = whole_write(op.to);
     const buffer_layout lf = layout_of(op.from, from.size()), lt = layout_of(op.to, to.size());
-    ZEPPELIN_EXPECTS(op.heads >= 0 && op.from_head >= 0 && op.to_head >= 0 && op.from_head + op.heads <= lf.heads &&
-                         op.to_head + op.heads <= lt.heads && lf.head_elements == lt.head_elements,
-                     "host backend: a head operation leaves the heads of its buffers",
-                     {{"rank", double(me_)}, {"from_head", double(op.from_head)}, {"to_head", double(op.to_head)},
-                      {"heads", double(op.heads)}, {"from_heads", double(lf.heads)}, {"to_heads", double(lt.heads)}});
-    for (const row_run& r : op.runs) {
-      ZEPPELIN_EXPECTS(r.rows >= 0 && r.from_row >= 0 && r.to_row >= 0 && r.from_row + r.rows <= lf.rows && r.to_row + r.rows <= lt.rows,
-                       "host backend: a head operation leaves its buffer",
-                       {{"rank", double(me_)}, {"from_row", double(r.from_row)}, {"to_row", double(r.to_row)}, {"rows", double(r.rows)}});
-      for (token_count i = 0; i < r.rows; ++i)
-        for (std::int32_t h = 0; h < op.heads; ++h) {
-          const T* src = from.data() + lf.at(r.from_row + i, op.from_head + h);
-          T* dst = to.data() + lt.at(r.to_row + i, op.to_head + h);
-          for (std::int64_t e = 0; e < lf.head_elements; ++e) combine(dst[e], src[e]);
-        }
+    for (const head_move& mv : op.moves) {
+      ZEPPELIN_EXPECTS(op.heads >= 0 && mv.from_head >= 0 && mv.to_head >= 0 && mv.from_head + op.heads <= lf.heads &&
+                           mv.to_head + op.heads <= lt.heads && lf.head_elements == lt.head_elements,
+                       "host backend: a head operation leaves the heads of its buffers",
+                       {{"rank", double(me_)}, {"from_head", double(mv.from_head)}, {"to_head", double(mv.to_head)},
+                        {"heads", double(op.heads)}, {"from_heads", double(lf.heads)}, {"to_heads", double(lt.heads)}});
+      for (const row_run& r : op.runs) {
+        const token_count from_row = r.from_row + mv.from_shift, to_row = r.to_row + mv.to_shift;
+        ZEPPELIN_EXPECTS(r.rows >= 0 && from_row >= 0 && to_row >= 0 && from_row + r.rows <= lf.rows && to_row + r.rows <= lt.rows,
+                         "host backend: a head operation leaves its buffer",
+                         {{"rank", double(me_)}, {"from_row", double(from_row)}, {"to_row", double(to_row)}, {"rows", double(r.rows)}});
+        for (token_count i = 0; i < r.rows; ++i)
+          for (std::int32_t h = 0; h < op.heads; ++h) {
+            const T* src = from.data() + lf.at(from_row + i, mv.from_head + h);
+            T* dst = to.data() + lt.at(to_row + i, mv.to_head + h);
+            for (std::int64_t e = 0; e < lf.head_elements; ++e) combine(dst[e], src[e]);
+          }
+      }
     }
   }
   void run(const copy_heads& op) {

@@ -83,6 +83,12 @@ inline void hash_into(fnv1a_hasher& h, const row_run& r) noexcept {
   h.add(r.to_row);
   h.add(r.rows);
 }
+inline void hash_into(fnv1a_hasher& h, const head_move& m) noexcept {
+  h.add(m.from_head);
+  h.add(m.to_head);
+  h.add(m.from_shift);
+  h.add(m.to_shift);
+}
 inline void hash_into(fnv1a_hasher& h, const shard& s) noexcept {
   h.add(s.seq);
   hash_into(h, s.range);
@@ -137,9 +143,8 @@ inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept {
 inline void hash_into(fnv1a_hasher& h, const head_runs& x) noexcept {
   hash_into(h, x.from);
   hash_into(h, x.to);
-  h.add(x.from_head);
-  h.add(x.to_head);
   h.add(x.heads);
+  hash_all(h, x.moves);
   hash_all(h, x.runs);
 }
 }  // namespace detail

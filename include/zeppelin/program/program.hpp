@@ -214,8 +214,8 @@ struct program_launch {
 //! Operations. copy_rows overwrites, add_rows accumulates (to += from), zero_rows clears
 //! rows of an accumulator to the identity of what accumulates there (0; -inf for lse rows,
 //! the identity of the LSE merge); copy_heads / add_heads do the same as copy_rows / add_rows
-//! on a share of the heads of each row (heads [from_head, from_head + heads) of `from` to
-//! heads [to_head, ...) of `to`: the packing and unpacking of the all-to-all collective);
+//! on shares of the heads of each row (head_runs: one or more blocks of heads, each with its
+//! row offsets: the packing and unpacking of the all-to-all collective, all lanes in one op);
 //! attention runs a launch (forward: kernel + LSE merge into the launch's O and LSE;
 //! backward: kernel adding into the launch's dQ, dK, dV); exchange posts the rank's part of
 //! a phase on the communication stream.
@@ -235,11 +235,22 @@ struct zero_rows {
   token_count rows = 0;
   friend constexpr bool operator==(const zero_rows&, const zero_rows&) = default;
 };
-//! Heads [from_head, from_head + heads) of the rows of `runs` in `from` -> heads [to_head, ...)
-//! of the rows in `to`.
+//! One block of heads a head operation moves, for every row of its runs: heads
+//! [from_head, from_head + heads) of row run.from_row + i + from_shift of `from` -> heads
+//! [to_head, to_head + heads) of row run.to_row + i + to_shift of `to`. The shifts let one
+//! operation pack (or unpack) several lanes whose rows are the same runs placed at different
+//! offsets (the all-to-all collective's send and receive regions).
+struct head_move {
+  std::int32_t from_head = 0, to_head = 0;
+  token_count from_shift = 0, to_shift = 0;
+  friend constexpr bool operator==(const head_move&, const head_move&) = default;
+};
+//! `heads` heads per row, moved from `from` to `to` block after block (moves in order: an add
+//! of several moves into the same heads sums in that order), each over the rows of `runs`.
 struct head_runs {
   buffer_ref from{}, to{};
-  std::int32_t from_head = 0, to_head = 0, heads = 0;
+  std::int32_t heads = 0;
+  std::vector<head_move> moves;
   std::vector<row_run> runs;
   friend bool operator==(const head_runs&, const head_runs&) = default;
 };

@@ -231,10 +231,11 @@ class sim_backend {
     if (const auto* a = std::get_if<add_rows>(&body))
       for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(x.rows * row_bytes(r, a->to));
     if (const auto* z = std::get_if<zero_rows>(&body)) bytes += static_cast<double>(z->rows * row_bytes(r, z->to));
+    // a head operation moves its runs once per move
     if (const auto* c = std::get_if<copy_heads>(&body))
-      for (const row_run& x : c->runs) bytes += 2.0 * static_cast<double>(x.rows * head_bytes(r, c->to, c->heads));
+      for (const row_run& x : c->runs) bytes += 2.0 * static_cast<double>(c->moves.size()) * static_cast<double>(x.rows * head_bytes(r, c->to, c->heads));
     if (const auto* a = std::get_if<add_heads>(&body))
-      for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(x.rows * head_bytes(r, a->to, a->heads));
+      for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(a->moves.size()) * static_cast<double>(x.rows * head_bytes(r, a->to, a->heads));
     return bytes / bw;
   }
 

@@ -32,8 +32,9 @@
 // home. A copy_rows between staged and lane arenas permutes the rows after the all-to-all in
 // and before the one home.
 // Forward, member (i, j), rounds 0 .. r:
-//   slot 0      pack: per lane, the lane's heads of its Q, K, V rows into the send region (its
-//               own lane: straight into its lane arenas)
+//   slot 0      pack: per tensor (Q, K, V), every lane's heads of its rows into the lane's
+//               send region, its own lane's into its staged arena: one copy_heads per span of
+//               lanes (lane_spans), not one per lane
 //   round 0     all-to-all inside the subgroup; then permute to sequence-major, clear lane
 //               O and LSE and compute the subgroup's queries against its own keys (one
 //               launch, lane heads)
@@ -201,6 +202,22 @@ struct subgroup_rows {
   return block_list(std::move(blocks));
 }
 
+//! Lanes [first, last) of a member's u lanes that one pack or unpack operation moves: the
+//! lanes before its own lane j (send / receive regions), j itself (its staged arenas), the
+//! lanes after j. In lane order, so that unpacks adding into shared K/V heads sum in lane
+//! order. Empty spans are left out.
+struct lane_span {
+  std::int32_t first = 0, last = 0;
+  bool own = false;
+};
+[[nodiscard]] inline std::vector<lane_span> lane_spans(std::int32_t u, std::int32_t j) {
+  std::vector<lane_span> out;
+  if (j > 0) out.push_back({0, j, false});
+  out.push_back({j, j + 1, true});
+  if (j + 1 < u) out.push_back({j + 1, u, false});
+  return out;
+}
+
 //! `runs` with `offset` added to their destination rows.
 [[nodiscard]] inline std::vector<row_run> shifted(std::vector<row_run> runs, token_count offset) {
   for (row_run& r : runs) r.to_row += offset;
@@ -300,23 +317,25 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
       const std::int32_t i = p / u, j = p % u, next = sub(i + 1) * u + j;
       const token_count b = tokens_of(p);
       const auto P = at(p);
-      // slot 0: pack every lane's heads; round 0: the all-to-all inside the subgroup
-      for (std::size_t x = 0; x < in.size(); ++x)
-        for (std::int32_t l = 0; l < u; ++l) {
-          const bool own = l == j;
-          const std::int32_t to = i * u + l;
+      // slot 0: pack every lane's heads (lanes before j, j into its staged arena, lanes after
+      // j: three operations); round 0: the all-to-all inside the subgroup
+      const std::vector<row_run> gather = gather_runs(me, 0), scatter = scatter_runs(me, 0);
+      for (std::size_t x = 0; x < in.size(); ++x) {
+        for (const lane_span& ls : lane_spans(u, j)) {
           copy_heads pack;
           pack.from = tensor(in[x].home);
-          pack.to = arena(own ? staged_in[P][x] : send[P][x]);
-          pack.from_head = first_head(in[x], l);
+          pack.to = arena(ls.own ? staged_in[P][x] : send[P][x]);
           pack.heads = width(in[x]);
-          pack.runs = gather_runs(me, own ? member_row(p) : l * b);
+          for (std::int32_t l = ls.first; l < ls.last; ++l) pack.moves.push_back({first_head(in[x], l), 0, 0, ls.own ? member_row(p) : l * b});
+          pack.runs = gather;
           w.at(rank, 0).pre.push_back({std::move(pack), -1});
-          if (!own)
-            w.send(0, rank, s.ranks[at(to)],
-                   {arena(send[P][x]), l * b, arena(staged_in[at(to)][x]), member_row(p), b, in[x].kind, width(in[x])},
-                   wire.row_bytes(in[x].kind, width(in[x])));
         }
+        for (std::int32_t l = 0; l < u; ++l)
+          if (l != j)
+            w.send(0, rank, s.ranks[at(i * u + l)],
+                   {arena(send[P][x]), l * b, arena(staged_in[at(i * u + l)][x]), member_row(p), b, in[x].kind, width(in[x])},
+                   wire.row_bytes(in[x].kind, width(in[x])));
+      }
       // rounds 0 .. r - 1: the subgroup's queries against the keys of subgroup i - k
       for (std::int32_t k = 0; k < r; ++k) {
         if (k > 0)  // the K/V of subgroup i - k + 1 on to the next member of the lane's ring
@@ -386,14 +405,13 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
       // which only this group writes; backward: add, so that shared K/V heads sum)
       auto& home = w.at(rank, home_round + 1).post;
       for (std::size_t x = 0; x < out.size(); ++x)
-        for (std::int32_t l = 0; l < u; ++l) {
-          const bool own = l == j;
+        for (const lane_span& ls : lane_spans(u, j)) {
           head_runs unpack;
-          unpack.from = arena(own ? staged_out[P][x] : receive[P][x]);
+          unpack.from = arena(ls.own ? staged_out[P][x] : receive[P][x]);
           unpack.to = tensor(out[x].home);
-          unpack.to_head = first_head(out[x], l);
           unpack.heads = width(out[x]);
-          unpack.runs = scatter_runs(me, own ? member_row(p) : l * b);
+          for (std::int32_t l = ls.first; l < ls.last; ++l) unpack.moves.push_back({0, first_head(out[x], l), ls.own ? member_row(p) : l * b, 0});
+          unpack.runs = scatter;
           if (backward) home.push_back({add_heads{std::move(unpack)}, home_round});
           else home.push_back({copy_heads{std::move(unpack)}, home_round});
         }
