@@ -114,6 +114,10 @@ void hash_all(fnv1a_hasher& h, const std::vector<T>& xs) noexcept {
     else hash_into(h, x);
   }
 }
+template <class T>
+void hash_all(fnv1a_hasher& h, const shared_list<T>& xs) noexcept {
+  hash_all(h, xs.items());
+}
 inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept {
   h.add(op.stream);
   hash_all(h, op.after);

@@ -44,6 +44,7 @@
 #include <zeppelin/core/transfer.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/program/block_list.hpp>
+#include <zeppelin/program/shared_list.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
@@ -150,6 +151,10 @@ struct row_run {
   friend constexpr bool operator==(const row_run&, const row_run&) = default;
 };
 
+//! The row runs of a copy, add or head operation: shared by the operations that move the same
+//! rows (the members of an all-to-all subgroup permute their rows with one list).
+using run_list = shared_list<row_run>;
+
 //! Where a payload's rows leave (on its source rank) and land (on its destination rank).
 struct payload_binding {
   buffer_ref from{};
@@ -221,12 +226,12 @@ struct program_launch {
 //! a phase on the communication stream.
 struct copy_rows {
   buffer_ref from{}, to{};
-  std::vector<row_run> runs;
+  run_list runs;
   friend bool operator==(const copy_rows&, const copy_rows&) = default;
 };
 struct add_rows {
   buffer_ref from{}, to{};
-  std::vector<row_run> runs;
+  run_list runs;
   friend bool operator==(const add_rows&, const add_rows&) = default;
 };
 struct zero_rows {
@@ -251,7 +256,7 @@ struct head_runs {
   buffer_ref from{}, to{};
   std::int32_t heads = 0;
   std::vector<head_move> moves;
-  std::vector<row_run> runs;
+  run_list runs;
   friend bool operator==(const head_runs&, const head_runs&) = default;
 };
 struct copy_heads : head_runs {

@@ -30,7 +30,7 @@
 // place(i u), place(o) = the tokens of the members before o; send arenas (a region of its
 // own rows per lane) for what it packs; receive arenas (a region per lane) for what comes
 // home. A copy_rows between staged and lane arenas permutes the rows after the all-to-all in
-// and before the one home.
+// and before the one home; a subgroup's members share its permutation (a run_list).
 // Forward, member (i, j), rounds 0 .. r:
 //   slot 0      pack: per tensor (Q, K, V), every lane's heads of its rows into the lane's
 //               send region, its own lane's into its staged arena: one copy_heads per span of
@@ -286,11 +286,19 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
         const std::int32_t origin = sub(i - k);
         round_blocks[at(i)].push_back(subgroup_blocks(subgroups[at(i)], subgroups[at(origin)], place[at(origin * u)]));
       }
-    // member-major -> sequence-major rows of a lane arena of `x` of subgroup i (K/V arenas hold
-    // every subgroup, subgroup i from row place(i u))
-    const auto permute = [&](const stream_of_rows& x, std::int32_t i) {
-      return shifted(subgroups[at(i)].permute, x.kv ? place[at(i * u)] : 0);
+    // member-major -> sequence-major rows of a lane arena of subgroup i (K/V arenas hold every
+    // subgroup, subgroup i from row place(i u)), and back: one list per subgroup and direction,
+    // shared by its members' copies ([0] query arenas, [1] K/V arenas)
+    struct subgroup_permutes {
+      run_list in[2], home[2];
     };
+    std::vector<subgroup_permutes> permutes(at(r));
+    for (std::int32_t i = 0; i < r; ++i)
+      for (const bool kv : {false, true}) {
+        std::vector<row_run> runs = shifted(subgroups[at(i)].permute, kv ? place[at(i * u)] : 0);
+        permutes[at(i)].home[kv] = inverted(runs);
+        permutes[at(i)].in[kv] = std::move(runs);
+      }
 
     // arenas: [position][stream]; lane arenas sequence-major, staged ones member-major
     std::vector<std::vector<std::int32_t>> lane_in(at(G)), lane_out(at(G)), staged_in(at(G)), staged_out(at(G)), send(at(G)),
@@ -349,7 +357,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
         if (k == 0) {
           // what the all-to-all delivered, sequence-major; the outputs cleared
           for (std::size_t x = 0; x < in.size(); ++x)
-            compute.pre.push_back({copy_rows{arena(staged_in[P][x]), arena(lane_in[P][x]), permute(in[x], i)}, 0});
+            compute.pre.push_back({copy_rows{arena(staged_in[P][x]), arena(lane_in[P][x]), permutes[at(i)].in[in[x].kv]}, 0});
           for (std::size_t x = 0; x < out.size(); ++x)
             compute.pre.push_back({zero_rows{arena(lane_out[P][x]), 0, out[x].kv ? place.back() : sub_rows(i)}, -1});
         }
@@ -392,7 +400,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
       // the last round: every subgroup member's rows of this lane go home, member-major again
       for (std::size_t x = 0; x < out.size(); ++x)
         w.at(rank, home_round).post.push_back(
-            {copy_rows{arena(lane_out[P][x]), arena(staged_out[P][x]), inverted(permute(out[x], i))}, home_round - 1});
+            {copy_rows{arena(lane_out[P][x]), arena(staged_out[P][x]), permutes[at(i)].home[out[x].kv]}, home_round - 1});
       for (std::size_t x = 0; x < out.size(); ++x)
         for (std::int32_t o = i * u; o < i * u + u; ++o) {
           if (o == p) continue;

@@ -80,15 +80,15 @@ inline void build_remap(level_work& w, const relayout_plan& y, const std::vector
   for (std::size_t r = 0; r < n; ++r) {
     const auto me = static_cast<rank_index>(r);
     const rank_relayout& mine = y.ranks[r];
-    copy_rows pack{src, buffer_ref::arena(send_arena[r]), {}}, keep{src, dst, {}}, unpack{buffer_ref::arena(recv_arena[r]), dst, {}};
+    std::vector<row_run> pack, keep, unpack;  // the runs of the three copies
     std::vector<token_count> cursor(send_at[r]);
     for (const relayout_segment& s : mine.sends) {
       const token_count from = map_offset(source_map[r], s.from_offset);
       if (s.to == me) {
-        append_run(keep.runs, {from, map_offset(target_map[r], s.to_offset), s.range.size()});
+        append_run(keep, {from, map_offset(target_map[r], s.to_offset), s.range.size()});
       } else {
         auto& at = cursor[static_cast<std::size_t>(s.to)];
-        append_run(pack.runs, {from, at, s.range.size()});
+        append_run(pack, {from, at, s.range.size()});
         at += s.range.size();
       }
     }
@@ -101,13 +101,13 @@ inline void build_remap(level_work& w, const relayout_plan& y, const std::vector
     });
     token_count at = 0;
     for (const relayout_segment* s : incoming) {
-      append_run(unpack.runs, {at, map_offset(target_map[r], s->to_offset), s->range.size()});
+      append_run(unpack, {at, map_offset(target_map[r], s->to_offset), s->range.size()});
       at += s->range.size();
     }
     round_work& setup = w.at(me, 0);
-    if (!pack.runs.empty()) setup.pre.push_back({std::move(pack), -1});
-    if (!keep.runs.empty()) setup.pre.push_back({std::move(keep), -1});
-    if (!unpack.runs.empty()) w.at(me, 1).post.push_back({std::move(unpack), 0});
+    if (!pack.empty()) setup.pre.push_back({copy_rows{src, buffer_ref::arena(send_arena[r]), std::move(pack)}, -1});
+    if (!keep.empty()) setup.pre.push_back({copy_rows{src, dst, std::move(keep)}, -1});
+    if (!unpack.empty()) w.at(me, 1).post.push_back({copy_rows{buffer_ref::arena(recv_arena[r]), dst, std::move(unpack)}, 0});
   }
   // one payload per (sender, receiver), in ascending (sender, receiver) order
   for (std::size_t r = 0; r < n; ++r) {
