@@ -96,9 +96,10 @@ inline void build_all_gather(level_work& w, const std::vector<const ring_schedul
       const rank_index r = me.rank;
       const slots& mine = slot_of(r);
       const slots& theirs = slot_of(next.rank);
+      const run_list gather = gather_runs(me, me.region + place_of(p));  // one list for K and V
       auto& setup = w.at(r, 0).pre;
-      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::k), arena(mine.k), gather_runs(me, me.region + place_of(p))}, -1});
-      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::v), arena(mine.v), gather_runs(me, me.region + place_of(p))}, -1});
+      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::k), arena(mine.k), gather}, -1});
+      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::v), arena(mine.v), gather}, -1});
       for (std::int32_t k = 0; k + 1 < G; ++k) {
         const std::int32_t o = p - k;
         const token_count rows = rows_of(o);
@@ -140,8 +141,9 @@ inline void build_all_gather(level_work& w, const std::vector<const ring_schedul
       }
       // the complete dK/dV of origin p into the rank's dK, dV
       auto& home = w.at(r, 2 * G - 1).post;
-      home.push_back({add_rows{arena(mine.dk), buffer_ref::tensor(tensor_kind::dk), scatter_runs(me, me.region + place_of(p))}, -1});
-      home.push_back({add_rows{arena(mine.dv), buffer_ref::tensor(tensor_kind::dv), scatter_runs(me, me.region + place_of(p))}, -1});
+      const run_list scatter = scatter_runs(me, me.region + place_of(p));  // one list for dK and dV
+      home.push_back({add_rows{arena(mine.dk), buffer_ref::tensor(tensor_kind::dk), scatter}, -1});
+      home.push_back({add_rows{arena(mine.dv), buffer_ref::tensor(tensor_kind::dv), scatter}, -1});
     }
   }
 }

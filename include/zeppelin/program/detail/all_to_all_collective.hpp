@@ -327,7 +327,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
       const auto P = at(p);
       // slot 0: pack every lane's heads (lanes before j, j into its staged arena, lanes after
       // j: three operations); round 0: the all-to-all inside the subgroup
-      const std::vector<row_run> gather = gather_runs(me, 0), scatter = scatter_runs(me, 0);
+      const run_list gather = gather_runs(me, 0), scatter = scatter_runs(me, 0);  // shared by every pack / unpack
       for (std::size_t x = 0; x < in.size(); ++x) {
         for (const lane_span& ls : lane_spans(u, j)) {
           copy_heads pack;

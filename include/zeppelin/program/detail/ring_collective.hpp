@@ -84,10 +84,11 @@ inline void build_ring(level_work& w, const std::vector<const ring_schedule*>& g
       const member& prev = ms[static_cast<std::size_t>(wrap(p - 1))];
       const slots& mine = slot_of(me.rank);
       const rank_index r = me.rank;
-      // before round 0: the member's K and V into kv[0]
+      // before round 0: the member's K and V into kv[0] (one list of runs for both)
+      const run_list gather = gather_runs(me, me.region);
       auto& setup = w.at(r, 0).pre;
-      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::k), arena(mine.k[0]), gather_runs(me, me.region)}, -1});
-      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::v), arena(mine.v[0]), gather_runs(me, me.region)}, -1});
+      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::k), arena(mine.k[0]), gather}, -1});
+      setup.push_back({copy_rows{buffer_ref::tensor(tensor_kind::v), arena(mine.v[0]), gather}, -1});
       for (std::int32_t k = 0; k < G; ++k) {
         const int cur = k % 2, nxt = (k + 1) % 2;
         const std::int32_t origin = backward ? wrap(p + k) : wrap(p - k);
@@ -141,8 +142,9 @@ inline void build_ring(level_work& w, const std::vector<const ring_schedule*>& g
         dk_home = mine.dk_in, dv_home = mine.dv_in, waits = G;
       }
       auto& home = w.at(r, G + 1).post;
-      home.push_back({add_rows{arena(dk_home), buffer_ref::tensor(tensor_kind::dk), scatter_runs(me, me.region)}, waits});
-      home.push_back({add_rows{arena(dv_home), buffer_ref::tensor(tensor_kind::dv), scatter_runs(me, me.region)}, waits});
+      const run_list scatter = scatter_runs(me, me.region);  // one list for dK and dV
+      home.push_back({add_rows{arena(dk_home), buffer_ref::tensor(tensor_kind::dk), scatter}, waits});
+      home.push_back({add_rows{arena(dv_home), buffer_ref::tensor(tensor_kind::dv), scatter}, waits});
     }
   }
 }
