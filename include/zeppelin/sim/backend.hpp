@@ -16,9 +16,11 @@
 //   exchange     NCCL's group semantics, stage by stage (dispatch, transfer + direct,
 //                combine): a rank's group of a stage is posted once its previous
 //                communication has finished and the exchange's `after` operations are done;
-//                a piece flows once BOTH its ranks have posted the group holding it (the
-//                rendezvous of ncclSend / ncclRecv), and a rank's group completes when every
-//                piece it sends or receives in it has arrived.
+//                the pieces one rank sends another in a stage (one leg, one kind of rows)
+//                are one flow, as NCCL runs a group's sends to one peer in order over one
+//                connection; a flow starts once BOTH its ranks have posted the group holding
+//                it (the rendezvous of ncclSend / ncclRecv), and a rank's group completes
+//                when every flow it sends or receives in it has arrived.
 // The segment ends, per rank, when all its tasks have. Host-only.
 #pragma once
 
@@ -32,11 +34,13 @@
 #include <zeppelin/sim/detail/attention_call.hpp>
 #include <zeppelin/sim/event_engine.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <numeric>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -156,16 +160,17 @@ class sim_backend {
       for (const transfer& m : ph.pieces) present = present || stage_of(m.step) == stage;
       if (!present) continue;
       for (const rank_index r : ranks) touched_[static_cast<std::size_t>(r)].clear();
-      for (const transfer& m : ph.pieces) {
-        if (stage_of(m.step) != stage) continue;
-        const auto s = static_cast<std::size_t>(m.src), d = static_cast<std::size_t>(m.dst);
-        task_tag g = tag(flow_kind(ph, m), ph.level, ph.round);
-        g.leg = leg_of(m.step);
-        const task_id f = e_.flow(m.src, m.dst, static_cast<double>(m.bytes), g, {ready_[s], ready_[d]});
+      for (const stream_of_pieces& x : streams_of_stage(ph, stage)) {
+        const auto s = static_cast<std::size_t>(x.src), d = static_cast<std::size_t>(x.dst);
+        task_tag g = tag(x.kind, ph.level, ph.round);
+        g.leg = leg_of(x.step);
+        const task_id f = e_.flow(x.src, x.dst, static_cast<double>(x.bytes), g, {ready_[s], ready_[d]});
         touched_[s].push_back(f);
         if (d != s) touched_[d].push_back(f);
-        if (record_) record_->add(ph, m);
       }
+      if (record_)
+        for (const transfer& m : ph.pieces)
+          if (stage_of(m.step) == stage) record_->add(ph, m);
       for (const rank_index rank : ranks) {
         const auto r = static_cast<std::size_t>(rank);
         if (touched_[r].empty()) continue;
@@ -182,6 +187,42 @@ class sim_backend {
   }
 
  private:
+  //! The pieces of one stage that one rank sends another over one leg, as one flow.
+  struct stream_of_pieces {
+    rank_index src = 0, dst = 0;
+    route_step step = route_step::direct;
+    task_kind kind = task_kind::remap;
+    std::int64_t bytes = 0;
+    std::size_t first = 0;  //!< index of its first piece in the phase
+  };
+
+  // The pieces of `stage` merged by (source, destination, leg, kind), in the order of their
+  // first piece. NCCL runs the sends of one group to one peer in order over that peer's
+  // connection, so the pieces a rank sends a peer in a stage share one stream of bytes (one
+  // max-min share of each port), and the stage waits for all of them: one flow of their sum.
+  [[nodiscard]] const std::vector<stream_of_pieces>& streams_of_stage(const program_phase& ph, int stage) {
+    merged_.clear();
+    for (std::size_t i = 0; i < ph.pieces.size(); ++i) {
+      const transfer& m = ph.pieces[i];
+      if (stage_of(m.step) == stage) merged_.push_back({m.src, m.dst, m.step, flow_kind(ph, m), m.bytes, i});
+    }
+    const auto key = [](const stream_of_pieces& x) { return std::tuple(x.src, x.dst, x.step, x.kind, x.first); };
+    std::sort(merged_.begin(), merged_.end(), [&](const stream_of_pieces& x, const stream_of_pieces& y) { return key(x) < key(y); });
+    std::size_t out = 0;
+    for (std::size_t i = 0; i < merged_.size(); ++i) {
+      const stream_of_pieces& x = merged_[i];
+      const bool same = out > 0 && merged_[out - 1].src == x.src && merged_[out - 1].dst == x.dst && merged_[out - 1].step == x.step &&
+                        merged_[out - 1].kind == x.kind;
+      if (same)
+        merged_[out - 1].bytes += x.bytes;
+      else
+        merged_[out++] = x;
+    }
+    merged_.resize(out);
+    std::sort(merged_.begin(), merged_.end(), [](const stream_of_pieces& x, const stream_of_pieces& y) { return x.first < y.first; });
+    return merged_;
+  }
+
   [[nodiscard]] task_tag tag(task_kind k, std::int32_t level, std::int32_t round) const {
     return {k, flow_leg::direct, level, round, layer_, mb_};
   }
@@ -256,6 +297,7 @@ class sim_backend {
   std::vector<task_id> ready_;                 //!< [rank]: scratch of exchange()
   std::vector<std::vector<task_id>> touched_;  //!< [rank]: scratch of exchange()
   std::vector<std::vector<task_id>> parts_;    //!< [rank]: every task of the segment
+  std::vector<stream_of_pieces> merged_;       //!< scratch of exchange()
 };
 
 ZEPPELIN_NAMESPACE_END
