@@ -121,8 +121,7 @@ class sim_backend {
 
   void compute(rank_index rank, std::size_t, std::int32_t index, const program_op& op) {
     const auto r = static_cast<std::size_t>(rank);
-    std::vector<task_id> deps{last_[r][static_cast<std::size_t>(op.stream)]};
-    for (const std::int32_t a : op.after) deps.push_back(task_of_[r][static_cast<std::size_t>(a)]);
+    std::vector<task_id>& deps = dependencies_of(r, last_[r][static_cast<std::size_t>(op.stream)], op);
     const std::int64_t priority = prog_.streams[static_cast<std::size_t>(op.stream)].priority;
     const task_kind kind = pass_ == pass_kind::forward ? task_kind::attention_forward : task_kind::attention_backward;
     task_id id = no_task;
@@ -151,9 +150,7 @@ class sim_backend {
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const auto r = static_cast<std::size_t>(ranks[i]);
       const program_op& op = prog_.pass(pass_)[r].segments[segment_].ops[static_cast<std::size_t>(index[i])];
-      std::vector<task_id> deps{comm_[r]};
-      for (const std::int32_t a : op.after) deps.push_back(task_of_[r][static_cast<std::size_t>(a)]);
-      ready_[r] = e_.join(deps);
+      ready_[r] = e_.join(dependencies_of(r, comm_[r], op));
     }
     for (int stage = 0; stage < route_stages; ++stage) {
       bool present = false;
@@ -187,6 +184,13 @@ class sim_backend {
   }
 
  private:
+  // `first` and the tasks of the operations `op` names in `after` (a scratch list)
+  std::vector<task_id>& dependencies_of(std::size_t r, task_id first, const program_op& op) {
+    deps_.assign(1, first);
+    for (const std::int32_t a : op.after) deps_.push_back(task_of_[r][static_cast<std::size_t>(a)]);
+    return deps_;
+  }
+
   //! The pieces of one stage that one rank sends another over one leg, as one flow.
   struct stream_of_pieces {
     rank_index src = 0, dst = 0;
@@ -298,6 +302,7 @@ class sim_backend {
   std::vector<std::vector<task_id>> touched_;  //!< [rank]: scratch of exchange()
   std::vector<std::vector<task_id>> parts_;    //!< [rank]: every task of the segment
   std::vector<stream_of_pieces> merged_;       //!< scratch of exchange()
+  std::vector<task_id> deps_;                  //!< scratch of dependencies_of()
 };
 
 ZEPPELIN_NAMESPACE_END

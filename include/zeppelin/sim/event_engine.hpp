@@ -227,6 +227,14 @@ class event_engine {
 
   [[nodiscard]] std::size_t size() const noexcept { return nodes_.size(); }
 
+  //! Room for `tasks` tasks and `dependencies` dependency edges in all, so that a caller who
+  //! knows about how large its DAG is grows it once (an estimate: more is added as needed).
+  void reserve(std::size_t tasks, std::size_t dependencies) {
+    nodes_.reserve(tasks);
+    tags_.reserve(tasks);
+    succ_.reserve(dependencies);
+  }
+
   //! Runs the DAG to completion (call once). Throws invalid_argument if some task can never
   //! run (impossible by construction: dependencies always name earlier tasks).
   [[nodiscard]] engine_run run();
@@ -240,7 +248,6 @@ class event_engine {
   };
 
   struct node {
-    task_tag tag{};
     node_kind kind = node_kind::join;
     rank_index rank = 0;                             // compute: its stream's rank; flow: the source
     rank_index destination = 0;                      // flow
@@ -258,9 +265,9 @@ class event_engine {
   task_id add(node_kind kind, task_tag tag, std::span<const task_id> deps) {
     const auto id = static_cast<task_id>(nodes_.size());
     node n{};
-    n.tag = tag;
     n.kind = kind;
     nodes_.push_back(n);
+    tags_.push_back(tag);
     for (const task_id d : deps) {
       if (d == no_task) continue;
       ZEPPELIN_EXPECTS(d >= 0 && d < id, "a task may only wait for earlier tasks", {{"task", double(id)}, {"dependency", double(d)}});
@@ -278,6 +285,7 @@ class event_engine {
   rank_index R_;
   int M_;
   std::vector<node> nodes_;
+  std::vector<task_tag> tags_;                          // per task (apart: the run hands them out whole)
   std::vector<std::pair<task_id, std::int32_t>> succ_;  // (successor, next)
   std::vector<std::vector<task_id>> program_;           // per rank, its compute tasks in the order added
   std::vector<double> port_capacity_;                   // bytes/s, indexed by node::send_port / receive_port
@@ -286,7 +294,8 @@ class event_engine {
 //! One run of an event_engine. Every iteration of run()'s loop moves the clock to the next
 //! event (a compute task's end, a flow's last byte, a flow's arrival after its latency),
 //! completes what ends there, releases the tasks that were waiting for it, and starts compute
-//! on the streams that changed. Reads the engine's tasks and counts down their `waiting`.
+//! on the streams that changed. Reads the engine's tasks, counts down their `waiting` and takes
+//! their tags (an engine runs once).
 class event_engine::runner {
  public:
   explicit runner(event_engine& engine)
@@ -294,8 +303,7 @@ class event_engine::runner {
     const std::size_t tasks = e_.nodes_.size();
     out_.start.assign(tasks, -1.0);
     out_.end.assign(tasks, -1.0);
-    out_.tags.resize(tasks);
-    for (std::size_t i = 0; i < tasks; ++i) out_.tags[i] = e_.nodes_[i].tag;
+    out_.tags = std::move(e_.tags_);  // run() is called once
     out_.ranks.resize(ranks_);
     streams_.resize(ranks_);
     for (std::size_t r = 0; r < ranks_; ++r) streams_[r].unfinished = static_cast<std::int32_t>(e_.program_[r].size());
@@ -517,7 +525,7 @@ class event_engine::runner {
   // it is a TP collective (communication itself).
   double compute_speed(rank_index r, task_id id) const {
     return e_.slowdown_ > 0 && flows_touching_[static_cast<std::size_t>(r)] > 0 &&
-                   task(id).tag.kind != task_kind::tensor_parallel
+                   out_.tags[static_cast<std::size_t>(id)].kind != task_kind::tensor_parallel
                ? 1.0 - e_.slowdown_
                : 1.0;
   }
@@ -573,7 +581,8 @@ class event_engine::runner {
   // The running task held the stream from its run_start to now: a segment, and busy time of its kind.
   void account_busy(rank_index r, const detail::compute_stream& s) {
     out_.segments.push_back({s.running, r, s.run_start, now_});
-    out_.ranks[static_cast<std::size_t>(r)].busy[static_cast<int>(task(s.running).tag.kind)] += now_ - s.run_start;
+    out_.ranks[static_cast<std::size_t>(r)].busy[static_cast<int>(out_.tags[static_cast<std::size_t>(s.running)].kind)] +=
+        now_ - s.run_start;
   }
 
   // The stream was free from free_since to `until`: stalled while the rank had compute left,

@@ -57,7 +57,10 @@
 #include <zeppelin/sim/result.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -68,6 +71,27 @@ namespace detail {
 struct layer_tokens {
   std::vector<std::vector<token_count>> attention, linear;
 };
+// About how many tasks and dependencies sim_backend adds for one layer of `pass` of
+// micro-batch `mb` (an upper estimate for the reserve of the event engine): a task per compute
+// operation, per exchange a join per stage it can use and a flow per piece at most, a join per
+// rank and segment, and the linear modules.
+inline std::pair<std::size_t, std::size_t> tasks_of_layer(const execution_program& prog, pass_kind pass, std::int32_t mb) {
+  std::size_t tasks = 0, dependencies = 0;
+  for (const rank_pass& rp : prog.pass(pass))
+    for (const program_segment& s : rp.segments) {
+      if (s.micro_batch != mb) continue;
+      tasks += 3;  // the segment's end, the linear modules (and their TP collective)
+      for (const program_op& op : s.ops) {
+        const bool exchange = std::holds_alternative<exchange_phase>(op.body);
+        tasks += exchange ? 1 + route_stages : 1;
+        dependencies += 1 + op.after.size() + (exchange ? route_stages : 1);
+      }
+    }
+  for (const program_phase& ph : prog.phases)
+    if (ph.pass == pass) tasks += ph.pieces.size(), dependencies += 3 * ph.pieces.size();
+  return {tasks, dependencies};
+}
+
 inline layer_tokens tokens_per_layout(const plan& p, const execution_program& prog) {
   layer_tokens out;
   const auto R = static_cast<std::size_t>(p.num_ranks());
@@ -114,6 +138,8 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
     for (const pass_kind pass : {pass_kind::forward, pass_kind::backward}) {
       const bool forward = pass == pass_kind::forward;
       event_engine e(t, policy, cost.link, slowdown);
+      const auto [tasks, dependencies] = detail::tasks_of_layer(prog, pass, mb);
+      e.reserve(static_cast<std::size_t>(chained) * tasks, static_cast<std::size_t>(chained) * dependencies);
       launch_stats stats;
       std::vector<task_id> prev(R, no_task);
       // the linear modules of one layer on every rank, after `prev`
