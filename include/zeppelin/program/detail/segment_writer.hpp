@@ -52,7 +52,7 @@ class segment_writer {
   segment_writer(execution_program& prog, pass_kind pass, launch_policy launch, std::vector<program_segment*> segments,
                  phase_router route)
       : prog_(prog), pass_(pass), launch_(launch), segments_(std::move(segments)), route_(std::move(route)),
-        last_(segments_.size(), std::vector<std::int32_t>(prog.streams.size(), -1)) {}
+        last_(segments_.size(), std::vector<std::int32_t>(prog.streams.size(), -1)), exchanges_(segments_.size()) {}
 
   void setup(level_work& w) {
     shared_waves_.clear();
@@ -78,7 +78,7 @@ class segment_writer {
         const std::int32_t tail = last_[r][static_cast<std::size_t>(w.stream)];
         program_op op{comm_stream, {}, exchange_phase{phase}};
         if (tail >= 0) op.after.push_back(tail);
-        exchanges_[{w.level, r, k}] = append(r, std::move(op));
+        exchanges_of(r, w.level).push_back({k, append(r, std::move(op))});
       }
     }
     shared_waves_.clear();
@@ -102,6 +102,13 @@ class segment_writer {
     return it->second.second;
   }
 
+  //! The exchanges rank r posted for `level` so far: (round, op), rounds ascending.
+  std::vector<std::pair<std::int32_t, std::int32_t>>& exchanges_of(std::size_t r, std::int32_t level) {
+    auto& levels = exchanges_[r];
+    if (static_cast<std::size_t>(level) >= levels.size()) levels.resize(static_cast<std::size_t>(level) + 1);
+    return levels[static_cast<std::size_t>(level)];
+  }
+
   std::int32_t append(std::size_t r, program_op op) {
     auto& ops = segments_[r]->ops;
     ops.push_back(std::move(op));
@@ -113,9 +120,10 @@ class segment_writer {
       // the rank's last exchange of the level up to round `waits`: its communication stream
       // runs in order, so that one follows every exchange before it (a rank outside the
       // round's phase still waits for what it received earlier)
-      auto it = exchanges_.upper_bound({w.level, r, waits});
-      if (it != exchanges_.begin() && std::get<0>(std::prev(it)->first) == w.level && std::get<1>(std::prev(it)->first) == r)
-        op.after.push_back(std::prev(it)->second);
+      const auto& posted = exchanges_of(r, w.level);  // ascending rounds
+      const auto it = std::upper_bound(posted.begin(), posted.end(), waits,
+                                       [](std::int32_t round, const std::pair<std::int32_t, std::int32_t>& x) { return round < x.first; });
+      if (it != posted.begin()) op.after.push_back(std::prev(it)->second);
     }
     last_[r][static_cast<std::size_t>(w.stream)] = append(r, std::move(op));
   }
@@ -126,31 +134,7 @@ class segment_writer {
     if (!found) return;
     round_work& work = *found;
     for (level_op& op : work.pre) compute(w, r, std::move(op.body), op.waits);
-    // join the requests that share their buffers (and, per_group, their group)
-    const auto id = [](const buffer_ref& b) { return std::pair{static_cast<int>(b.where), b.index}; };
-    using buffer_id = std::pair<int, std::int32_t>;
-    using key = std::tuple<std::int32_t, std::array<buffer_id, 9>>;
-    std::map<key, std::size_t> index;
-    std::vector<launch_request> joined;
-    std::vector<std::vector<std::size_t>> parts;  //!< [joined]: the requests it joins
-    for (std::size_t i = 0; i < work.launches.size(); ++i) {
-      const launch_request& req = work.launches[i];
-      const std::int32_t group = launch_ == launch_policy::per_group ? req.group : 0;
-      const std::array<buffer_id, 9> buffers{id(req.k), id(req.v), id(req.dk), id(req.dv), id(req.q),
-                                             id(req.o), id(req.lse), id(req.d_o), id(req.dq)};
-      const auto [it, fresh] = index.try_emplace(key{group, buffers}, joined.size());
-      if (fresh) joined.push_back(req), parts.emplace_back();
-      joined[it->second].waits = std::max(joined[it->second].waits, req.waits);
-      parts[it->second].push_back(i);
-    }
-    for (std::size_t j = 0; j < joined.size(); ++j) {
-      if (parts[j].size() < 2) continue;  // one request keeps its list, shared or not
-      std::vector<attention_block> all;
-      for (const std::size_t i : parts[j]) all.insert(all.end(), work.launches[i].blocks.begin(), work.launches[i].blocks.end());
-      joined[j].blocks = block_list(std::move(all));
-    }
-    work.launches.clear();
-    for (const launch_request& req : joined) {
+    for (const launch_request& req : joined_requests(work.launches)) {
       for (block_list& wave : waves_of(req.blocks)) {
         const auto launch = static_cast<std::int32_t>(prog_.launches.size());
         program_launch& l = prog_.launches.emplace_back();
@@ -168,13 +152,49 @@ class segment_writer {
     for (level_op& op : work.post) compute(w, r, std::move(op.body), op.waits);
   }
 
+  //! The requests of one slot joined where they share their buffers (and, per_group, their
+  //! group): one request per set, waiting for the latest round any of them waits for, with
+  //! their blocks in request order. Empties `requests` (a single request is moved, not copied).
+  std::vector<launch_request> joined_requests(std::vector<launch_request>& requests) {
+    if (requests.size() < 2) {
+      std::vector<launch_request> one = std::move(requests);
+      requests.clear();
+      return one;
+    }
+    const auto id = [](const buffer_ref& b) { return std::pair{static_cast<int>(b.where), b.index}; };
+    using buffer_id = std::pair<int, std::int32_t>;
+    using key = std::tuple<std::int32_t, std::array<buffer_id, 9>>;
+    std::map<key, std::size_t> index;
+    std::vector<launch_request> joined;
+    std::vector<std::vector<std::size_t>> parts;  //!< [joined]: the requests it joins
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const launch_request& req = requests[i];
+      const std::int32_t group = launch_ == launch_policy::per_group ? req.group : 0;
+      const std::array<buffer_id, 9> buffers{id(req.k), id(req.v), id(req.dk), id(req.dv), id(req.q),
+                                             id(req.o), id(req.lse), id(req.d_o), id(req.dq)};
+      const auto [it, fresh] = index.try_emplace(key{group, buffers}, joined.size());
+      if (fresh) joined.push_back(req), parts.emplace_back();
+      joined[it->second].waits = std::max(joined[it->second].waits, req.waits);
+      parts[it->second].push_back(i);
+    }
+    for (std::size_t j = 0; j < joined.size(); ++j) {
+      if (parts[j].size() < 2) continue;  // one request keeps its list, shared or not
+      std::vector<attention_block> all;
+      for (const std::size_t i : parts[j]) all.insert(all.end(), requests[i].blocks.begin(), requests[i].blocks.end());
+      joined[j].blocks = block_list(std::move(all));
+    }
+    requests.clear();
+    return joined;
+  }
+
   execution_program& prog_;
   pass_kind pass_;
   launch_policy launch_;
   std::vector<program_segment*> segments_;
   phase_router route_;
   std::vector<std::vector<std::int32_t>> last_;  //!< [rank][stream]: last op on the stream in this segment
-  std::map<std::tuple<std::int32_t, std::size_t, std::int32_t>, std::int32_t> exchanges_;  //!< (level, rank, round) -> op
+  //! [rank][level]: the exchanges posted, (round, op) with rounds ascending
+  std::vector<std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>>> exchanges_;
   //! the current slot's shared block lists (kept alive by the first of the pair) -> their waves
   std::map<const void*, std::pair<block_list, std::vector<block_list>>> shared_waves_;
 };
