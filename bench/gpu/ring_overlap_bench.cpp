@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   const device_attention_engine full(p, b, topo, dims, o.type);
   // the same program with nothing to move: the engine's compute alone
   execution_program silent = full.program();
-  for (program_phase& ph : silent.phases) ph.pieces.clear();
+  for (program_phase& ph : silent.phases) ph.pieces = {};
   const device_attention_engine compute_only(std::move(silent), dims, o.type);
   std::int32_t rounds = 1;
   for (const program_level& lv : full.program().levels) rounds = std::max(rounds, lv.rounds[0]);

@@ -114,7 +114,7 @@ TEST_CASE("device engine: proxy routing (no fallback to direct) gives the same r
     bool proxied = false;
     for (const program_phase& ph : got.program.phases)
       for (const transfer& piece : ph.pieces) {
-        const transfer& whole = ph.payloads.at(static_cast<std::size_t>(piece.payload));
+        const transfer& whole = ph.payloads.items().at(static_cast<std::size_t>(piece.payload));
         proxied = proxied || piece.src != whole.src || piece.dst != whole.dst;
       }
     CHECK(proxied);

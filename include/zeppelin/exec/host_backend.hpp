@@ -90,7 +90,7 @@ class host_backend {
       if (x.src == me_) send[i] = std::as_bytes(read(b.from, b.from_row, b.rows));
       if (x.dst == me_) recv[i] = std::as_writable_bytes(write(b.to, b.to_row, b.rows));
     }
-    exchange_pieces(c_, std::span<const transfer>(ph.payloads), std::span<const transfer>(ph.pieces),
+    exchange_pieces(c_, std::span<const transfer>(ph.payloads.items()), std::span<const transfer>(ph.pieces.items()),
                     std::span<const std::span<const std::byte>>(send), std::span<const std::span<std::byte>>(recv),
                     step_.empty() ? phase_label(prog_, ph) : std::string(step_), host_memory{});
     if (record_)

@@ -191,7 +191,7 @@ inline void refuse_oversized_program(const plan& p, const std::vector<std::set<g
       out.shard_row[r].push_back(out.rows[r]);
       out.rows[r] += s.range.size();
     }
-  const detail::phase_router route = [&](std::span<const transfer> payloads) { return o.router.route(payloads, t); };
+  const detail::phase_router route = [&](const shared_list<transfer>& payloads) { return o.router.route(payloads, t); };
   const bool prioritized = o.engine == engine_policy::prioritized;
   out.streams = prioritized ? std::vector<program_stream>{{0}, {1}, {2}} : std::vector<program_stream>{{0}};
   const std::int32_t inter_stream = 0, intra_stream = prioritized ? 1 : 0, local_stream = prioritized ? 2 : 0;

@@ -23,16 +23,19 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/transfer.hpp>
+#include <zeppelin/program/shared_list.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/remap/problem.hpp>
 #include <zeppelin/route/direct.hpp>
 #include <zeppelin/route/proxy.hpp>
 #include <zeppelin/route/router.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -63,6 +66,25 @@ struct any_router {
   std::variant<direct_router, proxy_router> policy{};
   [[nodiscard]] std::vector<transfer> route(std::span<const transfer> payloads, const topology& t) const {
     return std::visit([&](const auto& r) { return r.route(payloads, t); }, policy);
+  }
+  //! route() for payloads held in a shared list. The direct router's pieces of payloads that
+  //! are already whole direct pieces (payload i at index i, offset 0, some bytes; what the
+  //! program builder makes) are those payloads: the pieces share the list instead of copying it.
+  [[nodiscard]] shared_list<transfer> route(const shared_list<transfer>& payloads, const topology& t) const {
+    const std::span<const transfer> all(payloads.items());
+    return std::visit(
+        [&](const auto& r) -> shared_list<transfer> {
+          if constexpr (std::is_same_v<std::decay_t<decltype(r)>, direct_router>) {
+            detail::check_payloads(all, t);
+            bool whole = true;
+            for (std::size_t i = 0; i < all.size() && whole; ++i)
+              whole = all[i].bytes > 0 && all[i].payload == static_cast<std::int32_t>(i) && all[i].offset == 0 &&
+                      all[i].step == route_step::direct;
+            if (whole) return payloads;
+          }
+          return r.route(all, t);
+        },
+        policy);
   }
   friend bool operator==(const any_router&, const any_router&) = default;
 };

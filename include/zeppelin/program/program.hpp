@@ -172,9 +172,10 @@ struct program_phase {
   std::int32_t level = 0;
   std::int32_t round = 0;
   pass_kind pass = pass_kind::forward;
-  std::vector<transfer> payloads;          //!< whole transfers: payloads[i].payload == i
+  shared_list<transfer> payloads;          //!< whole transfers: payloads[i].payload == i
   std::vector<payload_binding> bindings;   //!< parallel to payloads
-  std::vector<transfer> pieces;            //!< the router's pieces of the payloads
+  //! the router's pieces of the payloads (the payloads' own list when each goes whole and direct)
+  shared_list<transfer> pieces;
   std::vector<rank_index> ranks;           //!< the ends of its pieces, ascending: the ranks that post it
   friend bool operator==(const program_phase&, const program_phase&) = default;
 };

@@ -156,7 +156,7 @@ class device_backend {
       if (x.src == me_) send[i] = rows_of(b.from, b.from_row, b.rows);
       if (x.dst == me_) recv[i] = rows_of(b.to, b.to_row, b.rows);
     }
-    exchange_pieces(c_, std::span<const transfer>(ph.payloads), std::span<const transfer>(ph.pieces),
+    exchange_pieces(c_, std::span<const transfer>(ph.payloads.items()), std::span<const transfer>(ph.pieces.items()),
                     std::span<const std::span<const std::byte>>(send), std::span<const std::span<std::byte>>(recv),
                     step_.empty() ? phase_label(prog_, ph) : step_, device_staging{});
     if (waited_[static_cast<std::size_t>(index.front())]) events_[static_cast<std::size_t>(index.front())].record(c_.stream());

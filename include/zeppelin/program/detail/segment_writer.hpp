@@ -43,7 +43,7 @@ ZEPPELIN_NAMESPACE_BEGIN
 namespace detail {
 
 //! Cuts a phase's payloads into the pieces that carry them (a router over the topology).
-using phase_router = std::function<std::vector<transfer>(std::span<const transfer>)>;
+using phase_router = std::function<shared_list<transfer>(const shared_list<transfer>&)>;
 
 class segment_writer {
  public:
@@ -69,7 +69,7 @@ class segment_writer {
       ph.pass = pass_;
       ph.payloads = std::move(payloads);
       ph.bindings = std::move(w.bindings[static_cast<std::size_t>(k)]);
-      ph.pieces = route_(std::span<const transfer>(ph.payloads));
+      ph.pieces = route_(ph.payloads);
       for (const transfer& x : ph.pieces) ph.ranks.push_back(x.src), ph.ranks.push_back(x.dst);
       std::sort(ph.ranks.begin(), ph.ranks.end());
       ph.ranks.erase(std::unique(ph.ranks.begin(), ph.ranks.end()), ph.ranks.end());
