@@ -72,10 +72,13 @@ TEST_CASE("the plan step bound never exceeds the simulated step", "[sim][planner
     for (const method_spec& spec : cost_driven_candidates) {
       CAPTURE(seed, spec.name);
       const method_run run = run_spec(spec, b, t, m, setup);
-      const double bound = plan_step_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view),
-                                              spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
+      const linear_layout_kind linear = spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout;
+      const inter_node_path path = inter_node_path_of(options_for(spec, setup).router);
+      const double bound = plan_step_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view), linear, path);
       CHECK(bound >= run.result.lower_bound_s * (1 - 1e-12));
       CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
+      // the bound of any router holds for this one too, and is never above the path's own
+      CHECK(plan_step_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view), linear) <= bound);
     }
   }
 }
@@ -104,6 +107,12 @@ TEST_CASE("the plan step bound counts the bytes the collectives deliver, and sta
       CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
       CHECK(bound >= plan_step_bound(run.layout, work_only, linear));
       if (bound > 1.5 * plan_step_bound(run.layout, work_only, linear)) ++lifted;
+      // under the direct router every byte from another node takes the receiver's own NIC
+      const inter_node_path path = inter_node_path_of(options_for(spec, setup).router);
+      const double own_path = plan_step_bound(run.layout, prices, linear, path);
+      CHECK(own_path >= bound);
+      CHECK(own_path <= run.result.step_time_s * (1 + 1e-12));
+      if (spec.kind == method_kind::te_cp) CHECK(own_path > 2 * bound);  // a global ring's edges between nodes: one NIC each
     }
     CHECK(lifted >= 3);  // te_cp, te_cp+routing, llama_cp at least
   }

@@ -151,8 +151,8 @@ struct cost_driven_choice {
     }
     try {
       layouts[i] = same < i ? with_collective_of(spec, *layouts[same]) : partition_for(spec, b, view, capacity, setup.metric, &m);
-      price.bound_s =
-          plan_step_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout);
+      price.bound_s = plan_step_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout,
+                                      inter_node_path_of(options_for(spec, setup).router));
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();

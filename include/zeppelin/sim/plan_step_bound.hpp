@@ -5,8 +5,9 @@
 // (sim/cost_driven_planner.hpp) simulates its candidates in order of this bound and stops
 // when the next bound reaches the best step found, without changing its choice.
 //   in : plan (on the CP view), batch, model, the view, cost model, whether the linear modules
-//        run in a token-balanced layout (remapping on)
-//   out: seconds <= simulate(...).step_time_s for every execution of the plan
+//        run in a token-balanced layout (remapping on), and which ports bytes from other
+//        nodes may enter a rank through (any NIC of its node, or its own NIC: the direct router)
+//   out: seconds <= simulate(...).step_time_s for every execution of the plan of that kind
 // Per micro-batch (the micro-batches run one after another), the larger of two bounds:
 // Work (forward + backward + LM head):
 //   - a rank's attention: the causal pairs of the queries it holds, of sequences alone on it or
@@ -34,7 +35,11 @@
 //   each edge from another node brings in the K/V of all members but its head; an all-to-all
 //   member's rows from other nodes come in once per receiving member. The busier of the
 //   receiving ranks and nodes bounds each pass; phases run one after another, so the bounds of
-//   the forward and the backward add up.
+//   the forward and the backward add up. Under the direct router (inter_node_path::own_nic)
+//   every byte takes one port: a byte from the rank's node its NVLink ingress, a byte from
+//   another node the receive port of the rank's own NIC, which the GPUs mapped to that NIC
+//   share; so the busiest NVLink ingress and the busiest NIC bound the pass as well (an
+//   unrouted ring's edge between nodes brings all its K/V through one NIC).
 // The bytes part is what separates layouts whose work is equally balanced: a million one-token
 // sequences on 64 GPUs cost every layout the same work, and TE CP's rings of 64 the same K/V
 // pass as for long sequences. Cost: O(shards + group members). Host-only.
@@ -48,6 +53,7 @@
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/cost/step_work.hpp>
 #include <zeppelin/program/detail/all_to_all_collective.hpp>
+#include <zeppelin/program/options.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/sim/cost_model.hpp>
 
@@ -55,12 +61,25 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <variant>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! Whether the linear modules run in the plan's attention layout or a token-balanced one.
 enum class linear_layout_kind : std::uint8_t { attention_layout, token_balanced };
+
+//! Through which ports the bytes a rank receives from other nodes may enter it.
+enum class inter_node_path : std::uint8_t {
+  any_nic_of_node,  //!< any NIC of its node, relayed over NVLink by a proxy (true of every router)
+  own_nic,          //!< its own NIC's receive port, and same-node bytes its NVLink ingress (the direct router)
+};
+
+//! The path a router's pieces take: the direct router sends every payload on its own path.
+[[nodiscard]] inline inter_node_path inter_node_path_of(const any_router& r) noexcept {
+  return std::holds_alternative<direct_router>(r.policy) ? inter_node_path::own_nic : inter_node_path::any_nic_of_node;
+}
 
 //! What one causal pair, one token and one byte into a rank cost at the best modelled rates,
 //! and the batch's perfect-balance bound: the per-batch part of plan_step_bound, computed once
@@ -71,6 +90,9 @@ struct bound_prices {
   double balanced = 0;      //!< step_lower_bound of the batch
   double per_byte_in = 0;   //!< seconds per byte of one layer into one rank, every layer (layers / its ports' bandwidth)
   double per_byte_into_node = 0;  //!< seconds per byte of one layer into one node from others (layers / its NICs' bandwidth)
+  double per_byte_nvlink = 0;     //!< seconds per byte of one layer through one NVLink ingress port (layers / its bandwidth)
+  double per_byte_nic = 0;        //!< seconds per byte of one layer through one NIC receive port (layers / its bandwidth)
+  std::vector<std::int32_t> nic_of;  //!< [rank]: the view's NIC of the rank's GPU
   wire_format wire{};       //!< the model's rows: bytes per row of each kind, heads and lanes
 };
 
@@ -81,6 +103,8 @@ struct bound_prices {
   for (const token_count len : b.lengths()) total_pairs += static_cast<double>(causal_pairs(len));
   const double tokens = static_cast<double>(b.total_tokens());
   const double ingress = view.intra_node_link().bandwidth + view.nic_link().bandwidth;
+  std::vector<std::int32_t> nic_of(static_cast<std::size_t>(view.num_ranks()));
+  for (rank_index r = 0; r < view.num_ranks(); ++r) nic_of[static_cast<std::size_t>(r)] = view.nic_of(r);
   return {.per_pair = total_pairs > 0 ? (work.attention_forward_flops / work.best_attention_forward_rate +
                                          work.attention_backward_flops / work.best_attention_backward_rate) /
                                             total_pairs
@@ -89,6 +113,9 @@ struct bound_prices {
           .balanced = work.balanced_lower_bound(view.num_ranks()),
           .per_byte_in = static_cast<double>(m.layers) / ingress,
           .per_byte_into_node = static_cast<double>(m.layers) / (view.nics_per_node() * view.nic_link().bandwidth),
+          .per_byte_nvlink = static_cast<double>(m.layers) / view.intra_node_link().bandwidth,
+          .per_byte_nic = static_cast<double>(m.layers) / view.nic_link().bandwidth,
+          .nic_of = std::move(nic_of),
           .wire = wire_format::for_model(m)};
 }
 
@@ -96,8 +123,10 @@ namespace detail {
 
 //! Bytes of one layer of one pass that the collectives must deliver (see the file comment).
 struct delivered_bytes {
-  std::vector<double> rank;  //!< [rank]: into the rank
-  std::vector<double> node;  //!< [node]: into the node from other nodes
+  std::vector<double> rank;    //!< [rank]: into the rank
+  std::vector<double> node;    //!< [node]: into the node from other nodes
+  std::vector<double> local;   //!< [rank]: into the rank from ranks of its node
+  std::vector<double> remote;  //!< [rank]: into the rank from other nodes
 };
 
 //! What the collectives of `p` must deliver, [micro-batch][pass] (see the file comment).
@@ -107,7 +136,10 @@ struct delivered_bytes {
   const auto node_of = [&](rank_index r) { return static_cast<std::size_t>(r / per_node); };
   std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(p.micro_batches()));
   for (auto& passes : in)
-    for (delivered_bytes& d : passes) d.rank.assign(ranks, 0.0), d.node.assign(ranks / static_cast<std::size_t>(per_node) + 1, 0.0);
+    for (delivered_bytes& d : passes) {
+      d.rank.assign(ranks, 0.0), d.local.assign(ranks, 0.0), d.remote.assign(ranks, 0.0);
+      d.node.assign(ranks / static_cast<std::size_t>(per_node) + 1, 0.0);
+    }
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
   std::vector<double> mine;  // [position]: tokens of the member's shards in the group
   // the members [first, last) of a group per node: (node, their tokens, how many), by node
@@ -149,16 +181,25 @@ struct delivered_bytes {
         const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
         for (delivered_bytes& d : at) d.rank[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
       }
-      // every ring edge between nodes carries every origin's K/V but its head's: edge
-      // i -> i + 1 (forward; the all-gather's backward too) or i + 1 -> i (the ring's backward)
+      // every ring edge carries every origin's K/V but its head's: edge i -> i + 1 (forward;
+      // the all-gather's backward too) or i + 1 -> i (the ring's backward); between nodes, into
+      // the head's node
       const bool reversed_backward = p.groups[g].collective == collective_kind::ring;
+      const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to) {
+        const rank_index a = members[static_cast<std::size_t>(from)], b = members[static_cast<std::size_t>(to)];
+        const double carried = (total - mine[static_cast<std::size_t>(to)]) * kv;
+        if (node_of(a) == node_of(b)) {
+          d.local[static_cast<std::size_t>(b)] += carried;
+        } else {
+          d.remote[static_cast<std::size_t>(b)] += carried;
+          d.node[node_of(b)] += carried;
+        }
+      };
       for (std::int32_t i = 0; i < G; ++i) {
         const std::int32_t j = (i + 1) % G;
-        const rank_index a = members[static_cast<std::size_t>(i)], b = members[static_cast<std::size_t>(j)];
-        if (node_of(a) == node_of(b)) continue;
-        at[0].node[node_of(b)] += (total - mine[static_cast<std::size_t>(j)]) * kv;
-        if (reversed_backward) at[1].node[node_of(a)] += (total - mine[static_cast<std::size_t>(i)]) * kv;
-        else at[1].node[node_of(b)] += (total - mine[static_cast<std::size_t>(j)]) * kv;
+        edge(at[0], i, j);
+        if (reversed_backward) edge(at[1], j, i);
+        else edge(at[1], i, j);
       }
       continue;
     }
@@ -182,8 +223,13 @@ struct delivered_bytes {
         const std::size_t node = node_of(r);
         const node_share here = share_of(node);
         const double remote = subgroup - here.tokens, off_node = u - here.members;
+        const double near = here.tokens - own, on_node = here.members - 1;
         at[0].node[node] += remote * forward_row + off_node * own * forward_home;
         at[1].node[node] += remote * backward_row + off_node * own * backward_home;
+        at[0].remote[static_cast<std::size_t>(r)] += remote * forward_row + off_node * own * forward_home;
+        at[1].remote[static_cast<std::size_t>(r)] += remote * backward_row + off_node * own * backward_home;
+        at[0].local[static_cast<std::size_t>(r)] += near * forward_row + on_node * own * forward_home;
+        at[1].local[static_cast<std::size_t>(r)] += near * backward_row + on_node * own * backward_home;
       }
     }
   }
@@ -192,9 +238,11 @@ struct delivered_bytes {
 
 }  // namespace detail
 
-//! Seconds no execution of `p` can beat, with the batch's `prices` (see the file comment).
-//! `p` must be a valid plan of the batch on its view (core/validate.hpp).
-[[nodiscard]] inline double plan_step_bound(const plan& p, const bound_prices& prices, linear_layout_kind linear) {
+//! Seconds no execution of `p` whose bytes from other nodes take `path` can beat, with the
+//! batch's `prices` (see the file comment). `p` must be a valid plan of the batch on its view
+//! (core/validate.hpp).
+[[nodiscard]] inline double plan_step_bound(const plan& p, const bound_prices& prices, linear_layout_kind linear,
+                                            inter_node_path path = inter_node_path::any_nic_of_node) {
   const double per_pair = prices.per_pair, per_token = prices.per_token;
   const std::size_t ranks = p.placements.size();
   const std::int32_t micro_batches = p.micro_batches();
@@ -218,6 +266,7 @@ struct delivered_bytes {
       }
     }
   const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
+  std::vector<double> nic_bytes(prices.nic_of.empty() ? 1 : static_cast<std::size_t>(*std::max_element(prices.nic_of.begin(), prices.nic_of.end())) + 1);
 
   double bound = 0;
   for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
@@ -238,10 +287,18 @@ struct delivered_bytes {
       const double size = static_cast<double>(members.size());
       busiest = std::max(busiest, (others + group_pairs[g] * per_pair) / size);
     }
-    double receiving = 0;  // the forward's busiest receiver (rank or node), then the backward's
-    for (const detail::delivered_bytes& pass : bytes_in[static_cast<std::size_t>(mb)])
-      receiving += std::max(*std::max_element(pass.rank.begin(), pass.rank.end()) * prices.per_byte_in,
-                            *std::max_element(pass.node.begin(), pass.node.end()) * prices.per_byte_into_node);
+    double receiving = 0;  // the forward's busiest receiver (rank, node, port), then the backward's
+    for (const detail::delivered_bytes& pass : bytes_in[static_cast<std::size_t>(mb)]) {
+      double busiest_port = std::max(*std::max_element(pass.rank.begin(), pass.rank.end()) * prices.per_byte_in,
+                                     *std::max_element(pass.node.begin(), pass.node.end()) * prices.per_byte_into_node);
+      if (path == inter_node_path::own_nic) {
+        busiest_port = std::max(busiest_port, *std::max_element(pass.local.begin(), pass.local.end()) * prices.per_byte_nvlink);
+        nic_bytes.assign(nic_bytes.size(), 0.0);
+        for (std::size_t r = 0; r < ranks; ++r) nic_bytes[static_cast<std::size_t>(prices.nic_of[r])] += pass.remote[r];
+        busiest_port = std::max(busiest_port, *std::max_element(nic_bytes.begin(), nic_bytes.end()) * prices.per_byte_nic);
+      }
+      receiving += busiest_port;
+    }
     bound += std::max(busiest, receiving);
   }
   return std::max(bound, prices.balanced);
@@ -249,8 +306,9 @@ struct delivered_bytes {
 
 //! plan_step_bound of one plan of `b` on `view`.
 [[nodiscard]] inline double plan_step_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
-                                            const sim_cost_model& cost, linear_layout_kind linear) {
-  return plan_step_bound(p, bound_prices_for(b, m, view, cost), linear);
+                                            const sim_cost_model& cost, linear_layout_kind linear,
+                                            inter_node_path path = inter_node_path::any_nic_of_node) {
+  return plan_step_bound(p, bound_prices_for(b, m, view, cost), linear, path);
 }
 
 ZEPPELIN_NAMESPACE_END
