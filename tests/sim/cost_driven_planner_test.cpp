@@ -113,6 +113,13 @@ TEST_CASE("the plan step bound counts the bytes the collectives deliver, and sta
       CHECK(own_path >= bound);
       CHECK(own_path <= run.result.step_time_s * (1 + 1e-12));
       if (spec.kind == method_kind::te_cp) CHECK(own_path > 2 * bound);  // a global ring's edges between nodes: one NIC each
+      if (spec.kind == method_kind::llama_cp) {
+        // an all-gather member computes only once it holds every K/V: work and bytes add up
+        bound_prices bytes_only = prices;
+        bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
+        const double work_bound = plan_step_bound(run.layout, work_only, linear), bytes_bound = plan_step_bound(run.layout, bytes_only, linear);
+        CHECK(bound >= work_bound + 0.5 * bytes_bound);
+      }
     }
     CHECK(lifted >= 3);  // te_cp, te_cp+routing, llama_cp at least
   }

@@ -40,6 +40,11 @@
 //   another node the receive port of the rank's own NIC, which the GPUs mapped to that NIC
 //   share; so the busiest NVLink ingress and the busiest NIC bound the pass as well (an
 //   unrouted ring's edge between nodes brings all its K/V through one NIC).
+// Serial (all-gather groups): a member computes its group's blocks only once it holds every
+// origin's K and V, after the last gather step (program/detail/all_gather_collective.hpp),
+// and its linear modules follow its attention (forward) or precede the gather (backward, a
+// segment starts after the linear modules); so such a rank needs, one after another, the
+// time to take in the gathered K/V of each pass, its pairs of the group and its linear work.
 // The bytes part is what separates layouts whose work is equally balanced: a million one-token
 // sequences on 64 GPUs cost every layout the same work, and TE CP's rings of 64 the same K/V
 // pass as for long sequences. Cost: O(shards + group members). Host-only.
@@ -127,6 +132,9 @@ struct delivered_bytes {
   std::vector<double> node;    //!< [node]: into the node from other nodes
   std::vector<double> local;   //!< [rank]: into the rank from ranks of its node
   std::vector<double> remote;  //!< [rank]: into the rank from other nodes
+  //! [rank]: of `rank`, the K/V of all-gather groups from ranks of its node and from other
+  //! nodes (a member computes its group's blocks only after all of them arrived)
+  std::vector<double> gathered_local, gathered_remote;
 };
 
 //! What the collectives of `p` must deliver, [micro-batch][pass] (see the file comment).
@@ -138,6 +146,7 @@ struct delivered_bytes {
   for (auto& passes : in)
     for (delivered_bytes& d : passes) {
       d.rank.assign(ranks, 0.0), d.local.assign(ranks, 0.0), d.remote.assign(ranks, 0.0);
+      d.gathered_local.assign(ranks, 0.0), d.gathered_remote.assign(ranks, 0.0);
       d.node.assign(ranks / static_cast<std::size_t>(per_node) + 1, 0.0);
     }
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
@@ -185,14 +194,17 @@ struct delivered_bytes {
       // the all-gather's backward too) or i + 1 -> i (the ring's backward); between nodes, into
       // the head's node
       const bool reversed_backward = p.groups[g].collective == collective_kind::ring;
+      const bool gathered = p.groups[g].collective == collective_kind::all_gather;
       const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to) {
         const rank_index a = members[static_cast<std::size_t>(from)], b = members[static_cast<std::size_t>(to)];
         const double carried = (total - mine[static_cast<std::size_t>(to)]) * kv;
         if (node_of(a) == node_of(b)) {
           d.local[static_cast<std::size_t>(b)] += carried;
+          if (gathered) d.gathered_local[static_cast<std::size_t>(b)] += carried;
         } else {
           d.remote[static_cast<std::size_t>(b)] += carried;
           d.node[node_of(b)] += carried;
+          if (gathered) d.gathered_remote[static_cast<std::size_t>(b)] += carried;
         }
       };
       for (std::int32_t i = 0; i < G; ++i) {
@@ -248,6 +260,7 @@ struct delivered_bytes {
   const std::int32_t micro_batches = p.micro_batches();
   // [micro-batch][rank]: pairs a rank surely computes, and tokens it holds.
   std::vector<double> own_pairs(static_cast<std::size_t>(micro_batches) * ranks, 0.0);
+  std::vector<double> gathered_pairs(own_pairs.size(), 0.0);  // of own_pairs: those of all-gather groups
   std::vector<double> held(own_pairs.size(), 0.0);
   std::vector<double> group_pairs(p.groups.size(), 0.0);
   std::vector<std::int32_t> group_micro_batch(p.groups.size(), 0);
@@ -263,6 +276,8 @@ struct delivered_bytes {
         group_micro_batch[static_cast<std::size_t>(s.group)] = s.micro_batch;
       } else {
         own_pairs[at] += pairs;
+        if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_gather)
+          gathered_pairs[at] += pairs;
       }
     }
   const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
@@ -299,7 +314,21 @@ struct delivered_bytes {
       }
       receiving += busiest_port;
     }
-    bound += std::max(busiest, receiving);
+    // an all-gather member: each pass's gathered K/V in, then its group's pairs and its linear work
+    double serial = 0;
+    const auto& passes = bytes_in[static_cast<std::size_t>(mb)];
+    for (std::size_t r = 0; r < ranks; ++r) {
+      if (gathered_pairs[base + r] == 0) continue;
+      double waits = 0;
+      for (const detail::delivered_bytes& pass : passes) {
+        const double local = pass.gathered_local[r], remote = pass.gathered_remote[r];
+        double in = (local + remote) * prices.per_byte_in;
+        if (path == inter_node_path::own_nic) in = std::max({in, local * prices.per_byte_nvlink, remote * prices.per_byte_nic});
+        waits += in;
+      }
+      serial = std::max(serial, waits + rank_work(r) - (own_pairs[base + r] - gathered_pairs[base + r]) * per_pair);
+    }
+    bound += std::max({busiest, receiving, serial});
   }
   return std::max(bound, prices.balanced);
 }
