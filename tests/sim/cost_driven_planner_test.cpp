@@ -113,16 +113,31 @@ TEST_CASE("the plan step bound counts the bytes the collectives deliver, and sta
       CHECK(own_path >= bound);
       CHECK(own_path <= run.result.step_time_s * (1 + 1e-12));
       if (spec.kind == method_kind::te_cp) CHECK(own_path > 2 * bound);  // a global ring's edges between nodes: one NIC each
-      if (spec.kind == method_kind::llama_cp) {
-        // an all-gather member computes only once it holds every K/V: work and bytes add up
-        bound_prices bytes_only = prices;
-        bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
-        const double work_bound = plan_step_bound(run.layout, work_only, linear), bytes_bound = plan_step_bound(run.layout, bytes_only, linear);
-        CHECK(bound >= work_bound + 0.5 * bytes_bound);
-      }
     }
     CHECK(lifted >= 3);  // te_cp, te_cp+routing, llama_cp at least
   }
+}
+
+TEST_CASE("an all-gather member's bound adds its gathered bytes to its work", "[sim][planner]") {
+  // one sequence over two nodes of one GPU (LLaMA CP): each member computes its half only
+  // after the other half's K/V arrived, in each pass, so neither part hides the other
+  const model_config m = models::llama_3b();
+  const topology t = cluster_by_name("c", 2, 1);
+  const batch b({8192});
+  const method_spec spec = method_spec_of(method_kind::llama_cp);
+  const method_run run = run_spec(spec, b, t, m, setup_for(b, t));
+  REQUIRE(run.layout.groups.size() == 1);
+  REQUIRE(run.layout.groups.front().collective == collective_kind::all_gather);
+  const bound_prices prices = bound_prices_for(b, m, t, sim_cost_model::for_topology(t));
+  bound_prices work_only = prices, bytes_only = prices;
+  work_only.per_byte_in = work_only.per_byte_into_node = work_only.per_byte_nvlink = work_only.per_byte_nic = 0;
+  bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
+  const linear_layout_kind linear = linear_layout_kind::attention_layout;
+  const double work = plan_step_bound(run.layout, work_only, linear), bytes = plan_step_bound(run.layout, bytes_only, linear);
+  REQUIRE(work > 0);
+  REQUIRE(bytes > 0);
+  CHECK(plan_step_bound(run.layout, prices, linear) == Approx(work + bytes).epsilon(1e-12));
+  CHECK(plan_step_bound(run.layout, prices, linear) <= run.result.step_time_s * (1 + 1e-12));
 }
 
 TEST_CASE("the plan step bound is the perfect-balance bound for one rank and grows with imbalance", "[sim][planner]") {

@@ -126,14 +126,13 @@ struct bound_prices {
 
 namespace detail {
 
-//! Bytes of one layer of one pass that the collectives must deliver (see the file comment).
+//! Bytes of one layer of one pass that the collectives must deliver to each rank (see the
+//! file comment); a node takes in the remote bytes of its ranks.
 struct delivered_bytes {
-  std::vector<double> rank;    //!< [rank]: into the rank
-  std::vector<double> node;    //!< [node]: into the node from other nodes
-  std::vector<double> local;   //!< [rank]: into the rank from ranks of its node
-  std::vector<double> remote;  //!< [rank]: into the rank from other nodes
-  //! [rank]: of `rank`, the K/V of all-gather groups from ranks of its node and from other
-  //! nodes (a member computes its group's blocks only after all of them arrived)
+  std::vector<double> local;   //!< [rank]: from ranks of its node
+  std::vector<double> remote;  //!< [rank]: from other nodes
+  //! [rank]: of those, the K/V of all-gather groups (a member computes its group's blocks only
+  //! after all of them arrived)
   std::vector<double> gathered_local, gathered_remote;
 };
 
@@ -144,11 +143,8 @@ struct delivered_bytes {
   const auto node_of = [&](rank_index r) { return static_cast<std::size_t>(r / per_node); };
   std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(p.micro_batches()));
   for (auto& passes : in)
-    for (delivered_bytes& d : passes) {
-      d.rank.assign(ranks, 0.0), d.local.assign(ranks, 0.0), d.remote.assign(ranks, 0.0);
-      d.gathered_local.assign(ranks, 0.0), d.gathered_remote.assign(ranks, 0.0);
-      d.node.assign(ranks / static_cast<std::size_t>(per_node) + 1, 0.0);
-    }
+    for (delivered_bytes& d : passes)
+      d.local.assign(ranks, 0.0), d.remote.assign(ranks, 0.0), d.gathered_local.assign(ranks, 0.0), d.gathered_remote.assign(ranks, 0.0);
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
   std::vector<double> mine;  // [position]: tokens of the member's shards in the group
   // the members [first, last) of a group per node: (node, their tokens, how many), by node
@@ -186,26 +182,16 @@ struct delivered_bytes {
       double total = 0;
       for (const double t : mine) total += t;
       const double kv = 2 * bytes(row_kind::kv, 0);
-      for (std::int32_t pos = 0; pos < G; ++pos) {
-        const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
-        for (delivered_bytes& d : at) d.rank[r] += (total - mine[static_cast<std::size_t>(pos)]) * kv;
-      }
-      // every ring edge carries every origin's K/V but its head's: edge i -> i + 1 (forward;
-      // the all-gather's backward too) or i + 1 -> i (the ring's backward); between nodes, into
-      // the head's node
+      // every ring edge carries every origin's K/V but its head's into the head: edge i -> i + 1
+      // (forward; the all-gather's backward too) or i + 1 -> i (the ring's backward)
       const bool reversed_backward = p.groups[g].collective == collective_kind::ring;
       const bool gathered = p.groups[g].collective == collective_kind::all_gather;
       const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to) {
         const rank_index a = members[static_cast<std::size_t>(from)], b = members[static_cast<std::size_t>(to)];
         const double carried = (total - mine[static_cast<std::size_t>(to)]) * kv;
-        if (node_of(a) == node_of(b)) {
-          d.local[static_cast<std::size_t>(b)] += carried;
-          if (gathered) d.gathered_local[static_cast<std::size_t>(b)] += carried;
-        } else {
-          d.remote[static_cast<std::size_t>(b)] += carried;
-          d.node[node_of(b)] += carried;
-          if (gathered) d.gathered_remote[static_cast<std::size_t>(b)] += carried;
-        }
+        const bool near = node_of(a) == node_of(b);
+        (near ? d.local : d.remote)[static_cast<std::size_t>(b)] += carried;
+        if (gathered) (near ? d.gathered_local : d.gathered_remote)[static_cast<std::size_t>(b)] += carried;
       };
       for (std::int32_t i = 0; i < G; ++i) {
         const std::int32_t j = (i + 1) % G;
@@ -227,21 +213,17 @@ struct delivered_bytes {
       for (std::int32_t pos = first; pos < first + u; ++pos) subgroup += mine[static_cast<std::size_t>(pos)];
       share_by_node(members, first, first + u);
       for (std::int32_t pos = first; pos < first + u; ++pos) {
-        const rank_index r = members[static_cast<std::size_t>(pos)];
-        const double own = mine[static_cast<std::size_t>(pos)], lanes = u - 1;
-        at[0].rank[static_cast<std::size_t>(r)] += (subgroup - own) * forward_row + lanes * own * forward_home;
-        at[1].rank[static_cast<std::size_t>(r)] += (subgroup - own) * backward_row + lanes * own * backward_home;
-        // from the subgroup's members on other nodes: their rows, and its outputs of their lanes
-        const std::size_t node = node_of(r);
-        const node_share here = share_of(node);
-        const double remote = subgroup - here.tokens, off_node = u - here.members;
-        const double near = here.tokens - own, on_node = here.members - 1;
-        at[0].node[node] += remote * forward_row + off_node * own * forward_home;
-        at[1].node[node] += remote * backward_row + off_node * own * backward_home;
-        at[0].remote[static_cast<std::size_t>(r)] += remote * forward_row + off_node * own * forward_home;
-        at[1].remote[static_cast<std::size_t>(r)] += remote * backward_row + off_node * own * backward_home;
-        at[0].local[static_cast<std::size_t>(r)] += near * forward_row + on_node * own * forward_home;
-        at[1].local[static_cast<std::size_t>(r)] += near * backward_row + on_node * own * backward_home;
+        const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
+        const double own = mine[static_cast<std::size_t>(pos)];
+        // from the subgroup's other members on its node and on other nodes: their rows, and
+        // its own rows' outputs of their lanes
+        const node_share here = share_of(node_of(static_cast<rank_index>(r)));
+        const double near_rows = here.tokens - own, near_lanes = here.members - 1;
+        const double far_rows = subgroup - here.tokens, far_lanes = u - here.members;
+        at[0].local[r] += near_rows * forward_row + near_lanes * own * forward_home;
+        at[1].local[r] += near_rows * backward_row + near_lanes * own * backward_home;
+        at[0].remote[r] += far_rows * forward_row + far_lanes * own * forward_home;
+        at[1].remote[r] += far_rows * backward_row + far_lanes * own * backward_home;
       }
     }
   }
@@ -281,17 +263,30 @@ struct delivered_bytes {
       }
     }
   const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
-  std::vector<double> nic_bytes(prices.nic_of.empty() ? 1 : static_cast<std::size_t>(*std::max_element(prices.nic_of.begin(), prices.nic_of.end())) + 1);
+  // the largest sum of `bytes` over the ranks that share a key (a node, a NIC)
+  std::vector<double> sums;
+  const auto busiest_sum = [&](const std::vector<double>& bytes, const auto& key_of) {
+    sums.clear();
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const auto k = static_cast<std::size_t>(key_of(r));
+      if (k >= sums.size()) sums.resize(k + 1, 0.0);
+      sums[k] += bytes[r];
+    }
+    return sums.empty() ? 0.0 : *std::max_element(sums.begin(), sums.end());
+  };
+  const std::size_t per_node = static_cast<std::size_t>(std::max(1, p.gpus_per_node));
+  const auto node_of = [&](std::size_t r) { return r / per_node; };
+  const auto nic_of = [&](std::size_t r) { return prices.nic_of[r]; };
 
   double bound = 0;
   for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
     const std::size_t base = static_cast<std::size_t>(mb) * ranks;
     double mb_tokens = 0;
     for (std::size_t r = 0; r < ranks; ++r) mb_tokens += held[base + r];
-    const auto rank_work = [&](std::size_t r) {
-      const double linear_tokens = linear == linear_layout_kind::token_balanced ? mb_tokens / static_cast<double>(ranks) : held[base + r];
-      return own_pairs[base + r] * per_pair + linear_tokens * per_token;
+    const auto linear_work = [&](std::size_t r) {
+      return (linear == linear_layout_kind::token_balanced ? mb_tokens / static_cast<double>(ranks) : held[base + r]) * per_token;
     };
+    const auto rank_work = [&](std::size_t r) { return own_pairs[base + r] * per_pair + linear_work(r); };
     double busiest = 0;
     for (std::size_t r = 0; r < ranks; ++r) busiest = std::max(busiest, rank_work(r));
     for (std::size_t g = 0; g < p.groups.size(); ++g) {
@@ -304,13 +299,11 @@ struct delivered_bytes {
     }
     double receiving = 0;  // the forward's busiest receiver (rank, node, port), then the backward's
     for (const detail::delivered_bytes& pass : bytes_in[static_cast<std::size_t>(mb)]) {
-      double busiest_port = std::max(*std::max_element(pass.rank.begin(), pass.rank.end()) * prices.per_byte_in,
-                                     *std::max_element(pass.node.begin(), pass.node.end()) * prices.per_byte_into_node);
+      double busiest_port = busiest_sum(pass.remote, node_of) * prices.per_byte_into_node;
+      for (std::size_t r = 0; r < ranks; ++r) busiest_port = std::max(busiest_port, (pass.local[r] + pass.remote[r]) * prices.per_byte_in);
       if (path == inter_node_path::own_nic) {
         busiest_port = std::max(busiest_port, *std::max_element(pass.local.begin(), pass.local.end()) * prices.per_byte_nvlink);
-        nic_bytes.assign(nic_bytes.size(), 0.0);
-        for (std::size_t r = 0; r < ranks; ++r) nic_bytes[static_cast<std::size_t>(prices.nic_of[r])] += pass.remote[r];
-        busiest_port = std::max(busiest_port, *std::max_element(nic_bytes.begin(), nic_bytes.end()) * prices.per_byte_nic);
+        busiest_port = std::max(busiest_port, busiest_sum(pass.remote, nic_of) * prices.per_byte_nic);
       }
       receiving += busiest_port;
     }
@@ -322,11 +315,11 @@ struct delivered_bytes {
       double waits = 0;
       for (const detail::delivered_bytes& pass : passes) {
         const double local = pass.gathered_local[r], remote = pass.gathered_remote[r];
-        double in = (local + remote) * prices.per_byte_in;
+        double in = std::max((local + remote) * prices.per_byte_in, remote * prices.per_byte_into_node);
         if (path == inter_node_path::own_nic) in = std::max({in, local * prices.per_byte_nvlink, remote * prices.per_byte_nic});
         waits += in;
       }
-      serial = std::max(serial, waits + rank_work(r) - (own_pairs[base + r] - gathered_pairs[base + r]) * per_pair);
+      serial = std::max(serial, waits + gathered_pairs[base + r] * per_pair + linear_work(r));
     }
     bound += std::max({busiest, receiving, serial});
   }
