@@ -153,11 +153,10 @@ class sim_backend {
       ready_[r] = e_.join(dependencies_of(r, comm_[r], op));
     }
     for (int stage = 0; stage < route_stages; ++stage) {
-      bool present = false;
-      for (const transfer& m : ph.pieces) present = present || stage_of(m.step) == stage;
-      if (!present) continue;
+      const std::vector<stream_of_pieces>& flows = streams_of_stage(ph, stage);
+      if (flows.empty()) continue;
       for (const rank_index r : ranks) touched_[static_cast<std::size_t>(r)].clear();
-      for (const stream_of_pieces& x : streams_of_stage(ph, stage)) {
+      for (const stream_of_pieces& x : flows) {
         const auto s = static_cast<std::size_t>(x.src), d = static_cast<std::size_t>(x.dst);
         task_tag g = tag(x.kind, ph.level, ph.round);
         g.leg = leg_of(x.step);

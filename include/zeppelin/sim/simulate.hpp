@@ -71,22 +71,24 @@ namespace detail {
 struct layer_tokens {
   std::vector<std::vector<token_count>> attention, linear;
 };
-// About how many tasks and dependencies sim_backend adds for one layer of `pass` of
-// micro-batch `mb` (an upper estimate for the reserve of the event engine): a task per compute
-// operation, per exchange a join per stage it can use and a flow per piece at most, a join per
-// rank and segment, and the linear modules.
+// About how many tasks and dependencies one layer of `pass` of micro-batch `mb` adds (an
+// upper estimate for the reserve of the event engine): per rank its linear modules (and their
+// TP collective), per segment its end, a task per compute operation, per exchange a join per
+// stage it can use, and a flow per piece at most.
 inline std::pair<std::size_t, std::size_t> tasks_of_layer(const execution_program& prog, pass_kind pass, std::int32_t mb) {
   std::size_t tasks = 0, dependencies = 0;
-  for (const rank_pass& rp : prog.pass(pass))
+  for (const rank_pass& rp : prog.pass(pass)) {
+    tasks += 2;
     for (const program_segment& s : rp.segments) {
       if (s.micro_batch != mb) continue;
-      tasks += 3;  // the segment's end, the linear modules (and their TP collective)
+      tasks += 1;
       for (const program_op& op : s.ops) {
         const bool exchange = std::holds_alternative<exchange_phase>(op.body);
         tasks += exchange ? 1 + route_stages : 1;
         dependencies += 1 + op.after.size() + (exchange ? route_stages : 1);
       }
     }
+  }
   for (const program_phase& ph : prog.phases)
     if (ph.pass == pass) tasks += ph.pieces.size(), dependencies += 3 * ph.pieces.size();
   return {tasks, dependencies};
