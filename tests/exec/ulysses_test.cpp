@@ -8,7 +8,8 @@
 //     policy, with and without the remap: O, LSE, dQ, dK, dV equal the dense reference, and
 //     the engine executed exactly what the program lists;
 //   - ring, all-gather and all-to-all groups in one program give the dense reference;
-//   - the bytes each rank sends are the all-to-all's (Q, K, V, O, LSE out and home);
+//   - the bytes each rank sends are the all-to-all's (Q, K, V, O, LSE out and home), one
+//     payload per peer and bundle of tensors;
 //   - the simulator prices exactly the program's transfers and launches;
 //   - the degrees: the largest Ulysses degree whose lanes exist, the rest a ring;
 //   - each member packs and unpacks each tensor with at most three head operations.
@@ -154,6 +155,42 @@ TEST_CASE("ulysses: every rank sends Q, K, V to the lanes and gets O, LSE home",
       INFO("G " << G << " heads " << H << "/" << KV << " rank " << r);
       CHECK(sent[{0, r}] == (G - 1) * mine * (q + 2 * kv) + others * (q + lse));
       CHECK(sent[{1, r}] == (G - 1) * mine * (3 * q + 2 * kv + lse) + others * (q + 2 * kv));
+    }
+  }
+}
+
+TEST_CASE("ulysses: one payload per peer and bundle: Q, K, V (O, dO) together, dK and dV together", "[exec][ulysses]") {
+  // plain Ulysses (u = G): round 0 sends each of the G - 1 peers one payload per bundle going
+  // out (forward: Q K V; backward: Q K V O dO, and LSE), the last round one per bundle coming
+  // home (forward: O, and LSE; backward: dQ, and dK dV), each of the bundle's bytes
+  for (const auto& [G, H, KV] : std::vector<std::tuple<int, int, int>>{{4, 8, 8}, {4, 8, 2}, {8, 8, 2}, {2, 4, 1}}) {
+    const topology t = test_topology(1, G);
+    const batch b({1000, 301, 7});
+    const plan p = ulysses{.capacity = 2000}.partition(b, t);
+    program_options o;
+    o.wire = wire_format::for_shape(H, KV, 16, 2);
+    const execution_program prog = make_program(p, b, t, o);
+    REQUIRE(detail::ulysses_degree(o.wire, G) == G);
+    const std::int64_t n = H / G, ratio = H / KV, kvn = n % ratio == 0 ? n / ratio : 1;
+    const std::int64_t q = n * 16 * 2, kv = kvn * 16 * 2, lse = n * 4, dkv = kvn * 16 * 4;
+    // (pass, first round or last) -> the bytes per row of each payload a rank sends, sorted
+    std::map<std::pair<int, bool>, std::vector<std::int64_t>> expected{
+        {{0, true}, {q + 2 * kv}}, {{0, false}, {lse, q}}, {{1, true}, {lse, 3 * q + 2 * kv}}, {{1, false}, {q, 2 * dkv}}};
+    for (const program_phase& ph : prog.phases) {
+      const int pass = static_cast<int>(ph.pass);
+      const bool out = ph.round == 0;
+      REQUIRE(ph.payloads.size() == ph.bindings.size());
+      for (rank_index r = 0; r < G; ++r) {
+        std::map<rank_index, std::vector<std::int64_t>> to_peer;  // per peer: bytes per row of each payload
+        for (std::size_t i = 0; i < ph.payloads.size(); ++i)
+          if (ph.payloads[i].src == r) to_peer[ph.payloads[i].dst].push_back(ph.payloads[i].bytes / ph.bindings[i].rows);
+        INFO("G " << G << " heads " << H << "/" << KV << " pass " << pass << " round " << ph.round << " rank " << r);
+        CHECK(static_cast<int>(to_peer.size()) == G - 1);
+        for (auto& [peer, row_bytes] : to_peer) {
+          std::sort(row_bytes.begin(), row_bytes.end());
+          CHECK(row_bytes == expected[{pass, out}]);
+        }
+      }
     }
   }
 }
@@ -308,6 +345,11 @@ TEST_CASE("ulysses: a member packs and unpacks each tensor with at most three he
             if (const auto* c = std::get_if<copy_heads>(&op.body)) h = c;
             if (const auto* a = std::get_if<add_heads>(&op.body)) h = a;
             if (!h) continue;
+            // between arenas: a tensor's heads of a bundle to or from its lane arena (below)
+            if (h->from.where == buffer_ref::space::arena && h->to.where == buffer_ref::space::arena) {
+              CHECK(h->moves.size() == 1);
+              continue;
+            }
             const bool pack = h->from.where == buffer_ref::space::tensor;
             const buffer_ref& tensor = pack ? h->from : h->to;
             REQUIRE(tensor.where == buffer_ref::space::tensor);

@@ -19,22 +19,28 @@
 //                            heads are replicated (LoongTrain's answer to GQA with more ranks
 //                            than K/V heads) and their dK/dV partials summed at home
 // so the kernel's own GQA rule holds inside the lane.
+// Bundles: the tensors of one direction travel together, one payload per peer whose rows hold
+// each tensor's lane heads one after another (stream_bundle): Q, K, V (backward also O, dO)
+// in one, dK and dV in one, LSE alone (its rows are one accumulator per head), dQ and the
+// forward's O alone: one all-to-all of packed Q, K, V (as USP's yunchang does with
+// use_pack_qkv), not one per tensor; half the payloads, a third of the forward's sends out.
 // Rows: the all-to-all moves member-major rows (a subgroup's members in order, each its
-// group buffer: one contiguous payload per pair); attention runs on sequence-major rows (the
+// group buffer: one contiguous payload per pair and bundle); attention runs on sequence-major rows (the
 // subgroup's tokens sequence after sequence, in position order: subgroup_rows_of), so a
 // sequence a subgroup holds whole is one causal block and one launch per lane and round
 // covers the subgroup, as DeepSpeed-Ulysses' one varlen call does. Per member: staged
 // (member-major) arenas of its subgroup's rows that the all-to-all fills and empties; lane
 // (sequence-major) Q, O, LSE (backward dO, dQ) arenas of its subgroup's rows and K, V
 // (backward dK, dV partials) arenas of every row of the group, subgroup i's region from row
-// place(i u), place(o) = the tokens of the members before o; send arenas (a region of its
-// own rows per lane) for what it packs; receive arenas (a region per lane) for what comes
-// home. A copy_rows between staged and lane arenas permutes the rows after the all-to-all in
-// and before the one home; a subgroup's members share its permutation (a run_list).
+// place(i u), place(o) = the tokens of the members before o; per bundle, send arenas (a
+// region of its own rows per lane) for what it packs; receive arenas (a region per lane) for
+// what comes home. A copy between staged (bundle) and lane (tensor) arenas permutes the rows
+// after the all-to-all in and before the one home (copy_rows for a bundle of one tensor, else
+// copy_heads of the tensor's heads); a subgroup's members share its permutation (a run_list).
 // Forward, member (i, j), rounds 0 .. r:
 //   slot 0      pack: per tensor (Q, K, V), every lane's heads of its rows into the lane's
-//               send region, its own lane's into its staged arena: one copy_heads per span of
-//               lanes (lane_spans), not one per lane
+//               send region of its bundle, its own lane's into its staged arena: one
+//               copy_heads per span of lanes (lane_spans), not one per lane
 //   round 0     all-to-all inside the subgroup; then permute to sequence-major, clear lane
 //               O and LSE and compute the subgroup's queries against its own keys (one
 //               launch, lane heads)
@@ -229,6 +235,49 @@ struct lane_span {
   return runs;
 }
 
+//! What moves: a rank tensor, its row kind, whether it holds K/V heads (else query heads)
+//! and whether its lane arena holds the whole group's rows (K/V) or the subgroup's (queries).
+struct stream_of_rows {
+  tensor_kind home;
+  row_kind kind;
+  bool kv;
+};
+
+//! The streams of one direction that travel together: one payload per peer, whose rows hold
+//! each stream's heads one after another (`offsets`, in stream order). Rows of one element
+//! size share a bundle: Q, K, V, O, dO (the element type; the bundle's row kind is q) and
+//! dK, dV (accumulators, dkv); LSE (one accumulator per head) travels alone. One payload
+//! instead of one per tensor: fewer sends per peer, as a fused QKV all-to-all does.
+struct stream_bundle {
+  row_kind kind = row_kind::q;
+  std::vector<std::size_t> streams;    //!< indices into the direction's streams, ascending
+  std::vector<std::int32_t> offsets;   //!< per stream of the bundle: its first head in a row
+  std::int32_t heads = 0;              //!< heads of a row: the streams' widths summed
+};
+
+//! Bundles of `streams`, whose widths (heads per row) are `width(x)`, in order of their first
+//! stream; bundle_of[x] names the bundle of stream x and slot_of[x] its place there.
+struct stream_bundles {
+  std::vector<stream_bundle> bundles;
+  std::vector<std::size_t> bundle_of, slot_of;
+};
+template <class Width>
+[[nodiscard]] stream_bundles bundle_streams(const std::vector<stream_of_rows>& streams, Width&& width) {
+  const auto bundle_kind = [](row_kind k) { return k == row_kind::kv ? row_kind::q : k; };  // K/V rows travel with query rows
+  stream_bundles out;
+  for (std::size_t x = 0; x < streams.size(); ++x) {
+    const row_kind kind = bundle_kind(streams[x].kind);
+    auto it = std::find_if(out.bundles.begin(), out.bundles.end(), [&](const stream_bundle& b) { return b.kind == kind; });
+    if (it == out.bundles.end()) it = out.bundles.insert(out.bundles.end(), stream_bundle{kind, {}, {}, 0});
+    out.bundle_of.push_back(static_cast<std::size_t>(it - out.bundles.begin()));
+    out.slot_of.push_back(it->streams.size());
+    it->streams.push_back(x);
+    it->offsets.push_back(it->heads);
+    it->heads += width(streams[x]);
+  }
+  return out;
+}
+
 inline void build_all_to_all(level_work& w, const std::vector<const group_layout*>& groups, pass_kind pass,
                              const execution_program& prog, const arena_allocator& allocate, const wire_format& wire) {
   if (groups.empty()) return;
@@ -237,13 +286,6 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
   const auto arena = [](std::int32_t a) { return buffer_ref::arena(a); };
   const auto tensor = [](tensor_kind t) { return buffer_ref::tensor(t); };
 
-  // what moves: a rank tensor, its row kind, whether it holds K/V heads (else query heads)
-  // and whether its lane arena holds the whole group's rows (K/V) or the subgroup's (queries)
-  struct stream_of_rows {
-    tensor_kind home;
-    row_kind kind;
-    bool kv;
-  };
   const std::vector<stream_of_rows> in =
       backward ? std::vector<stream_of_rows>{{tensor_kind::q, row_kind::q, false},   {tensor_kind::k, row_kind::kv, true},
                                              {tensor_kind::v, row_kind::kv, true},   {tensor_kind::o, row_kind::q, false},
@@ -266,6 +308,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
     const auto first_head = [&](const stream_of_rows& x, std::int32_t j) {
       return x.kv ? lanes[static_cast<std::size_t>(j)].kv_first : lanes[static_cast<std::size_t>(j)].first;
     };
+    const stream_bundles in_bundles = bundle_streams(in, width), out_bundles = bundle_streams(out, width);
     const auto at = [](std::int32_t x) { return static_cast<std::size_t>(x); };
     std::vector<token_count> place(at(G) + 1, 0);
     for (std::int32_t o = 0; o < G; ++o) place[at(o) + 1] = place[at(o)] + s.buffer_tokens[at(o)];
@@ -300,24 +343,38 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
         permutes[at(i)].in[kv] = std::move(runs);
       }
 
-    // arenas: [position][stream]; lane arenas sequence-major, staged ones member-major
+    // arenas: lane arenas [position][stream], sequence-major; staged, send and receive arenas
+    // [position][bundle], member-major
     std::vector<std::vector<std::int32_t>> lane_in(at(G)), lane_out(at(G)), staged_in(at(G)), staged_out(at(G)), send(at(G)),
         receive(at(G)), partial_in(at(G));
     for (std::int32_t p = 0; p < G; ++p) {
       const rank_index rank = s.ranks[at(p)];
       const token_count b = tokens_of(p), mine = sub_rows(p / u);
-      for (const stream_of_rows& x : in) {
-        lane_in[at(p)].push_back(allocate(rank, x.kind, x.kv ? place.back() : mine, width(x)));
-        staged_in[at(p)].push_back(allocate(rank, x.kind, mine, width(x)));
-        send[at(p)].push_back(allocate(rank, x.kind, b * u, width(x)));
+      for (const stream_of_rows& x : in) lane_in[at(p)].push_back(allocate(rank, x.kind, x.kv ? place.back() : mine, width(x)));
+      for (const stream_bundle& x : in_bundles.bundles) {
+        staged_in[at(p)].push_back(allocate(rank, x.kind, mine, x.heads));
+        send[at(p)].push_back(allocate(rank, x.kind, b * u, x.heads));
       }
       for (const stream_of_rows& x : out) {
         lane_out[at(p)].push_back(allocate(rank, x.kind, x.kv ? place.back() : mine, width(x)));
-        staged_out[at(p)].push_back(allocate(rank, x.kind, mine, width(x)));
-        receive[at(p)].push_back(allocate(rank, x.kind, b * u, width(x)));
         if (x.kv && r > 1) partial_in[at(p)].push_back(allocate(rank, x.kind, largest_sub, width(x)));
       }
+      for (const stream_bundle& x : out_bundles.bundles) {
+        staged_out[at(p)].push_back(allocate(rank, x.kind, mine, x.heads));
+        receive[at(p)].push_back(allocate(rank, x.kind, b * u, x.heads));
+      }
     }
+    // the head of stream x's first head in a row of its bundle
+    const auto in_offset = [&](std::size_t x) { return in_bundles.bundles[in_bundles.bundle_of[x]].offsets[in_bundles.slot_of[x]]; };
+    const auto out_offset = [&](std::size_t x) { return out_bundles.bundles[out_bundles.bundle_of[x]].offsets[out_bundles.slot_of[x]]; };
+    // rows between a bundle arena and a stream's own arena: the whole row when the bundle
+    // holds that stream alone, else the stream's heads of it (`move` names where they start)
+    const auto between = [](bool alone, buffer_ref from, buffer_ref to, head_move move, std::int32_t heads, const run_list& runs) -> op_body {
+      if (alone) return copy_rows{from, to, runs};
+      copy_heads c;
+      c.from = from, c.to = to, c.heads = heads, c.moves = {move}, c.runs = runs;
+      return c;
+    };
 
     for (std::int32_t p = 0; p < G; ++p) {
       const member& me = lm.of[gi][at(p)];
@@ -325,24 +382,30 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
       const std::int32_t i = p / u, j = p % u, next = sub(i + 1) * u + j;
       const token_count b = tokens_of(p);
       const auto P = at(p);
-      // slot 0: pack every lane's heads (lanes before j, j into its staged arena, lanes after
-      // j: three operations); round 0: the all-to-all inside the subgroup
+      // slot 0: pack every lane's heads of each tensor into its bundle (lanes before j, j into
+      // the staged arena, lanes after j: three operations per tensor); round 0: the
+      // all-to-all inside the subgroup, one payload per bundle and peer
       const run_list gather = gather_runs(me, 0), scatter = scatter_runs(me, 0);  // shared by every pack / unpack
       for (std::size_t x = 0; x < in.size(); ++x) {
+        const std::size_t bx = in_bundles.bundle_of[x];
         for (const lane_span& ls : lane_spans(u, j)) {
           copy_heads pack;
           pack.from = tensor(in[x].home);
-          pack.to = arena(ls.own ? staged_in[P][x] : send[P][x]);
+          pack.to = arena(ls.own ? staged_in[P][bx] : send[P][bx]);
           pack.heads = width(in[x]);
-          for (std::int32_t l = ls.first; l < ls.last; ++l) pack.moves.push_back({first_head(in[x], l), 0, 0, ls.own ? member_row(p) : l * b});
+          for (std::int32_t l = ls.first; l < ls.last; ++l)
+            pack.moves.push_back({first_head(in[x], l), in_offset(x), 0, ls.own ? member_row(p) : l * b});
           pack.runs = gather;
           w.at(rank, 0).pre.push_back({std::move(pack), -1});
         }
+      }
+      for (std::size_t bx = 0; bx < in_bundles.bundles.size(); ++bx) {
+        const stream_bundle& x = in_bundles.bundles[bx];
         for (std::int32_t l = 0; l < u; ++l)
           if (l != j)
             w.send(0, rank, s.ranks[at(i * u + l)],
-                   {arena(send[P][x]), l * b, arena(staged_in[at(i * u + l)][x]), member_row(p), b, in[x].kind, width(in[x])},
-                   wire.row_bytes(in[x].kind, width(in[x])));
+                   {arena(send[P][bx]), l * b, arena(staged_in[at(i * u + l)][bx]), member_row(p), b, x.kind, x.heads},
+                   wire.row_bytes(x.kind, x.heads));
       }
       // rounds 0 .. r - 1: the subgroup's queries against the keys of subgroup i - k
       for (std::int32_t k = 0; k < r; ++k) {
@@ -355,9 +418,14 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
           }
         round_work& compute = w.at(rank, k + 1);
         if (k == 0) {
-          // what the all-to-all delivered, sequence-major; the outputs cleared
-          for (std::size_t x = 0; x < in.size(); ++x)
-            compute.pre.push_back({copy_rows{arena(staged_in[P][x]), arena(lane_in[P][x]), permutes[at(i)].in[in[x].kv]}, 0});
+          // what the all-to-all delivered, each tensor into its lane arena, sequence-major; the
+          // outputs cleared
+          for (std::size_t x = 0; x < in.size(); ++x) {
+            const std::size_t bx = in_bundles.bundle_of[x];
+            compute.pre.push_back({between(in_bundles.bundles[bx].streams.size() == 1, arena(staged_in[P][bx]), arena(lane_in[P][x]),
+                                           {in_offset(x), 0, 0, 0}, width(in[x]), permutes[at(i)].in[in[x].kv]),
+                                   0});
+          }
           for (std::size_t x = 0; x < out.size(); ++x)
             compute.pre.push_back({zero_rows{arena(lane_out[P][x]), 0, out[x].kv ? place.back() : sub_rows(i)}, -1});
         }
@@ -397,32 +465,41 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
         }
         home_round = 2 * r - 1;
       }
-      // the last round: every subgroup member's rows of this lane go home, member-major again
-      for (std::size_t x = 0; x < out.size(); ++x)
-        w.at(rank, home_round).post.push_back(
-            {copy_rows{arena(lane_out[P][x]), arena(staged_out[P][x]), permutes[at(i)].home[out[x].kv]}, home_round - 1});
-      for (std::size_t x = 0; x < out.size(); ++x)
+      // the last round: every subgroup member's rows of this lane go home, member-major again,
+      // one payload per bundle and peer
+      for (std::size_t x = 0; x < out.size(); ++x) {
+        const std::size_t bx = out_bundles.bundle_of[x];
+        w.at(rank, home_round)
+            .post.push_back({between(out_bundles.bundles[bx].streams.size() == 1, arena(lane_out[P][x]), arena(staged_out[P][bx]),
+                                     {0, out_offset(x), 0, 0}, width(out[x]), permutes[at(i)].home[out[x].kv]),
+                             home_round - 1});
+      }
+      for (std::size_t bx = 0; bx < out_bundles.bundles.size(); ++bx) {
+        const stream_bundle& x = out_bundles.bundles[bx];
         for (std::int32_t o = i * u; o < i * u + u; ++o) {
           if (o == p) continue;
           w.send(home_round, rank, s.ranks[at(o)],
-                 {arena(staged_out[P][x]), member_row(o), arena(receive[at(o)][x]), j * tokens_of(o), tokens_of(o), out[x].kind,
-                  width(out[x])},
-                 wire.row_bytes(out[x].kind, width(out[x])));
+                 {arena(staged_out[P][bx]), member_row(o), arena(receive[at(o)][bx]), j * tokens_of(o), tokens_of(o), x.kind, x.heads},
+                 wire.row_bytes(x.kind, x.heads));
         }
+      }
       // after it: unpack every lane into the rank's tensors (forward: overwrite O and LSE,
       // which only this group writes; backward: add, so that shared K/V heads sum)
       auto& home = w.at(rank, home_round + 1).post;
-      for (std::size_t x = 0; x < out.size(); ++x)
+      for (std::size_t x = 0; x < out.size(); ++x) {
+        const std::size_t bx = out_bundles.bundle_of[x];
         for (const lane_span& ls : lane_spans(u, j)) {
           head_runs unpack;
-          unpack.from = arena(ls.own ? staged_out[P][x] : receive[P][x]);
+          unpack.from = arena(ls.own ? staged_out[P][bx] : receive[P][bx]);
           unpack.to = tensor(out[x].home);
           unpack.heads = width(out[x]);
-          for (std::int32_t l = ls.first; l < ls.last; ++l) unpack.moves.push_back({0, first_head(out[x], l), ls.own ? member_row(p) : l * b, 0});
+          for (std::int32_t l = ls.first; l < ls.last; ++l)
+            unpack.moves.push_back({out_offset(x), first_head(out[x], l), ls.own ? member_row(p) : l * b, 0});
           unpack.runs = scatter;
           if (backward) home.push_back({add_heads{std::move(unpack)}, home_round});
           else home.push_back({copy_heads{std::move(unpack)}, home_round});
         }
+      }
     }
   }
 }
