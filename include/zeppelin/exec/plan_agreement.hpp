@@ -107,7 +107,7 @@ inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept;
 inline void hash_into(fnv1a_hasher& h, const head_runs& x) noexcept;
 // a length, then every element
 template <class T>
-void hash_all(fnv1a_hasher& h, const std::vector<T>& xs) noexcept {
+void hash_all(fnv1a_hasher& h, std::span<const T> xs) noexcept {
   h.add(static_cast<std::int64_t>(xs.size()));
   for (const T& x : xs) {
     if constexpr (std::is_integral_v<T>) h.add(static_cast<std::int64_t>(x));
@@ -115,8 +115,16 @@ void hash_all(fnv1a_hasher& h, const std::vector<T>& xs) noexcept {
   }
 }
 template <class T>
+void hash_all(fnv1a_hasher& h, const std::vector<T>& xs) noexcept {
+  hash_all(h, std::span<const T>(xs));
+}
+template <class T>
 void hash_all(fnv1a_hasher& h, const shared_list<T>& xs) noexcept {
-  hash_all(h, xs.items());
+  hash_all(h, std::span<const T>(xs.items()));
+}
+template <class T, std::size_t N>
+void hash_all(fnv1a_hasher& h, const small_list<T, N>& xs) noexcept {
+  hash_all(h, std::span<const T>(xs.begin(), xs.size()));
 }
 inline void hash_into(fnv1a_hasher& h, const program_op& op) noexcept {
   h.add(op.stream);

@@ -45,6 +45,7 @@
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/program/block_list.hpp>
 #include <zeppelin/program/shared_list.hpp>
+#include <zeppelin/program/small_list.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 
@@ -280,8 +281,8 @@ using op_body = std::variant<copy_rows, add_rows, zero_rows, run_attention, exch
 inline constexpr std::int32_t comm_stream = -1;
 
 struct program_op {
-  std::int32_t stream = 0;          //!< a compute stream, or comm_stream for exchanges
-  std::vector<std::int32_t> after;  //!< ops of the same segment (earlier) this one waits for
+  std::int32_t stream = 0;            //!< a compute stream, or comm_stream for exchanges
+  small_list<std::int32_t, 2> after;  //!< ops of the same segment (earlier) this one waits for
   op_body body;
   friend bool operator==(const program_op&, const program_op&) = default;
 };
