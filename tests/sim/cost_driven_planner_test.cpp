@@ -1,6 +1,6 @@
 // The cost-driven planner (sim/cost_driven_planner.hpp) and the bound that prunes its search
 // (sim/plan_step_bound.hpp): the bound never exceeds a simulated step (and sees the bytes a
-// ring or an all-to-all must deliver), the choice equals
+// ring or an all-to-all must deliver, and the small launches of a ring's rounds), the choice equals
 // the brute-force minimum over every candidate, the plan validates, the planner is
 // deterministic and never slower than a method it considers.
 #include <zeppelin/core/model_presets.hpp>
@@ -79,6 +79,10 @@ TEST_CASE("the plan step bound never exceeds the simulated step", "[sim][planner
       CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
       // the bound of any router holds for this one too, and is never above the path's own
       CHECK(plan_step_bound(run.layout, b, m, run.view, sim_cost_model::for_topology(run.view), linear) <= bound);
+      // every pair at the best rate (the planner's first, O(shards) bound) is never above it
+      bound_prices quick = bound_prices_for(b, m, run.view, sim_cost_model::for_topology(run.view));
+      quick.max_shard_pairs = 0;
+      CHECK(plan_step_bound(run.layout, quick, linear, path) <= bound * (1 + 1e-12));
     }
   }
 }
@@ -146,8 +150,18 @@ TEST_CASE("the plan step bound is the perfect-balance bound for one rank and gro
   const batch b({3000, 1000});
   const plan single{"manual", 1, 1, 4000, {placement{{shard{0, {0, 3000}, no_group, 0}, shard{1, {0, 1000}, no_group, 0}}}}, {}, {}};
   const sim_cost_model cost = sim_cost_model::for_topology(one);
+  // one launch of two causal sequences: 3072 + 1024 tile rows, below the tables' best size,
+  // so above the perfect-balance bound by exactly that launch's slowdown
+  const bound_prices prices = bound_prices_for(b, m, one, cost);
+  const double pairs = static_cast<double>(causal_pairs(3000) + causal_pairs(1000));
+  const double slowdown = prices.slowdown.at(3072 + 1024);
+  CHECK(slowdown > 1.5);
   CHECK(plan_step_bound(single, b, m, one, cost, linear_layout_kind::attention_layout) ==
-        Approx(step_lower_bound(b, m, one, cost)).epsilon(1e-12));
+        Approx(pairs * prices.per_pair * slowdown + 4000 * prices.per_token).epsilon(1e-12));
+  bound_prices flat = prices;  // rate tables without a slope: the perfect-balance bound
+  flat.slowdown.attention.forward = throughput_table({{1, 1e15}});
+  flat.slowdown.attention.backward = throughput_table({{1, 1e15}});
+  CHECK(plan_step_bound(single, flat, linear_layout_kind::attention_layout) == Approx(step_lower_bound(b, m, one, cost)).epsilon(1e-12));
 
   // two ranks: the long sequence alone on rank 0 is the busier rank whatever the layout of
   // the linear modules
@@ -160,6 +174,27 @@ TEST_CASE("the plan step bound is the perfect-balance bound for one rank and gro
   const double remapped = plan_step_bound(split, b, m, two, cost2, linear_layout_kind::token_balanced);
   CHECK(as_laid_out > remapped);
   CHECK(remapped > balanced);
+}
+
+TEST_CASE("a ring member's small launches lift the bound, which stays below the step", "[sim][planner]") {
+  // one 64K sequence over rings of 16 to 64 ranks (1K to 4K tokens each: launches far below
+  // the tables' best size) and the same on a few ranks; both launch policies
+  const model_config m = models::llama_3b();
+  const batch b({65536});
+  for (const int nodes : {2, 4, 8})
+    for (const method_spec& spec : {method_spec_of(method_kind::te_cp), method_spec_of(method_kind::te_cp_routing_engine)}) {
+      const topology t = cluster_by_name("c", nodes, 8);
+      CAPTURE(nodes, spec.name);
+      const method_run run = run_spec(spec, b, t, m, setup_for(b, t));
+      const bound_prices prices = bound_prices_for(b, m, run.view, sim_cost_model::for_topology(run.view));
+      bound_prices flat = prices;
+      flat.slowdown.attention.forward = throughput_table({{1, 1e15}});
+      flat.slowdown.attention.backward = throughput_table({{1, 1e15}});
+      const linear_layout_kind linear = spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout;
+      const double bound = plan_step_bound(run.layout, prices, linear), without = plan_step_bound(run.layout, flat, linear);
+      CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
+      CHECK(bound > 1.5 * without);  // each round's launch has 1K - 4K query rows
+    }
 }
 
 TEST_CASE("the cost-driven planner chooses the brute-force minimum over its candidates", "[sim][planner]") {

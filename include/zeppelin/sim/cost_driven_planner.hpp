@@ -11,10 +11,13 @@
 //        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
 //        duplicate).
 // Search: every candidate is partitioned (microseconds; candidates that share a partitioner
-// share its plan) and bounded by plan_step_bound (sim/plan_step_bound.hpp); a candidate
-// whose plan and execution equal an earlier candidate's is recorded as its duplicate and not
-// simulated; candidates are simulated in increasing order of bound (ties: candidate order)
-// until the next bound is no smaller than the best step found. Pruning never changes the
+// share its plan) and bounded by plan_step_bound (sim/plan_step_bound.hpp) with every pair
+// at the best rate, O(shards); a candidate whose plan and execution equal an earlier
+// candidate's is recorded as its duplicate and not simulated; candidates are taken in
+// increasing order of that bound (ties: candidate order), and each after the first, unless
+// that bound already prunes it, is bounded again with its launch sets (O(shard pairs): the
+// calls a ring's rounds can make are small and slow), then simulated unless the tighter
+// bound is no smaller than the best step found. Pruning never changes the
 // choice: the chosen step is the minimum over all feasible candidates, ties going to the
 // earlier candidate, exactly as simulating all of them would choose. A candidate whose
 // partitioner finds the batch infeasible, or whose program exceeds the library's limits, is
@@ -92,7 +95,7 @@ enum class candidate_outcome : std::uint8_t {
 struct candidate_price {
   std::string name;
   candidate_outcome outcome = candidate_outcome::infeasible;
-  double bound_s = 0;  //!< plan_step_bound (0 when infeasible)
+  double bound_s = 0;  //!< plan_step_bound (0 when infeasible): with launch sets where it was bounded again
   double step_s = 0;   //!< simulated step (outcome simulated)
   std::string reason;  //!< the error (outcome infeasible), the earlier candidate (duplicate)
 };
@@ -129,9 +132,19 @@ struct cost_driven_choice {
   const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(view);
   const token_count capacity = method_capacity(setup);
 
-  const bound_prices unit = bound_prices_for(b, m, view, cost);  // once per batch, not per candidate
   std::vector<candidate_price> prices(candidates.size());
   std::vector<std::optional<plan>> layouts(candidates.size());
+  // once per batch, not per candidate: the bound that orders the candidates prices every pair
+  // at the best rate, O(shards); a candidate about to be simulated gets the tighter one of its
+  // launch sets first, which costs less than the simulation it may spare
+  const bound_prices tight = bound_prices_for(b, m, view, cost);
+  bound_prices quick = tight;
+  quick.max_shard_pairs = 0;
+  const auto bound_of = [&](std::size_t i, const bound_prices& unit) {
+    const method_spec& spec = candidates[i];
+    return plan_step_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout,
+                           inter_node_path_of(options_for(spec, setup).router));
+  };
   std::optional<std::exception_ptr> first_error;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     const method_spec& spec = candidates[i];
@@ -151,8 +164,7 @@ struct cost_driven_choice {
     }
     try {
       layouts[i] = same < i ? with_collective_of(spec, *layouts[same]) : partition_for(spec, b, view, capacity, setup.metric, &m);
-      price.bound_s = plan_step_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout,
-                                      inter_node_path_of(options_for(spec, setup).router));
+      price.bound_s = bound_of(i, quick);
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();
@@ -161,11 +173,13 @@ struct cost_driven_choice {
 
   // a candidate whose plan and execution an earlier one already has costs the same step: it is
   // not simulated again (e.g. a micro-batched planner whose batch fits one pass)
+  std::vector<std::size_t> duplicate_of(candidates.size(), candidates.size());
   for (std::size_t i = 0; i < candidates.size(); ++i)
     for (std::size_t j = 0; j < i && layouts[i]; ++j)
       if (layouts[j] && same_execution(candidates[i], candidates[j]) && same_layout(*layouts[i], *layouts[j])) {
         prices[i].outcome = candidate_outcome::duplicate;
         prices[i].reason = "the plan and execution of " + prices[j].name;
+        duplicate_of[i] = j;
         layouts[i].reset();
       }
 
@@ -186,9 +200,11 @@ struct cost_driven_choice {
   std::optional<sim_result> best_result;
   for (const std::size_t i : order) {
     candidate_price& price = prices[i];
-    const bool cannot_win = best && (price.bound_s > best_result->step_time_s ||
-                                     (price.bound_s == best_result->step_time_s && i > *best));
-    if (cannot_win) {
+    const auto cannot_win = [&] {
+      return best && (price.bound_s > best_result->step_time_s || (price.bound_s == best_result->step_time_s && i > *best));
+    };
+    if (!cannot_win() && best) price.bound_s = bound_of(i, tight);  // the first is simulated whatever its bound
+    if (cannot_win()) {
       price.outcome = candidate_outcome::pruned;
       continue;
     }
@@ -208,6 +224,8 @@ struct cost_driven_choice {
     }
   }
   if (!best) std::rethrow_exception(*first_error);
+  for (std::size_t i = 0; i < candidates.size(); ++i)  // a duplicate has its original's bound, bounded again or not
+    if (duplicate_of[i] < candidates.size()) prices[i].bound_s = prices[duplicate_of[i]].bound_s;
 
   const method_spec& spec = candidates[*best];
   if (setup.record_trace || setup.record_execution)

@@ -12,15 +12,17 @@
 // Work (forward + backward + LM head):
 //   - a rank's attention: the causal pairs of the queries it holds, of sequences alone on it or
 //     in a ring or all-gather group (each such shard attends to every earlier key of its
-//     sequence, on that rank);
+//     sequence, on that rank), each set of pairs that one launch or several may compute at
+//     most at the rate the tables give a launch of that set's size (sim/detail/
+//     launch_set_bound.hpp: the calls of a ring member in one round can be small and slow);
 //   - an all-to-all (Ulysses) group spreads its pairs over its members by heads, so only the
 //     group's total is known: its busiest member carries at least the mean, over the members,
 //     of (their other work) + (the group's pairs) / (members);
 //   - the linear modules: the rank's tokens, or the micro-batch's mean tokens per rank when
 //     remapping balances them.
 //   Each pair and token is priced as step_lower_bound prices the whole batch (sim/lower_bound.hpp:
-//   exact FLOPs at the tables' best rates), so this part is at least step_lower_bound and
-//   reaches it for a perfectly balanced plan.
+//   exact FLOPs at the tables' best rates), times the slowdown of its launch set's size (at
+//   least 1), so this part is at least step_lower_bound.
 // Bytes in (forward, then backward; each layer the same), what the collectives must deliver
 // to a member whatever the router does (program/detail/*_collective.hpp):
 //   - ring and all-gather groups: the K and V rows of every other member, in each pass;
@@ -61,6 +63,7 @@
 #include <zeppelin/program/options.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/detail/launch_set_bound.hpp>
 
 #include <algorithm>
 #include <array>
@@ -99,6 +102,11 @@ struct bound_prices {
   double per_byte_nic = 0;        //!< seconds per byte of one layer through one NIC receive port (layers / its bandwidth)
   std::vector<std::int32_t> nic_of;  //!< [rank]: the view's NIC of the rank's GPU
   wire_format wire{};       //!< the model's rows: bytes per row of each kind, heads and lanes
+  //! how much slower than per_pair a launch of a given size runs at least (the rate tables)
+  detail::launch_slowdown slowdown{};
+  //! (query shard, key shard) pairs of one level that its launch sets may pair up, O(them);
+  //! a level with more, and every level when 0, prices its pairs at the best rate, O(shards)
+  std::size_t max_shard_pairs = std::size_t{1} << 21;
 };
 
 [[nodiscard]] inline bound_prices bound_prices_for(const batch& b, const model_config& m, const topology& view,
@@ -110,10 +118,9 @@ struct bound_prices {
   const double ingress = view.intra_node_link().bandwidth + view.nic_link().bandwidth;
   std::vector<std::int32_t> nic_of(static_cast<std::size_t>(view.num_ranks()));
   for (rank_index r = 0; r < view.num_ranks(); ++r) nic_of[static_cast<std::size_t>(r)] = view.nic_of(r);
-  return {.per_pair = total_pairs > 0 ? (work.attention_forward_flops / work.best_attention_forward_rate +
-                                         work.attention_backward_flops / work.best_attention_backward_rate) /
-                                            total_pairs
-                                      : 0.0,
+  const double forward_seconds = work.attention_forward_flops / work.best_attention_forward_rate,
+               backward_seconds = work.attention_backward_flops / work.best_attention_backward_rate;
+  return {.per_pair = total_pairs > 0 ? (forward_seconds + backward_seconds) / total_pairs : 0.0,
           .per_token = tokens > 0 ? work.linear_flops() / work.linear_rate / tokens : 0.0,
           .balanced = work.balanced_lower_bound(view.num_ranks()),
           .per_byte_in = static_cast<double>(m.layers) / ingress,
@@ -121,7 +128,8 @@ struct bound_prices {
           .per_byte_nvlink = static_cast<double>(m.layers) / view.intra_node_link().bandwidth,
           .per_byte_nic = static_cast<double>(m.layers) / view.nic_link().bandwidth,
           .nic_of = std::move(nic_of),
-          .wire = wire_format::for_model(m)};
+          .wire = wire_format::for_model(m),
+          .slowdown = {cost.attention, forward_seconds + backward_seconds > 0 ? forward_seconds / (forward_seconds + backward_seconds) : 1.0}};
 }
 
 namespace detail {
@@ -240,26 +248,18 @@ struct delivered_bytes {
   const double per_pair = prices.per_pair, per_token = prices.per_token;
   const std::size_t ranks = p.placements.size();
   const std::int32_t micro_batches = p.micro_batches();
-  // [micro-batch][rank]: pairs a rank surely computes, and tokens it holds.
-  std::vector<double> own_pairs(static_cast<std::size_t>(micro_batches) * ranks, 0.0);
-  std::vector<double> gathered_pairs(own_pairs.size(), 0.0);  // of own_pairs: those of all-gather groups
-  std::vector<double> held(own_pairs.size(), 0.0);
+  // [micro-batch][rank]: the least seconds of a rank's launches (outside all-to-all groups;
+  // of them, those of all-gather groups), and the tokens it holds
+  const detail::launch_seconds launches = detail::launch_set_seconds(p, per_pair, prices.slowdown, prices.max_shard_pairs);
+  std::vector<double> held(launches.own.size(), 0.0);
   std::vector<double> group_pairs(p.groups.size(), 0.0);
   std::vector<std::int32_t> group_micro_batch(p.groups.size(), 0);
   for (std::size_t r = 0; r < ranks; ++r)
     for (const shard& s : p.placements[r].shards) {
-      const std::size_t at = static_cast<std::size_t>(s.micro_batch) * ranks + r;
-      const double pairs = static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
-      held[at] += static_cast<double>(s.range.size());
-      const bool spread_by_heads =
-          s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_to_all;
-      if (spread_by_heads) {
-        group_pairs[static_cast<std::size_t>(s.group)] += pairs;
+      held[static_cast<std::size_t>(s.micro_batch) * ranks + r] += static_cast<double>(s.range.size());
+      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_to_all) {
+        group_pairs[static_cast<std::size_t>(s.group)] += static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
         group_micro_batch[static_cast<std::size_t>(s.group)] = s.micro_batch;
-      } else {
-        own_pairs[at] += pairs;
-        if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_gather)
-          gathered_pairs[at] += pairs;
       }
     }
   const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
@@ -286,7 +286,7 @@ struct delivered_bytes {
     const auto linear_work = [&](std::size_t r) {
       return (linear == linear_layout_kind::token_balanced ? mb_tokens / static_cast<double>(ranks) : held[base + r]) * per_token;
     };
-    const auto rank_work = [&](std::size_t r) { return own_pairs[base + r] * per_pair + linear_work(r); };
+    const auto rank_work = [&](std::size_t r) { return launches.own[base + r] + linear_work(r); };
     double busiest = 0;
     for (std::size_t r = 0; r < ranks; ++r) busiest = std::max(busiest, rank_work(r));
     for (std::size_t g = 0; g < p.groups.size(); ++g) {
@@ -311,7 +311,7 @@ struct delivered_bytes {
     double serial = 0;
     const auto& passes = bytes_in[static_cast<std::size_t>(mb)];
     for (std::size_t r = 0; r < ranks; ++r) {
-      if (gathered_pairs[base + r] == 0) continue;
+      if (launches.gathered[base + r] == 0) continue;
       double waits = 0;
       for (const detail::delivered_bytes& pass : passes) {
         const double local = pass.gathered_local[r], remote = pass.gathered_remote[r];
@@ -319,7 +319,7 @@ struct delivered_bytes {
         if (path == inter_node_path::own_nic) in = std::max({in, local * prices.per_byte_nvlink, remote * prices.per_byte_nic});
         waits += in;
       }
-      serial = std::max(serial, waits + gathered_pairs[base + r] * per_pair + linear_work(r));
+      serial = std::max(serial, waits + launches.gathered[base + r] + linear_work(r));
     }
     bound += std::max({busiest, receiving, serial});
   }

@@ -1,0 +1,219 @@
+// zeppelin/sim/detail/launch_set_bound.hpp
+// The least time a rank's attention launches can take, from the plan alone: the work part of
+// plan_step_bound (sim/plan_step_bound.hpp) for the shards of ring and all-gather groups and
+// of sequences held whole.
+//   in : a plan, the seconds of one causal pair at the best modelled rates (forward +
+//        backward, every layer), the attention model (its rate tables and tile), the forward's
+//        share of the pair's seconds
+//   out: per (micro-batch, rank) the seconds of its launches, all of them and those of
+//        all-gather groups; the pairs of all-to-all groups are left to the caller (their lanes
+//        compute a share of the heads each, sim/plan_step_bound.hpp)
+// Why: pricing every pair at the best rate (the rate of a 16K-row call) says nothing about
+// layouts whose launches are small: a ring of 184 members over 1K tokens each computes
+// calls of about 1K rows, at a seventh of that rate, and simulating such a candidate costs
+// seconds that its bound could have saved.
+// What the simulator charges a launch (sim/detail/attention_call.hpp): its FLOPs, at least
+// those of its pairs, over the rate of its causal-equivalent size x, the sum over its blocks
+// of max(padded rows, sqrt(2 pairs - rows)). A launch set is a set of blocks that every
+// launch of the program falls inside: the blocks of one (micro-batch, level, rank, pass,
+// round), since launches never span rounds or levels; rings join their groups' blocks of one
+// round (under launch_policy::fused), so a set is the union over the rank's ring groups of the
+// level of its blocks against origin p - k (forward) or p + k (backward); all-gather groups
+// compute every origin at once, one set per level and pass; sequences held whole, one set.
+// The blocks are those of schedule/ring_schedule.hpp (append_blocks of every query shard
+// against every key shard of its sequence), which the collectives launch whole (launch waves
+// group blocks, never cut them). With R(x) = the most the table gives at any size up to x
+// (a rising envelope: tables need not rise everywhere), a launch L in set S takes at least
+// pairs(L) / R(x_S) of the per-pair FLOPs, since x_L <= x_S; the launches of S together at
+// least pairs(S) / R(x_S). Summed over the sets: a rank's least attention time, never below
+// the pairs at the best rate.
+// Cost: O(shards + P) for the P (query shard, key shard) pairs of one sequence in one group,
+// or O(shards) where a level has more than `max_shard_pairs` of them (a global ring of 1024
+// members over long sequences; 0: every level): that level's pairs are priced at the best
+// rate (never a finer set than the launches: a rank's groups of one level are bounded
+// together or not at all). Host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/types.hpp>
+#include <zeppelin/cost/attention_time_model.hpp>
+#include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/throughput_table.hpp>
+#include <zeppelin/schedule/block_mask.hpp>
+#include <zeppelin/schedule/group_layout.hpp>
+#include <zeppelin/schedule/ring_schedule.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+namespace detail {
+
+//! The most `t` gives at any size up to x (x > 0).
+[[nodiscard]] inline double rate_up_to(const throughput_table& t, double x) {
+  double best = t.at(x);
+  for (const throughput_point& p : t.points()) {
+    if (p.x > x) break;
+    best = std::max(best, p.flops_per_second);
+  }
+  return best;
+}
+
+//! How many times slower than at the best rates a launch of causal-equivalent size x runs at
+//! least, per pass: each pass weighted by its share of a pair's seconds at the best rates, so
+//! that forward_at(x) + backward_at(x) is 1 for a launch as large as the tables' best.
+struct launch_slowdown {
+  attention_time_model attention{};
+  double forward_share = 1;  //!< forward seconds / (forward + backward) of a pair at the best rates
+
+  [[nodiscard]] double forward_at(double x) const { return forward_share * penalty(attention.forward, x); }
+  [[nodiscard]] double backward_at(double x) const { return (1 - forward_share) * penalty(attention.backward, x); }
+  [[nodiscard]] double at(double x) const { return forward_at(x) + backward_at(x); }
+
+ private:
+  // best rate / the best rate up to x (1 for an empty table or x <= 0: no penalty claimed)
+  static double penalty(const throughput_table& t, double x) {
+    if (t.points().empty() || !(x > 0)) return 1;
+    double best = 0;
+    for (const throughput_point& p : t.points()) best = std::max(best, p.flops_per_second);
+    const double up_to_x = rate_up_to(t, x);
+    return up_to_x > 0 && best > up_to_x ? best / up_to_x : 1;
+  }
+};
+
+//! Seconds of attention per (micro-batch, rank): all of the rank's launches outside all-to-all
+//! groups, and of those the launches of all-gather groups. Index: micro_batch * ranks + rank.
+struct launch_seconds {
+  std::vector<double> own, gathered;
+};
+
+[[nodiscard]] inline launch_seconds launch_set_seconds(const plan& p, double per_pair, const launch_slowdown& slowdown,
+                                                      std::size_t max_shard_pairs) {
+  const std::size_t ranks = p.placements.size();
+  launch_seconds out;
+  out.own.assign(static_cast<std::size_t>(p.micro_batches()) * ranks, 0.0);
+  out.gathered.assign(out.own.size(), 0.0);
+  // what a set is made of (see the file comment)
+  enum which : std::int32_t { ring_forward = 0, ring_backward = 1, gathered = 2, local = 3 };
+  // a level: (micro-batch, zone), the local level's zone -1 (sequences held whole and groups
+  // inside one rank)
+  struct held {
+    std::int32_t micro_batch, zone, group;  // group: no_group for the local level
+    sequence_index seq;
+    std::int32_t position;  // in the group
+    rank_index rank;
+    token_range range;
+  };
+  // per group: (rank, position), by rank
+  std::vector<std::vector<std::pair<rank_index, std::int32_t>>> positions(p.groups.size());
+  for (std::size_t g = 0; g < p.groups.size(); ++g) {
+    for (std::size_t i = 0; i < p.groups[g].ranks.size(); ++i) positions[g].emplace_back(p.groups[g].ranks[i], static_cast<std::int32_t>(i));
+    std::sort(positions[g].begin(), positions[g].end());
+  }
+  std::vector<held> shards;
+  for (std::size_t r = 0; r < ranks; ++r)
+    for (const shard& s : p.placements[r].shards) {
+      if (s.range.empty()) continue;
+      const auto rank = static_cast<rank_index>(r);
+      const ring_group* g = s.group == no_group ? nullptr : &p.groups[static_cast<std::size_t>(s.group)];
+      if (!g || g->zone == zone_kind::local) {
+        shards.push_back({s.micro_batch, -1, no_group, s.seq, 0, rank, s.range});
+        continue;
+      }
+      if (g->collective == collective_kind::all_to_all) continue;
+      const auto& at = positions[static_cast<std::size_t>(s.group)];
+      const auto it = std::lower_bound(at.begin(), at.end(), std::pair{rank, std::int32_t{-1}});
+      shards.push_back({s.micro_batch, static_cast<std::int32_t>(g->zone), s.group, s.seq, it->second, rank, s.range});
+    }
+  // by level, group, sequence (and, local, rank): the shards that pair up are adjacent
+  std::sort(shards.begin(), shards.end(), [](const held& a, const held& b) {
+    return std::tie(a.micro_batch, a.zone, a.group, a.seq, a.rank, a.range.begin) <
+           std::tie(b.micro_batch, b.zone, b.group, b.seq, b.rank, b.range.begin);
+  });
+  const auto same_level = [](const held& a, const held& b) { return a.micro_batch == b.micro_batch && a.zone == b.zone; };
+  const auto pair_up = [](const held& a, const held& b) { return a.group == b.group && a.seq == b.seq && (a.group != no_group || a.rank == b.rank); };
+
+  // a set's blocks summed: (rank, which, round) -> pairs, causal-equivalent size
+  struct set_part {
+    rank_index rank;
+    std::int32_t which;
+    std::int32_t round;
+    double pairs;
+    double x;
+  };
+  std::vector<set_part> parts;
+  std::vector<attention_block> blocks;
+  const auto add = [&](std::int32_t micro_batch, const set_part& s) {
+    const double times = s.which == ring_forward ? slowdown.forward_at(s.x) : s.which == ring_backward ? slowdown.backward_at(s.x) : slowdown.at(s.x);
+    const std::size_t at = static_cast<std::size_t>(micro_batch) * ranks + static_cast<std::size_t>(s.rank);
+    out.own[at] += per_pair * s.pairs * times;
+    if (s.which == gathered) out.gathered[at] += per_pair * s.pairs * times;
+  };
+  const auto which_of = [&](const held& h) {
+    if (h.group == no_group) return local;
+    return p.groups[static_cast<std::size_t>(h.group)].collective == collective_kind::all_gather ? gathered : ring_forward;
+  };
+  for (std::size_t a = 0, b = 0; a < shards.size(); a = b) {
+    for (b = a; b < shards.size() && same_level(shards[b], shards[a]);) ++b;
+    const std::int32_t micro_batch = shards[a].micro_batch;
+    std::size_t shard_pairs = 0;
+    for (std::size_t c = a, d = a; c < b; c = d) {
+      for (d = c; d < b && pair_up(shards[d], shards[c]);) ++d;
+      shard_pairs += (d - c) * (d - c);
+    }
+    if (shard_pairs > max_shard_pairs) {  // the level's pairs at the best rates
+      for (std::size_t c = a; c < b; ++c) {
+        const held& h = shards[c];
+        const double pairs = static_cast<double>(causal_pairs(h.range, token_range{0, h.range.end}));
+        const std::int32_t w = which_of(h) == ring_forward ? local : which_of(h);  // both passes at once
+        add(micro_batch, {h.rank, w, 0, pairs, 0.0});
+      }
+      continue;
+    }
+    parts.clear();
+    for (std::size_t c = a, d = a; c < b; c = d) {
+      for (d = c; d < b && pair_up(shards[d], shards[c]);) ++d;
+      const std::int32_t w = which_of(shards[c]);
+      const std::int32_t G = w == ring_forward ? static_cast<std::int32_t>(p.groups[static_cast<std::size_t>(shards[c].group)].ranks.size()) : 1;
+      for (std::size_t q = c; q < d; ++q)
+        for (std::size_t k = c; k < d; ++k) {
+          blocks.clear();
+          append_blocks({shards[q].seq, shards[q].range, 0, 0}, {shards[k].seq, shards[k].range, 0, 0}, blocks);
+          if (blocks.empty()) continue;
+          double pairs = 0, x = 0;
+          for (const attention_block& blk : blocks) {
+            const auto block = static_cast<double>(block_pairs(blk.q, blk.k, blk.mask));
+            const auto rows = static_cast<double>(blk.q.size());
+            pairs += block;
+            x += std::max(static_cast<double>(slowdown.attention.padded_rows(blk.q.size())), std::sqrt(std::max(0.0, 2 * block - rows)));
+          }
+          const rank_index rank = shards[q].rank;
+          if (w != ring_forward) {
+            parts.push_back({rank, w, 0, pairs, x});
+            continue;
+          }
+          // forward round k holds origin p - k, backward round k origin p + k
+          const std::int32_t from = shards[q].position, origin = shards[k].position;
+          parts.push_back({rank, ring_forward, ((from - origin) % G + G) % G, pairs, x});
+          parts.push_back({rank, ring_backward, ((origin - from) % G + G) % G, pairs, x});
+        }
+    }
+    std::sort(parts.begin(), parts.end(),
+              [](const set_part& x, const set_part& y) { return std::tie(x.rank, x.which, x.round) < std::tie(y.rank, y.which, y.round); });
+    for (std::size_t c = 0, d = 0; c < parts.size(); c = d) {
+      set_part set = parts[c];
+      for (d = c + 1; d < parts.size() && parts[d].rank == set.rank && parts[d].which == set.which && parts[d].round == set.round; ++d)
+        set.pairs += parts[d].pairs, set.x += parts[d].x;
+      add(micro_batch, set);
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
+ZEPPELIN_NAMESPACE_END
