@@ -97,25 +97,36 @@ struct ring_schedule : group_layout {
   friend bool operator==(const ring_schedule&, const ring_schedule&) = default;
 };
 
+//! Calls visit(query range, key range, mask) for each non-empty block of the causal attention
+//! of queries `q` against keys `k` of one sequence, in the order full-before, diagonal,
+//! full-after (see the file comment). No allocation: the pricing of launch sets walks
+//! millions of shard pairs with it.
+template <class Visit>
+constexpr void for_each_block(token_range q, token_range k, Visit&& visit) {
+  if (q.empty() || k.empty()) return;
+  const auto emit = [&](token_range qr, token_range kr, block_mask m) {
+    if (!qr.empty() && !kr.empty()) visit(qr, kr, m);
+  };
+  const token_range i{std::max(q.begin, k.begin), std::min(q.end, k.end)};
+  if (i.empty()) {
+    if (k.end <= q.begin) emit(q, k, block_mask::full);
+    return;
+  }
+  emit({i.begin, q.end}, {k.begin, i.begin}, block_mask::full);
+  emit(i, i, classify_block(i, i));
+  emit({i.end, q.end}, i, block_mask::full);
+}
+
 //! Blocks of the causal attention of query shard `q` against key shard `k` of one sequence,
-//! appended to `out` in the order full-before, diagonal, full-after (see the file comment).
+//! appended to `out` (for_each_block's order), with their rows in the two group buffers.
 //! Returns the causal pairs the appended blocks cover (== causal_pairs(q.range, k.range)).
 inline std::int64_t append_blocks(const group_shard& q, const group_shard& k, std::vector<attention_block>& out) {
-  if (q.seq != k.seq || q.range.empty() || k.range.empty()) return 0;
+  if (q.seq != k.seq) return 0;
   std::int64_t pairs = 0;
-  auto emit = [&](token_range qr, token_range kr, block_mask m) {
-    if (qr.empty() || kr.empty()) return;
+  for_each_block(q.range, k.range, [&](token_range qr, token_range kr, block_mask m) {
     out.push_back({q.seq, qr, kr, m, q.row + (qr.begin - q.range.begin), k.row + (kr.begin - k.range.begin)});
     pairs += block_pairs(qr, kr, m);
-  };
-  const token_range i{std::max(q.range.begin, k.range.begin), std::min(q.range.end, k.range.end)};
-  if (i.empty()) {
-    if (k.range.end <= q.range.begin) emit(q.range, k.range, block_mask::full);
-    return pairs;
-  }
-  emit({i.begin, q.range.end}, {k.range.begin, i.begin}, block_mask::full);
-  emit(i, i, classify_block(i, i));
-  emit({i.end, q.range.end}, i, block_mask::full);
+  });
   return pairs;
 }
 

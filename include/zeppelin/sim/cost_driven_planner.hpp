@@ -14,9 +14,9 @@
 // share its plan) and bounded by plan_step_bound (sim/plan_step_bound.hpp) with every pair
 // at the best rate, O(shards); a candidate whose plan and execution equal an earlier
 // candidate's is recorded as its duplicate and not simulated; candidates are taken in
-// increasing order of that bound (ties: candidate order), and each after the first, unless
-// that bound already prunes it, is bounded again with its launch sets (O(shard pairs): the
-// calls a ring's rounds can make are small and slow), then simulated unless the tighter
+// increasing order of bound (ties: candidate order): one bounded only at the best rate is
+// bounded again with its launch sets (O(shard pairs): the calls a ring's rounds make can be
+// small and slow) and goes back in line, one bounded both ways is simulated, until the next
 // bound is no smaller than the best step found. Pruning never changes the
 // choice: the chosen step is the minimum over all feasible candidates, ties going to the
 // earlier candidate, exactly as simulating all of them would choose. A candidate whose
@@ -45,8 +45,10 @@
 #include <array>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <numeric>
 #include <optional>
+#include <queue>
 #include <span>
 #include <string>
 #include <utility>
@@ -189,23 +191,31 @@ struct cost_driven_choice {
   pricing.record_trace = false;
   pricing.record_execution = false;
 
-  std::vector<std::size_t> order;
+  // the candidate of least bound next (ties: candidate order); one bounded only at the best
+  // rate is bounded again and goes back in, so candidates are simulated in order of their
+  // tight bounds
+  using queued = std::pair<double, std::size_t>;
+  std::priority_queue<queued, std::vector<queued>, std::greater<>> queue;
+  std::vector<char> tightened(candidates.size(), 0);
   for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (layouts[i]) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return prices[x].bound_s < prices[y].bound_s;
-  });
+    if (layouts[i]) queue.emplace(prices[i].bound_s, i);
 
   std::optional<std::size_t> best;
   std::optional<sim_result> best_result;
-  for (const std::size_t i : order) {
+  while (!queue.empty()) {
+    const std::size_t i = queue.top().second;
+    queue.pop();
     candidate_price& price = prices[i];
-    const auto cannot_win = [&] {
-      return best && (price.bound_s > best_result->step_time_s || (price.bound_s == best_result->step_time_s && i > *best));
-    };
-    if (!cannot_win() && best) price.bound_s = bound_of(i, tight);  // the first is simulated whatever its bound
-    if (cannot_win()) {
+    const bool cannot_win =
+        best && (price.bound_s > best_result->step_time_s || (price.bound_s == best_result->step_time_s && i > *best));
+    if (cannot_win) {
       price.outcome = candidate_outcome::pruned;
+      continue;
+    }
+    if (!tightened[i]) {
+      tightened[i] = 1;
+      price.bound_s = std::max(price.bound_s, bound_of(i, tight));
+      queue.emplace(price.bound_s, i);
       continue;
     }
     try {

@@ -104,9 +104,10 @@ struct bound_prices {
   wire_format wire{};       //!< the model's rows: bytes per row of each kind, heads and lanes
   //! how much slower than per_pair a launch of a given size runs at least (the rate tables)
   detail::launch_slowdown slowdown{};
-  //! (query shard, key shard) pairs of one level that its launch sets may pair up, O(them);
-  //! a level with more, and every level when 0, prices its pairs at the best rate, O(shards)
-  std::size_t max_shard_pairs = std::size_t{1} << 21;
+  //! (query shard, key shard) pairs of one level that its launch sets may pair up, O(them),
+  //! about 20 ns each; a level with more, and every level when 0, prices its pairs at the
+  //! best rate, O(shards)
+  std::size_t max_shard_pairs = std::size_t{1} << 25;
 };
 
 [[nodiscard]] inline bound_prices bound_prices_for(const batch& b, const model_config& m, const topology& view,

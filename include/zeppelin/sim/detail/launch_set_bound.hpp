@@ -17,21 +17,22 @@
 // of max(padded rows, sqrt(2 pairs - rows)). A launch set is a set of blocks that every
 // launch of the program falls inside: the blocks of one (micro-batch, level, rank, pass,
 // round), since launches never span rounds or levels; rings join their groups' blocks of one
-// round (under launch_policy::fused), so a set is the union over the rank's ring groups of the
+// round (under launch_policy::fused_round), so a set is the union over the rank's ring groups of the
 // level of its blocks against origin p - k (forward) or p + k (backward); all-gather groups
 // compute every origin at once, one set per level and pass; sequences held whole, one set.
-// The blocks are those of schedule/ring_schedule.hpp (append_blocks of every query shard
+// The blocks are those of schedule/ring_schedule.hpp (for_each_block of every query shard
 // against every key shard of its sequence), which the collectives launch whole (launch waves
 // group blocks, never cut them). With R(x) = the most the table gives at any size up to x
 // (a rising envelope: tables need not rise everywhere), a launch L in set S takes at least
 // pairs(L) / R(x_S) of the per-pair FLOPs, since x_L <= x_S; the launches of S together at
 // least pairs(S) / R(x_S). Summed over the sets: a rank's least attention time, never below
 // the pairs at the best rate.
-// Cost: O(shards + P) for the P (query shard, key shard) pairs of one sequence in one group,
-// or O(shards) where a level has more than `max_shard_pairs` of them (a global ring of 1024
-// members over long sequences; 0: every level): that level's pairs are priced at the best
-// rate (never a finer set than the launches: a rank's groups of one level are bounded
-// together or not at all). Host-only.
+// Cost: O(shards + P) time for the P (query shard, key shard) pairs of one sequence in one
+// group (about 20 ns each), O(shards + min(P, sum of G^2 over its groups)) memory, or
+// O(shards) where a level has more than `max_shard_pairs` of them (0: every level) or would
+// list more than max_set_parts sets (a global ring of thousands of members): that level's
+// pairs are priced at the best rate (never a finer set than the launches: a rank's groups of
+// one level are bounded together or not at all). Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -92,6 +93,10 @@ struct launch_seconds {
   std::vector<double> own, gathered;
 };
 
+//! Sets a level may list at once (two per computing pair of ring positions): a bound on the
+//! memory the pricing takes, about 24 bytes each.
+inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
+
 [[nodiscard]] inline launch_seconds launch_set_seconds(const plan& p, double per_pair, const launch_slowdown& slowdown,
                                                       std::size_t max_shard_pairs) {
   const std::size_t ranks = p.placements.size();
@@ -146,8 +151,19 @@ struct launch_seconds {
     double pairs;
     double x;
   };
+  struct sum {
+    double pairs = 0, x = 0;
+    void add(token_range q, token_range k, block_mask m, const attention_time_model& model) {
+      const auto block = static_cast<double>(block_pairs(q, k, m));
+      const auto rows = static_cast<double>(q.size());
+      pairs += block;
+      x += std::max(static_cast<double>(model.padded_rows(q.size())), std::sqrt(std::max(0.0, 2 * block - rows)));
+    }
+  };
   std::vector<set_part> parts;
-  std::vector<attention_block> blocks;
+  std::vector<std::size_t> run_end(shards.size()), run_begin(shards.size()), by_position;
+  std::vector<sum> by_origin;          // per origin position of the group: what the current position computes with it
+  std::vector<std::int32_t> touched;   // origins with something, in first-touch order
   const auto add = [&](std::int32_t micro_batch, const set_part& s) {
     const double times = s.which == ring_forward ? slowdown.forward_at(s.x) : s.which == ring_backward ? slowdown.backward_at(s.x) : slowdown.at(s.x);
     const std::size_t at = static_cast<std::size_t>(micro_batch) * ranks + static_cast<std::size_t>(s.rank);
@@ -161,12 +177,17 @@ struct launch_seconds {
   for (std::size_t a = 0, b = 0; a < shards.size(); a = b) {
     for (b = a; b < shards.size() && same_level(shards[b], shards[a]);) ++b;
     const std::int32_t micro_batch = shards[a].micro_batch;
-    std::size_t shard_pairs = 0;
+    std::size_t shard_pairs = 0, position_pairs = 0;  // the work, and at most the sets it makes
     for (std::size_t c = a, d = a; c < b; c = d) {
       for (d = c; d < b && pair_up(shards[d], shards[c]);) ++d;
+      for (std::size_t i = c; i < d; ++i) run_begin[i] = c, run_end[i] = d;
       shard_pairs += (d - c) * (d - c);
+      if (d == b || shards[d].group != shards[c].group) {
+        const std::size_t G = shards[c].group == no_group ? 1 : p.groups[static_cast<std::size_t>(shards[c].group)].ranks.size();
+        position_pairs += G * G;
+      }
     }
-    if (shard_pairs > max_shard_pairs) {  // the level's pairs at the best rates
+    if (shard_pairs > max_shard_pairs || std::min(shard_pairs, position_pairs) > max_set_parts) {  // the level's pairs at the best rates
       for (std::size_t c = a; c < b; ++c) {
         const held& h = shards[c];
         const double pairs = static_cast<double>(causal_pairs(h.range, token_range{0, h.range.end}));
@@ -176,32 +197,54 @@ struct launch_seconds {
       continue;
     }
     parts.clear();
-    for (std::size_t c = a, d = a; c < b; c = d) {
-      for (d = c; d < b && pair_up(shards[d], shards[c]);) ++d;
-      const std::int32_t w = which_of(shards[c]);
-      const std::int32_t G = w == ring_forward ? static_cast<std::int32_t>(p.groups[static_cast<std::size_t>(shards[c].group)].ranks.size()) : 1;
-      for (std::size_t q = c; q < d; ++q)
-        for (std::size_t k = c; k < d; ++k) {
-          blocks.clear();
-          append_blocks({shards[q].seq, shards[q].range, 0, 0}, {shards[k].seq, shards[k].range, 0, 0}, blocks);
-          if (blocks.empty()) continue;
-          double pairs = 0, x = 0;
-          for (const attention_block& blk : blocks) {
-            const auto block = static_cast<double>(block_pairs(blk.q, blk.k, blk.mask));
-            const auto rows = static_cast<double>(blk.q.size());
-            pairs += block;
-            x += std::max(static_cast<double>(slowdown.attention.padded_rows(blk.q.size())), std::sqrt(std::max(0.0, 2 * block - rows)));
-          }
-          const rank_index rank = shards[q].rank;
-          if (w != ring_forward) {
-            parts.push_back({rank, w, 0, pairs, x});
-            continue;
-          }
-          // forward round k holds origin p - k, backward round k origin p + k
-          const std::int32_t from = shards[q].position, origin = shards[k].position;
-          parts.push_back({rank, ring_forward, ((from - origin) % G + G) % G, pairs, x});
-          parts.push_back({rank, ring_backward, ((origin - from) % G + G) % G, pairs, x});
+    for (std::size_t g0 = a, g1 = a; g0 < b; g0 = g1) {
+      for (g1 = g0; g1 < b && shards[g1].group == shards[g0].group;) ++g1;
+      const std::int32_t w = which_of(shards[g0]);
+      if (w == local) {  // a run is one rank's shards of one sequence
+        for (std::size_t c = g0; c < g1; c = run_end[c]) {
+          sum total;
+          for (std::size_t q = c; q < run_end[c]; ++q)
+            for (std::size_t k = c; k < run_end[c]; ++k)
+              for_each_block(shards[q].range, shards[k].range,
+                             [&](token_range qr, token_range kr, block_mask m) { total.add(qr, kr, m, slowdown.attention); });
+          parts.push_back({shards[c].rank, local, 0, total.pairs, total.x});
         }
+        continue;
+      }
+      // position by position: what it computes against each origin (one set per round of a
+      // ring, one for an all-gather member)
+      const auto G = static_cast<std::int32_t>(p.groups[static_cast<std::size_t>(shards[g0].group)].ranks.size());
+      by_position.clear();
+      for (std::size_t i = g0; i < g1; ++i) by_position.push_back(i);
+      std::stable_sort(by_position.begin(), by_position.end(), [&](std::size_t x, std::size_t y) { return shards[x].position < shards[y].position; });
+      by_origin.assign(static_cast<std::size_t>(G), sum{});
+      for (std::size_t c = 0, d = 0; c < by_position.size(); c = d) {
+        const std::int32_t from = shards[by_position[c]].position;
+        const rank_index rank = shards[by_position[c]].rank;
+        touched.clear();
+        for (d = c; d < by_position.size() && shards[by_position[d]].position == from; ++d) {
+          const std::size_t q = by_position[d];
+          for (std::size_t k = run_begin[q]; k < run_end[q]; ++k) {
+            sum& with = by_origin[static_cast<std::size_t>(shards[k].position)];
+            const double before = with.pairs;
+            for_each_block(shards[q].range, shards[k].range,
+                           [&](token_range qr, token_range kr, block_mask m) { with.add(qr, kr, m, slowdown.attention); });
+            if (before == 0 && with.pairs > 0) touched.push_back(shards[k].position);
+          }
+        }
+        sum all;
+        for (const std::int32_t origin : touched) {
+          sum& with = by_origin[static_cast<std::size_t>(origin)];
+          if (w == gathered) {
+            all.pairs += with.pairs, all.x += with.x;
+          } else {  // forward round k holds origin p - k, backward round k origin p + k
+            parts.push_back({rank, ring_forward, ((from - origin) % G + G) % G, with.pairs, with.x});
+            parts.push_back({rank, ring_backward, ((origin - from) % G + G) % G, with.pairs, with.x});
+          }
+          with = sum{};
+        }
+        if (w == gathered && all.pairs > 0) parts.push_back({rank, gathered, 0, all.pairs, all.x});
+      }
     }
     std::sort(parts.begin(), parts.end(),
               [](const set_part& x, const set_part& y) { return std::tie(x.rank, x.which, x.round) < std::tie(y.rank, y.which, y.round); });
