@@ -103,6 +103,18 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   launch_seconds out;
   out.own.assign(static_cast<std::size_t>(p.micro_batches()) * ranks, 0.0);
   out.gathered.assign(out.own.size(), 0.0);
+  if (max_shard_pairs == 0) {  // every pair at the best rate: one pass, no sets
+    for (std::size_t r = 0; r < ranks; ++r)
+      for (const shard& s : p.placements[r].shards) {
+        const collective_kind c = s.group == no_group ? collective_kind::ring : p.groups[static_cast<std::size_t>(s.group)].collective;
+        if (c == collective_kind::all_to_all) continue;
+        const double seconds = per_pair * static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
+        const std::size_t at = static_cast<std::size_t>(s.micro_batch) * ranks + r;
+        out.own[at] += seconds;
+        if (c == collective_kind::all_gather) out.gathered[at] += seconds;
+      }
+    return out;
+  }
   // what a set is made of (see the file comment)
   enum which : std::int32_t { ring_forward = 0, ring_backward = 1, gathered = 2, local = 3 };
   // a level: (micro-batch, zone), the local level's zone -1 (sequences held whole and groups
@@ -121,6 +133,9 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     std::sort(positions[g].begin(), positions[g].end());
   }
   std::vector<held> shards;
+  std::size_t count = 0;
+  for (const placement& pl : p.placements) count += pl.shards.size();
+  shards.reserve(count);
   for (std::size_t r = 0; r < ranks; ++r)
     for (const shard& s : p.placements[r].shards) {
       if (s.range.empty()) continue;
@@ -160,7 +175,9 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
       x += std::max(static_cast<double>(model.padded_rows(q.size())), std::sqrt(std::max(0.0, 2 * block - rows)));
     }
   };
-  std::vector<set_part> parts;
+  std::vector<set_part> parts;            // ring sets, sorted and summed per level
+  std::vector<sum> one_set(ranks);        // per rank: its level's one set (all-gather or local)
+  std::vector<rank_index> with_one_set;   // the ranks with one, in first-touch order
   std::vector<std::size_t> run_end(shards.size()), run_begin(shards.size()), by_position;
   std::vector<sum> by_origin;          // per origin position of the group: what the current position computes with it
   std::vector<std::int32_t> touched;   // origins with something, in first-touch order
@@ -202,12 +219,12 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
       const std::int32_t w = which_of(shards[g0]);
       if (w == local) {  // a run is one rank's shards of one sequence
         for (std::size_t c = g0; c < g1; c = run_end[c]) {
-          sum total;
+          sum& total = one_set[static_cast<std::size_t>(shards[c].rank)];
+          if (total.pairs == 0) with_one_set.push_back(shards[c].rank);
           for (std::size_t q = c; q < run_end[c]; ++q)
             for (std::size_t k = c; k < run_end[c]; ++k)
               for_each_block(shards[q].range, shards[k].range,
                              [&](token_range qr, token_range kr, block_mask m) { total.add(qr, kr, m, slowdown.attention); });
-          parts.push_back({shards[c].rank, local, 0, total.pairs, total.x});
         }
         continue;
       }
@@ -232,10 +249,11 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
             if (before == 0 && with.pairs > 0) touched.push_back(shards[k].position);
           }
         }
-        sum all;
+        sum& all = one_set[static_cast<std::size_t>(rank)];
         for (const std::int32_t origin : touched) {
           sum& with = by_origin[static_cast<std::size_t>(origin)];
           if (w == gathered) {
+            if (all.pairs == 0) with_one_set.push_back(rank);
             all.pairs += with.pairs, all.x += with.x;
           } else {  // forward round k holds origin p - k, backward round k origin p + k
             parts.push_back({rank, ring_forward, ((from - origin) % G + G) % G, with.pairs, with.x});
@@ -243,9 +261,16 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
           }
           with = sum{};
         }
-        if (w == gathered && all.pairs > 0) parts.push_back({rank, gathered, 0, all.pairs, all.x});
       }
     }
+    // a level is local, or holds groups: the one set per rank is of its kind
+    const std::int32_t one_kind = shards[a].zone < 0 ? local : gathered;
+    for (const rank_index r : with_one_set) {
+      sum& one = one_set[static_cast<std::size_t>(r)];
+      parts.push_back({r, one_kind, 0, one.pairs, one.x});
+      one = sum{};
+    }
+    with_one_set.clear();
     std::sort(parts.begin(), parts.end(),
               [](const set_part& x, const set_part& y) { return std::tie(x.rank, x.which, x.round) < std::tie(y.rank, y.which, y.round); });
     for (std::size_t c = 0, d = 0; c < parts.size(); c = d) {
