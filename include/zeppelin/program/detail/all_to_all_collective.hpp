@@ -260,6 +260,10 @@ struct stream_bundle {
 struct stream_bundles {
   std::vector<stream_bundle> bundles;
   std::vector<std::size_t> bundle_of, slot_of;
+  //! Stream x's first head in a row of its bundle.
+  [[nodiscard]] std::int32_t head_of(std::size_t x) const { return bundles[bundle_of[x]].offsets[slot_of[x]]; }
+  //! Whether stream x travels alone (its bundle's rows are its own rows).
+  [[nodiscard]] bool alone(std::size_t x) const { return bundles[bundle_of[x]].streams.size() == 1; }
 };
 template <class Width>
 [[nodiscard]] stream_bundles bundle_streams(const std::vector<stream_of_rows>& streams, Width&& width) {
@@ -364,9 +368,6 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
         receive[at(p)].push_back(allocate(rank, x.kind, b * u, x.heads));
       }
     }
-    // the head of stream x's first head in a row of its bundle
-    const auto in_offset = [&](std::size_t x) { return in_bundles.bundles[in_bundles.bundle_of[x]].offsets[in_bundles.slot_of[x]]; };
-    const auto out_offset = [&](std::size_t x) { return out_bundles.bundles[out_bundles.bundle_of[x]].offsets[out_bundles.slot_of[x]]; };
     // rows between a bundle arena and a stream's own arena: the whole row when the bundle
     // holds that stream alone, else the stream's heads of it (`move` names where they start)
     const auto between = [](bool alone, buffer_ref from, buffer_ref to, head_move move, std::int32_t heads, const run_list& runs) -> op_body {
@@ -394,7 +395,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
           pack.to = arena(ls.own ? staged_in[P][bx] : send[P][bx]);
           pack.heads = width(in[x]);
           for (std::int32_t l = ls.first; l < ls.last; ++l)
-            pack.moves.push_back({first_head(in[x], l), in_offset(x), 0, ls.own ? member_row(p) : l * b});
+            pack.moves.push_back({first_head(in[x], l), in_bundles.head_of(x), 0, ls.own ? member_row(p) : l * b});
           pack.runs = gather;
           w.at(rank, 0).pre.push_back({std::move(pack), -1});
         }
@@ -422,8 +423,8 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
           // outputs cleared
           for (std::size_t x = 0; x < in.size(); ++x) {
             const std::size_t bx = in_bundles.bundle_of[x];
-            compute.pre.push_back({between(in_bundles.bundles[bx].streams.size() == 1, arena(staged_in[P][bx]), arena(lane_in[P][x]),
-                                           {in_offset(x), 0, 0, 0}, width(in[x]), permutes[at(i)].in[in[x].kv]),
+            compute.pre.push_back({between(in_bundles.alone(x), arena(staged_in[P][bx]), arena(lane_in[P][x]),
+                                           {in_bundles.head_of(x), 0, 0, 0}, width(in[x]), permutes[at(i)].in[in[x].kv]),
                                    0});
           }
           for (std::size_t x = 0; x < out.size(); ++x)
@@ -470,8 +471,8 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
       for (std::size_t x = 0; x < out.size(); ++x) {
         const std::size_t bx = out_bundles.bundle_of[x];
         w.at(rank, home_round)
-            .post.push_back({between(out_bundles.bundles[bx].streams.size() == 1, arena(lane_out[P][x]), arena(staged_out[P][bx]),
-                                     {0, out_offset(x), 0, 0}, width(out[x]), permutes[at(i)].home[out[x].kv]),
+            .post.push_back({between(out_bundles.alone(x), arena(lane_out[P][x]), arena(staged_out[P][bx]),
+                                     {0, out_bundles.head_of(x), 0, 0}, width(out[x]), permutes[at(i)].home[out[x].kv]),
                              home_round - 1});
       }
       for (std::size_t bx = 0; bx < out_bundles.bundles.size(); ++bx) {
@@ -494,7 +495,7 @@ inline void build_all_to_all(level_work& w, const std::vector<const group_layout
           unpack.to = tensor(out[x].home);
           unpack.heads = width(out[x]);
           for (std::int32_t l = ls.first; l < ls.last; ++l)
-            unpack.moves.push_back({out_offset(x), first_head(out[x], l), ls.own ? member_row(p) : l * b, 0});
+            unpack.moves.push_back({out_bundles.head_of(x), first_head(out[x], l), ls.own ? member_row(p) : l * b, 0});
           unpack.runs = scatter;
           if (backward) home.push_back({add_heads{std::move(unpack)}, home_round});
           else home.push_back({copy_heads{std::move(unpack)}, home_round});

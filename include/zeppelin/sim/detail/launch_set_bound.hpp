@@ -40,6 +40,7 @@
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/step_work.hpp>
 #include <zeppelin/cost/throughput_table.hpp>
 #include <zeppelin/schedule/block_mask.hpp>
 #include <zeppelin/schedule/group_layout.hpp>
@@ -80,9 +81,7 @@ struct launch_slowdown {
   // best rate / the best rate up to x (1 for an empty table or x <= 0: no penalty claimed)
   static double penalty(const throughput_table& t, double x) {
     if (t.points().empty() || !(x > 0)) return 1;
-    double best = 0;
-    for (const throughput_point& p : t.points()) best = std::max(best, p.flops_per_second);
-    const double up_to_x = rate_up_to(t, x);
+    const double best = table_max(t), up_to_x = rate_up_to(t, x);
     return up_to_x > 0 && best > up_to_x ? best / up_to_x : 1;
   }
 };
@@ -103,16 +102,18 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   launch_seconds out;
   out.own.assign(static_cast<std::size_t>(p.micro_batches()) * ranks, 0.0);
   out.gathered.assign(out.own.size(), 0.0);
+  const auto collective_of = [&](group_index g) { return g == no_group ? collective_kind::ring : p.groups[static_cast<std::size_t>(g)].collective; };
+  // a shard's pairs (its queries against every earlier key of its sequence) at the best rate
+  const auto at_best_rate = [&](std::int32_t micro_batch, std::size_t rank, group_index g, token_range range) {
+    const double seconds = per_pair * static_cast<double>(causal_pairs(range, token_range{0, range.end}));
+    const std::size_t at = static_cast<std::size_t>(micro_batch) * ranks + rank;
+    out.own[at] += seconds;
+    if (collective_of(g) == collective_kind::all_gather) out.gathered[at] += seconds;
+  };
   if (max_shard_pairs == 0) {  // every pair at the best rate: one pass, no sets
     for (std::size_t r = 0; r < ranks; ++r)
-      for (const shard& s : p.placements[r].shards) {
-        const collective_kind c = s.group == no_group ? collective_kind::ring : p.groups[static_cast<std::size_t>(s.group)].collective;
-        if (c == collective_kind::all_to_all) continue;
-        const double seconds = per_pair * static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
-        const std::size_t at = static_cast<std::size_t>(s.micro_batch) * ranks + r;
-        out.own[at] += seconds;
-        if (c == collective_kind::all_gather) out.gathered[at] += seconds;
-      }
+      for (const shard& s : p.placements[r].shards)
+        if (collective_of(s.group) != collective_kind::all_to_all) at_best_rate(s.micro_batch, r, s.group, s.range);
     return out;
   }
   // what a set is made of (see the file comment)
@@ -189,7 +190,7 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   };
   const auto which_of = [&](const held& h) {
     if (h.group == no_group) return local;
-    return p.groups[static_cast<std::size_t>(h.group)].collective == collective_kind::all_gather ? gathered : ring_forward;
+    return collective_of(h.group) == collective_kind::all_gather ? gathered : ring_forward;
   };
   for (std::size_t a = 0, b = 0; a < shards.size(); a = b) {
     for (b = a; b < shards.size() && same_level(shards[b], shards[a]);) ++b;
@@ -205,12 +206,7 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
       }
     }
     if (shard_pairs > max_shard_pairs || std::min(shard_pairs, position_pairs) > max_set_parts) {  // the level's pairs at the best rates
-      for (std::size_t c = a; c < b; ++c) {
-        const held& h = shards[c];
-        const double pairs = static_cast<double>(causal_pairs(h.range, token_range{0, h.range.end}));
-        const std::int32_t w = which_of(h) == ring_forward ? local : which_of(h);  // both passes at once
-        add(micro_batch, {h.rank, w, 0, pairs, 0.0});
-      }
+      for (std::size_t c = a; c < b; ++c) at_best_rate(micro_batch, static_cast<std::size_t>(shards[c].rank), shards[c].group, shards[c].range);
       continue;
     }
     parts.clear();
