@@ -144,6 +144,32 @@ TEST_CASE("an all-gather member's bound adds its gathered bytes to its work", "[
   CHECK(plan_step_bound(run.layout, prices, linear) <= run.result.step_time_s * (1 + 1e-12));
 }
 
+TEST_CASE("a USP group's bound counts the K/V and dK/dV partials its lanes' rings pass", "[sim][planner]") {
+  // 4 heads over 64 ranks: Ulysses of degree 4 and a ring of 16 subgroups, one per 4 GPUs;
+  // each member takes in its lane's K/V of the 15 other subgroups in each pass and the dK/dV
+  // partials of 15 in the backward, ten times what its subgroup's all-to-all brings
+  model_config m = models::llama_3b();
+  m.heads = m.kv_heads = 4;
+  m.hidden = 4 * m.head_dim;
+  const topology t = clusters::cluster_c(8);
+  const token_count n = 65536;
+  const batch b({n});
+  const method_run run = run_spec(method_spec_of(method_kind::ulysses), b, t, m, setup_for(b, t));
+  REQUIRE(run.layout.groups.size() == 1);
+  REQUIRE(run.layout.groups.front().collective == collective_kind::all_to_all);
+  const bound_prices prices = bound_prices_for(b, m, run.view, sim_cost_model::for_topology(run.view));
+  REQUIRE(detail::ulysses_degree(prices.wire, 64) == 4);
+  bound_prices bytes_only = prices;
+  bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
+  const double others = static_cast<double>(n - n / 16);
+  const double kv = static_cast<double>(prices.wire.row_bytes(row_kind::kv, 1)),
+               dkv = static_cast<double>(prices.wire.row_bytes(row_kind::dkv, 1));
+  const double ring = (others * 2 * kv + others * 2 * (kv + dkv)) * prices.per_byte_in;
+  const linear_layout_kind linear = linear_layout_kind::attention_layout;
+  CHECK(plan_step_bound(run.layout, bytes_only, linear) >= 0.99 * ring);
+  CHECK(plan_step_bound(run.layout, prices, linear) <= run.result.step_time_s * (1 + 1e-12));
+}
+
 TEST_CASE("the plan step bound is the perfect-balance bound for one rank and grows with imbalance", "[sim][planner]") {
   const model_config m = models::llama_3b();
   const topology one = cluster_by_name("c", 1, 1);

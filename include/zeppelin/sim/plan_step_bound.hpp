@@ -28,7 +28,10 @@
 //   - ring and all-gather groups: the K and V rows of every other member, in each pass;
 //   - all-to-all groups of Ulysses degree u: from the other members of its subgroup, their
 //     rows of its lane's heads (forward Q, K, V; backward Q, K, V, O, dO, LSE), and from the
-//     u - 1 other lanes its own rows' outputs (forward O, LSE; backward dQ, dK, dV).
+//     u - 1 other lanes its own rows' outputs (forward O, LSE; backward dQ, dK, dV); when the
+//     group is a ring of r = G / u subgroups (USP), from its predecessor in its lane's ring its
+//     lane's K/V of the r - 1 other subgroups (each pass) and the dK/dV partials of r - 1
+//     subgroups (backward).
 //   A byte reaches a rank through its NVLink ingress port or its NIC's receive port (the
 //   simulator's ports, sim/event_engine.hpp; a proxy's last leg is an NVLink flow), so a rank
 //   takes them in no faster than the two bandwidths together. And a byte from another node
@@ -156,6 +159,7 @@ struct delivered_bytes {
       d.local.assign(ranks, 0.0), d.remote.assign(ranks, 0.0), d.gathered_local.assign(ranks, 0.0), d.gathered_remote.assign(ranks, 0.0);
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
   std::vector<double> mine;  // [position]: tokens of the member's shards in the group
+  std::vector<double> subgroup_tokens;  // [subgroup] of an all-to-all group: its members' tokens
   // the members [first, last) of a group per node: (node, their tokens, how many), by node
   struct node_share {
     std::size_t node;
@@ -210,11 +214,29 @@ struct delivered_bytes {
       }
       continue;
     }
-    const std::int32_t u = ulysses_degree(wire, G);
-    if (u < 2) continue;  // a ring of whole heads over the subgroups: its K/V pass is not counted
+    const std::int32_t u = ulysses_degree(wire, G), r = G / u;
     const lane_heads lane = lane_of(wire, u, 0);
     const double q = bytes(row_kind::q, lane.heads), kv = bytes(row_kind::kv, lane.kv_heads), lse = bytes(row_kind::lse, lane.heads),
                  dkv = bytes(row_kind::dkv, lane.kv_heads);
+    // the ring between subgroups (r > 1: USP, or whole heads when u = 1): member (i, j) takes in
+    // from (i - 1, j), per pass, its lane's K/V of every other subgroup, and backward the dK/dV
+    // partials of every subgroup but (i - 1)'s (the reduce-scatter)
+    if (r > 1) {
+      subgroup_tokens.assign(static_cast<std::size_t>(r), 0.0);
+      double total = 0;
+      for (std::int32_t pos = 0; pos < G; ++pos) subgroup_tokens[static_cast<std::size_t>(pos / u)] += mine[static_cast<std::size_t>(pos)];
+      for (const double t : subgroup_tokens) total += t;
+      for (std::int32_t pos = 0; pos < G; ++pos) {
+        const std::int32_t i = pos / u, before = (i + r - 1) % r;
+        const rank_index to = members[static_cast<std::size_t>(pos)], from = members[static_cast<std::size_t>(before * u + pos % u)];
+        const double passed = (total - subgroup_tokens[static_cast<std::size_t>(i)]) * 2 * kv,
+                     partials = (total - subgroup_tokens[static_cast<std::size_t>(before)]) * 2 * dkv;
+        const bool near = node_of(from) == node_of(to);
+        (near ? at[0].local : at[0].remote)[static_cast<std::size_t>(to)] += passed;
+        (near ? at[1].local : at[1].remote)[static_cast<std::size_t>(to)] += passed + partials;
+      }
+    }
+    if (u < 2) continue;
     // per member: rows from the others (forward, backward per row) and outputs per other lane
     const double forward_row = q + 2 * kv, backward_row = 3 * q + 2 * kv + lse, forward_home = q + lse, backward_home = q + 2 * dkv;
     for (std::int32_t first = 0; first < G; first += u) {
