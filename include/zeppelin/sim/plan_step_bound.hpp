@@ -181,81 +181,92 @@ struct delivered_bytes {
   const auto share_of = [&](std::size_t node) {
     return *std::lower_bound(on_node.begin(), on_node.end(), node, [](const node_share& a, std::size_t n) { return a.node < n; });
   };
+  std::vector<std::int32_t> micro_batches;  // of the group's shards (a group may serve several, one after another)
   for (std::size_t g = 0; g < p.groups.size(); ++g) {
     const auto& members = p.groups[g].ranks;
     const auto G = static_cast<std::int32_t>(members.size());
     if (G < 2) continue;
-    mine.assign(members.size(), 0.0);
-    std::int32_t micro_batch = 0;
-    for (std::size_t pos = 0; pos < members.size(); ++pos)
-      for (const shard& s : p.placements[static_cast<std::size_t>(members[pos])].shards)
-        if (s.group == static_cast<std::int32_t>(g)) mine[pos] += static_cast<double>(s.range.size()), micro_batch = s.micro_batch;
-    std::array<delivered_bytes, 2>& at = in[static_cast<std::size_t>(micro_batch)];
-    if (p.groups[g].collective != collective_kind::all_to_all) {
-      double total = 0;
-      for (const double t : mine) total += t;
-      const double kv = 2 * bytes(row_kind::kv, 0);
-      // every ring edge carries every origin's K/V but its head's into the head: edge i -> i + 1
-      // (forward; the all-gather's backward too) or i + 1 -> i (the ring's backward)
-      const bool reversed_backward = p.groups[g].collective == collective_kind::ring;
-      const bool gathered = p.groups[g].collective == collective_kind::all_gather;
-      const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to) {
-        const rank_index a = members[static_cast<std::size_t>(from)], b = members[static_cast<std::size_t>(to)];
-        const double carried = (total - mine[static_cast<std::size_t>(to)]) * kv;
-        const bool near = node_of(a) == node_of(b);
-        (near ? d.local : d.remote)[static_cast<std::size_t>(b)] += carried;
-        if (gathered) (near ? d.gathered_local : d.gathered_remote)[static_cast<std::size_t>(b)] += carried;
-      };
-      for (std::int32_t i = 0; i < G; ++i) {
-        const std::int32_t j = (i + 1) % G;
-        edge(at[0], i, j);
-        if (reversed_backward) edge(at[1], j, i);
-        else edge(at[1], i, j);
+    micro_batches.clear();
+    for (const rank_index r : members)
+      for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards)
+        if (s.group == static_cast<std::int32_t>(g)) micro_batches.push_back(s.micro_batch);
+    std::sort(micro_batches.begin(), micro_batches.end());
+    micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
+    // what the group's collective delivers in one micro-batch, for the tokens `mine` of it
+    const auto deliver = [&](std::array<delivered_bytes, 2>& at) {
+      if (p.groups[g].collective != collective_kind::all_to_all) {
+        double total = 0;
+        for (const double t : mine) total += t;
+        const double kv = 2 * bytes(row_kind::kv, 0);
+        // every ring edge carries every origin's K/V but its head's into the head: edge i -> i + 1
+        // (forward; the all-gather's backward too) or i + 1 -> i (the ring's backward)
+        const bool reversed_backward = p.groups[g].collective == collective_kind::ring;
+        const bool gathered = p.groups[g].collective == collective_kind::all_gather;
+        const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to) {
+          const rank_index a = members[static_cast<std::size_t>(from)], b = members[static_cast<std::size_t>(to)];
+          const double carried = (total - mine[static_cast<std::size_t>(to)]) * kv;
+          const bool near = node_of(a) == node_of(b);
+          (near ? d.local : d.remote)[static_cast<std::size_t>(b)] += carried;
+          if (gathered) (near ? d.gathered_local : d.gathered_remote)[static_cast<std::size_t>(b)] += carried;
+        };
+        for (std::int32_t i = 0; i < G; ++i) {
+          const std::int32_t j = (i + 1) % G;
+          edge(at[0], i, j);
+          if (reversed_backward) edge(at[1], j, i);
+          else edge(at[1], i, j);
+        }
+        return;
       }
-      continue;
-    }
-    const std::int32_t u = ulysses_degree(wire, G), r = G / u;
-    const lane_heads lane = lane_of(wire, u, 0);
-    const double q = bytes(row_kind::q, lane.heads), kv = bytes(row_kind::kv, lane.kv_heads), lse = bytes(row_kind::lse, lane.heads),
-                 dkv = bytes(row_kind::dkv, lane.kv_heads);
-    // the ring between subgroups (r > 1: USP, or whole heads when u = 1): member (i, j) takes in
-    // from (i - 1, j), per pass, its lane's K/V of every other subgroup, and backward the dK/dV
-    // partials of every subgroup but (i - 1)'s (the reduce-scatter)
-    if (r > 1) {
-      subgroup_tokens.assign(static_cast<std::size_t>(r), 0.0);
-      double total = 0;
-      for (std::int32_t pos = 0; pos < G; ++pos) subgroup_tokens[static_cast<std::size_t>(pos / u)] += mine[static_cast<std::size_t>(pos)];
-      for (const double t : subgroup_tokens) total += t;
-      for (std::int32_t pos = 0; pos < G; ++pos) {
-        const std::int32_t i = pos / u, before = (i + r - 1) % r;
-        const rank_index to = members[static_cast<std::size_t>(pos)], from = members[static_cast<std::size_t>(before * u + pos % u)];
-        const double passed = (total - subgroup_tokens[static_cast<std::size_t>(i)]) * 2 * kv,
-                     partials = (total - subgroup_tokens[static_cast<std::size_t>(before)]) * 2 * dkv;
-        const bool near = node_of(from) == node_of(to);
-        (near ? at[0].local : at[0].remote)[static_cast<std::size_t>(to)] += passed;
-        (near ? at[1].local : at[1].remote)[static_cast<std::size_t>(to)] += passed + partials;
+      const std::int32_t u = ulysses_degree(wire, G), r = G / u;
+      const lane_heads lane = lane_of(wire, u, 0);
+      const double q = bytes(row_kind::q, lane.heads), kv = bytes(row_kind::kv, lane.kv_heads), lse = bytes(row_kind::lse, lane.heads),
+                   dkv = bytes(row_kind::dkv, lane.kv_heads);
+      // the ring between subgroups (r > 1: USP, or whole heads when u = 1): member (i, j) takes in
+      // from (i - 1, j), per pass, its lane's K/V of every other subgroup, and backward the dK/dV
+      // partials of every subgroup but (i - 1)'s (the reduce-scatter)
+      if (r > 1) {
+        subgroup_tokens.assign(static_cast<std::size_t>(r), 0.0);
+        double total = 0;
+        for (std::int32_t pos = 0; pos < G; ++pos) subgroup_tokens[static_cast<std::size_t>(pos / u)] += mine[static_cast<std::size_t>(pos)];
+        for (const double t : subgroup_tokens) total += t;
+        for (std::int32_t pos = 0; pos < G; ++pos) {
+          const std::int32_t i = pos / u, before = (i + r - 1) % r;
+          const rank_index to = members[static_cast<std::size_t>(pos)], from = members[static_cast<std::size_t>(before * u + pos % u)];
+          const double passed = (total - subgroup_tokens[static_cast<std::size_t>(i)]) * 2 * kv,
+                       partials = (total - subgroup_tokens[static_cast<std::size_t>(before)]) * 2 * dkv;
+          const bool near = node_of(from) == node_of(to);
+          (near ? at[0].local : at[0].remote)[static_cast<std::size_t>(to)] += passed;
+          (near ? at[1].local : at[1].remote)[static_cast<std::size_t>(to)] += passed + partials;
+        }
       }
-    }
-    if (u < 2) continue;
-    // per member: rows from the others (forward, backward per row) and outputs per other lane
-    const double forward_row = q + 2 * kv, backward_row = 3 * q + 2 * kv + lse, forward_home = q + lse, backward_home = q + 2 * dkv;
-    for (std::int32_t first = 0; first < G; first += u) {
-      double subgroup = 0;
-      for (std::int32_t pos = first; pos < first + u; ++pos) subgroup += mine[static_cast<std::size_t>(pos)];
-      share_by_node(members, first, first + u);
-      for (std::int32_t pos = first; pos < first + u; ++pos) {
-        const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
-        const double own = mine[static_cast<std::size_t>(pos)];
-        // from the subgroup's other members on its node and on other nodes: their rows, and
-        // its own rows' outputs of their lanes
-        const node_share here = share_of(node_of(static_cast<rank_index>(r)));
-        const double near_rows = here.tokens - own, near_lanes = here.members - 1;
-        const double far_rows = subgroup - here.tokens, far_lanes = u - here.members;
-        at[0].local[r] += near_rows * forward_row + near_lanes * own * forward_home;
-        at[1].local[r] += near_rows * backward_row + near_lanes * own * backward_home;
-        at[0].remote[r] += far_rows * forward_row + far_lanes * own * forward_home;
-        at[1].remote[r] += far_rows * backward_row + far_lanes * own * backward_home;
+      if (u < 2) return;
+      // per member: rows from the others (forward, backward per row) and outputs per other lane
+      const double forward_row = q + 2 * kv, backward_row = 3 * q + 2 * kv + lse, forward_home = q + lse, backward_home = q + 2 * dkv;
+      for (std::int32_t first = 0; first < G; first += u) {
+        double subgroup = 0;
+        for (std::int32_t pos = first; pos < first + u; ++pos) subgroup += mine[static_cast<std::size_t>(pos)];
+        share_by_node(members, first, first + u);
+        for (std::int32_t pos = first; pos < first + u; ++pos) {
+          const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
+          const double own = mine[static_cast<std::size_t>(pos)];
+          // from the subgroup's other members on its node and on other nodes: their rows, and
+          // its own rows' outputs of their lanes
+          const node_share here = share_of(node_of(static_cast<rank_index>(r)));
+          const double near_rows = here.tokens - own, near_lanes = here.members - 1;
+          const double far_rows = subgroup - here.tokens, far_lanes = u - here.members;
+          at[0].local[r] += near_rows * forward_row + near_lanes * own * forward_home;
+          at[1].local[r] += near_rows * backward_row + near_lanes * own * backward_home;
+          at[0].remote[r] += far_rows * forward_row + far_lanes * own * forward_home;
+          at[1].remote[r] += far_rows * backward_row + far_lanes * own * backward_home;
+        }
       }
+    };
+    for (const std::int32_t micro_batch : micro_batches) {
+      mine.assign(members.size(), 0.0);
+      for (std::size_t pos = 0; pos < members.size(); ++pos)
+        for (const shard& s : p.placements[static_cast<std::size_t>(members[pos])].shards)
+          if (s.group == static_cast<std::int32_t>(g) && s.micro_batch == micro_batch) mine[pos] += static_cast<double>(s.range.size());
+      deliver(in[static_cast<std::size_t>(micro_batch)]);
     }
   }
   return in;
@@ -275,15 +286,15 @@ struct delivered_bytes {
   // of them, those of all-gather groups), and the tokens it holds
   const detail::launch_seconds launches = detail::launch_set_seconds(p, per_pair, prices.slowdown, prices.max_shard_pairs);
   std::vector<double> held(launches.own.size(), 0.0);
-  std::vector<double> group_pairs(p.groups.size(), 0.0);
-  std::vector<std::int32_t> group_micro_batch(p.groups.size(), 0);
+  // [micro-batch * groups + group]: the pairs of an all-to-all group in a micro-batch (a group
+  // may serve several, one after another)
+  std::vector<double> group_pairs(static_cast<std::size_t>(micro_batches) * p.groups.size(), 0.0);
   for (std::size_t r = 0; r < ranks; ++r)
     for (const shard& s : p.placements[r].shards) {
       held[static_cast<std::size_t>(s.micro_batch) * ranks + r] += static_cast<double>(s.range.size());
-      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_to_all) {
-        group_pairs[static_cast<std::size_t>(s.group)] += static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
-        group_micro_batch[static_cast<std::size_t>(s.group)] = s.micro_batch;
-      }
+      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_to_all)
+        group_pairs[static_cast<std::size_t>(s.micro_batch) * p.groups.size() + static_cast<std::size_t>(s.group)] +=
+            static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
     }
   const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
   // the largest sum of `bytes` over the ranks that share a key (a node, a NIC)
@@ -313,12 +324,13 @@ struct delivered_bytes {
     double busiest = 0;
     for (std::size_t r = 0; r < ranks; ++r) busiest = std::max(busiest, rank_work(r));
     for (std::size_t g = 0; g < p.groups.size(); ++g) {
-      if (group_micro_batch[g] != mb || group_pairs[g] == 0) continue;
+      const double pairs = group_pairs[static_cast<std::size_t>(mb) * p.groups.size() + g];
+      if (pairs == 0) continue;
       const auto& members = p.groups[g].ranks;
       double others = 0;
       for (const rank_index r : members) others += rank_work(static_cast<std::size_t>(r));
       const double size = static_cast<double>(members.size());
-      busiest = std::max(busiest, (others + group_pairs[g] * per_pair) / size);
+      busiest = std::max(busiest, (others + pairs * per_pair) / size);
     }
     double receiving = 0;  // the forward's busiest receiver (rank, node, port), then the backward's
     for (const detail::delivered_bytes& pass : bytes_in[static_cast<std::size_t>(mb)]) {
