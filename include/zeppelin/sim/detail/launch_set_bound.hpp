@@ -26,7 +26,16 @@
 // (a rising envelope: tables need not rise everywhere), a launch L in set S takes at least
 // pairs(L) / R(x_S) of the per-pair FLOPs, since x_L <= x_S; the launches of S together at
 // least pairs(S) / R(x_S). Summed over the sets: a rank's least attention time, never below
-// the pairs at the best rate.
+// the pairs at the best rate. Two refinements, both from the plan alone:
+//   - a launch's query rows are disjoint, and so are its key rows (program/launch_waves.hpp),
+//     so no launch of a ring round is larger than the heaviest set of its blocks with disjoint
+//     queries, nor of disjoint keys (per sequence, weighted interval scheduling): x_S is
+//     capped at both. A zigzag round whose two query chunks read one key chunk takes two
+//     launches of about half the round each, and the cap sees it;
+//   - a call pays padded(rows) / rows times the FLOPs of a sequence's pairs for its rows of
+//     it, which are at most the rows of it the rank computes in the set: below one tile that
+//     is at least tile / rows (the least over fewer rows too), so a sequence the rank holds
+//     fewer than a tile of rows of has its pairs weighted by it.
 // Cost: O(shards + P) time for the P (query shard, key shard) pairs of one sequence in one
 // group (about 20 ns each), O(shards + min(P, sum of G^2 over its groups)) memory, or
 // O(shards) where a level has more than `max_shard_pairs` of them (0: every level) or would
@@ -50,6 +59,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -85,6 +95,49 @@ struct launch_slowdown {
     return up_to_x > 0 && best > up_to_x ? best / up_to_x : 1;
   }
 };
+
+//! A block's causal-equivalent size, as the simulator sums it over a launch
+//! (sim/detail/attention_call.hpp).
+[[nodiscard]] inline double block_size(token_range q, token_range k, block_mask m, const attention_time_model& model) {
+  const auto pairs = static_cast<double>(block_pairs(q, k, m));
+  const auto rows = static_cast<double>(q.size());
+  return std::max(static_cast<double>(model.padded_rows(q.size())), std::sqrt(std::max(0.0, 2 * pairs - rows)));
+}
+
+//! A block of a ring position's round: against origin `origin`, of sequence `seq`.
+struct ring_block {
+  std::int32_t origin;
+  sequence_index seq;
+  token_range q, k;
+  double x;
+};
+
+//! Scratch of heaviest_disjoint.
+struct interval_scratch {
+  struct sized {
+    token_range range;
+    double x;
+  };
+  std::vector<sized> by_end;
+  std::vector<double> best;  // [i]: the heaviest choice among the first i intervals by end
+};
+
+//! The largest sum of x over blocks whose `side` ranges are pairwise disjoint (weighted
+//! interval scheduling, O(n log n)).
+[[nodiscard]] inline double heaviest_disjoint(std::span<const ring_block> blocks, token_range ring_block::*side,
+                                              interval_scratch& scratch) {
+  auto& by_end = scratch.by_end;
+  by_end.clear();
+  for (const ring_block& b : blocks) by_end.push_back({b.*side, b.x});
+  std::sort(by_end.begin(), by_end.end(), [](const auto& a, const auto& b) { return a.range.end < b.range.end; });
+  scratch.best.assign(by_end.size() + 1, 0.0);
+  for (std::size_t i = 0; i < by_end.size(); ++i) {
+    const auto before = std::upper_bound(by_end.begin(), by_end.begin() + static_cast<std::ptrdiff_t>(i), by_end[i].range.begin,
+                                         [](token_count at, const auto& a) { return at < a.range.end; });
+    scratch.best[i + 1] = std::max(scratch.best[i], by_end[i].x + scratch.best[static_cast<std::size_t>(before - by_end.begin())]);
+  }
+  return scratch.best.back();
+}
 
 //! Seconds of attention per (micro-batch, rank): all of the rank's launches outside all-to-all
 //! groups, and of those the launches of all-gather groups. Index: micro_batch * ranks + rank.
@@ -167,14 +220,21 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     double pairs;
     double x;
   };
+  // pairs: weighted by the least tile padding of their sequence's rows (see padding_of)
   struct sum {
     double pairs = 0, x = 0;
-    void add(token_range q, token_range k, block_mask m, const attention_time_model& model) {
-      const auto block = static_cast<double>(block_pairs(q, k, m));
-      const auto rows = static_cast<double>(q.size());
-      pairs += block;
-      x += std::max(static_cast<double>(model.padded_rows(q.size())), std::sqrt(std::max(0.0, 2 * block - rows)));
+    void add(token_range q, token_range k, block_mask m, const attention_time_model& model, double padding) {
+      pairs += static_cast<double>(block_pairs(q, k, m)) * padding;
+      x += block_size(q, k, m, model);
     }
+  };
+  // A call tiles each sequence's query rows apart: its pairs cost padded(rows) / rows times
+  // their FLOPs, for the rows of the sequence in the call, at most the `held` rows of it that
+  // the rank computes in the set. padded(r) / r is least over r <= held at held itself when
+  // held is below one tile (padded(r) is one tile there), and 1 otherwise (r = one tile).
+  const auto padding_of = [&](token_count held) {
+    if (held >= slowdown.attention.tile_rows) return 1.0;
+    return static_cast<double>(slowdown.attention.padded_rows(held)) / static_cast<double>(held);
   };
   std::vector<set_part> parts;            // ring sets, sorted and summed per level
   std::vector<sum> one_set(ranks);        // per rank: its level's one set (all-gather or local)
@@ -182,6 +242,8 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   std::vector<std::size_t> run_end(shards.size()), run_begin(shards.size()), by_position;
   std::vector<sum> by_origin;          // per origin position of the group: what the current position computes with it
   std::vector<std::int32_t> touched;   // origins with something, in first-touch order
+  std::vector<ring_block> round_blocks;  // the current position's ring blocks, to cap its sets' sizes
+  interval_scratch intervals;
   const auto add = [&](std::int32_t micro_batch, const set_part& s) {
     const double times = s.which == ring_forward ? slowdown.forward_at(s.x) : s.which == ring_backward ? slowdown.backward_at(s.x) : slowdown.at(s.x);
     const std::size_t at = static_cast<std::size_t>(micro_batch) * ranks + static_cast<std::size_t>(s.rank);
@@ -217,10 +279,13 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
         for (std::size_t c = g0; c < g1; c = run_end[c]) {
           sum& total = one_set[static_cast<std::size_t>(shards[c].rank)];
           if (total.pairs == 0) with_one_set.push_back(shards[c].rank);
+          token_count held = 0;
+          for (std::size_t q = c; q < run_end[c]; ++q) held += shards[q].range.size();
+          const double padding = padding_of(held);
           for (std::size_t q = c; q < run_end[c]; ++q)
             for (std::size_t k = c; k < run_end[c]; ++k)
               for_each_block(shards[q].range, shards[k].range,
-                             [&](token_range qr, token_range kr, block_mask m) { total.add(qr, kr, m, slowdown.attention); });
+                             [&](token_range qr, token_range kr, block_mask m) { total.add(qr, kr, m, slowdown.attention, padding); });
         }
         continue;
       }
@@ -235,16 +300,42 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
         const std::int32_t from = shards[by_position[c]].position;
         const rank_index rank = shards[by_position[c]].rank;
         touched.clear();
-        for (d = c; d < by_position.size() && shards[by_position[d]].position == from; ++d) {
-          const std::size_t q = by_position[d];
-          for (std::size_t k = run_begin[q]; k < run_end[q]; ++k) {
-            sum& with = by_origin[static_cast<std::size_t>(shards[k].position)];
-            const double before = with.pairs;
-            for_each_block(shards[q].range, shards[k].range,
-                           [&](token_range qr, token_range kr, block_mask m) { with.add(qr, kr, m, slowdown.attention); });
-            if (before == 0 && with.pairs > 0) touched.push_back(shards[k].position);
+        for (d = c; d < by_position.size() && shards[by_position[d]].position == from; ++d) {}
+        // the position's shards of one sequence are adjacent (stable sort of a by-sequence list)
+        for (std::size_t e = c, f = c; e < d; e = f) {
+          token_count held = 0;
+          for (f = e; f < d && shards[by_position[f]].seq == shards[by_position[e]].seq; ++f) held += shards[by_position[f]].range.size();
+          const double padding = padding_of(held);
+          for (std::size_t i = e; i < f; ++i) {
+            const std::size_t q = by_position[i];
+            for (std::size_t k = run_begin[q]; k < run_end[q]; ++k) {
+              sum& with = by_origin[static_cast<std::size_t>(shards[k].position)];
+              const double before = with.pairs;
+              for_each_block(shards[q].range, shards[k].range, [&](token_range qr, token_range kr, block_mask m) {
+                with.add(qr, kr, m, slowdown.attention, padding);
+                if (w != gathered) round_blocks.push_back({shards[k].position, shards[q].seq, qr, kr, block_size(qr, kr, m, slowdown.attention)});
+              });
+              if (before == 0 && with.pairs > 0) touched.push_back(shards[k].position);
+            }
           }
         }
+        // a round's launches take disjoint query rows and disjoint key rows: no launch is
+        // larger than the most its blocks of disjoint queries, or of disjoint keys, add up to
+        std::sort(round_blocks.begin(), round_blocks.end(),
+                  [](const ring_block& x, const ring_block& y) { return std::tie(x.origin, x.seq) < std::tie(y.origin, y.seq); });
+        for (std::size_t e = 0, f = 0; e < round_blocks.size(); e = f) {
+          double by_queries = 0, by_keys = 0;
+          for (f = e; f < round_blocks.size() && round_blocks[f].origin == round_blocks[e].origin;) {
+            const std::size_t first = f;
+            for (; f < round_blocks.size() && round_blocks[f].origin == round_blocks[e].origin && round_blocks[f].seq == round_blocks[first].seq;) ++f;
+            const std::span<const ring_block> of_seq(round_blocks.data() + first, f - first);
+            by_queries += heaviest_disjoint(of_seq, &ring_block::q, intervals);
+            by_keys += heaviest_disjoint(of_seq, &ring_block::k, intervals);
+          }
+          sum& with = by_origin[static_cast<std::size_t>(round_blocks[e].origin)];
+          with.x = std::min({with.x, by_queries, by_keys});
+        }
+        round_blocks.clear();
         sum& all = one_set[static_cast<std::size_t>(rank)];
         for (const std::int32_t origin : touched) {
           sum& with = by_origin[static_cast<std::size_t>(origin)];
