@@ -11,8 +11,9 @@
 //        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
 //        duplicate).
 // Search: every candidate is partitioned (microseconds; candidates that share a partitioner
-// share its plan) and bounded by plan_step_bound (sim/plan_step_bound.hpp) with every pair
-// at the best rate, O(shards); a candidate whose plan and execution equal an earlier
+// share its plan, each running its own collective) and bounded by plan_step_bound
+// (sim/plan_step_bound.hpp) with every pair at the best rate, O(shards); a candidate whose
+// plan and execution equal an earlier
 // candidate's is recorded as its duplicate and not simulated; candidates are taken in
 // increasing order of bound (ties: candidate order): one bounded only at the best rate is
 // bounded again with its launch sets (O(shard pairs): the calls a ring's rounds make can be
@@ -148,30 +149,34 @@ struct cost_driven_choice {
                            inter_node_path_of(options_for(spec, setup).router));
   };
   std::optional<std::exception_ptr> first_error;
+  std::vector<std::optional<plan>> partitioned(candidates.size());  // at a partitioner's first candidate: its plan
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     const method_spec& spec = candidates[i];
     ZEPPELIN_EXPECTS(spec.kind != method_kind::zeppelin, "the cost-driven planner cannot be its own candidate",
                      {{"candidate", double(i)}});
     candidate_price& price = prices[i];
     price.name = std::string(spec.name);
-    // candidates sharing a partitioner share its plan: each partitioner runs once per call
-    const auto same = static_cast<std::size_t>(std::find_if(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(i),
-                                                            [&](const method_spec& c) {
-                                                              return c.partitioner == spec.partitioner && !c.collective;
-                                                            }) -
-                                               candidates.begin());
-    if (same < i && !layouts[same]) {
-      price.reason = prices[same].reason;  // the partitioner refused the batch
+    // candidates sharing a partitioner share its plan (each with its own collective): each
+    // partitioner runs once per call
+    const auto first = static_cast<std::size_t>(
+        std::find_if(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(i),
+                     [&](const method_spec& c) { return c.partitioner == spec.partitioner; }) -
+        candidates.begin());
+    if (first < i && !partitioned[first]) {
+      price.reason = prices[first].reason;  // the partitioner refused the batch
       continue;
     }
     try {
-      layouts[i] = same < i ? with_collective_of(spec, *layouts[same]) : partition_for(spec, b, view, capacity, setup.metric, &m);
+      if (first == i) partitioned[i] = partitioner_plan(spec, b, view, capacity, setup.metric, &m);
+      layouts[i] = with_collective_of(spec, *partitioned[first]);
       price.bound_s = bound_of(i, quick);
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();
     }
   }
+
+  partitioned.clear();
 
   // a candidate whose plan and execution an earlier one already has costs the same step: it is
   // not simulated again (e.g. a micro-batched planner whose batch fits one pass)

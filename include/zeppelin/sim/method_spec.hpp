@@ -184,20 +184,27 @@ struct method_run {
   return p;
 }
 
-//! The plan `spec` makes for `b` on the CP view `view` with `capacity` tokens per rank (its
-//! groups running spec.collective when it names one); the cost-model metric prices model `m`'s
-//! heads (32 x 128 when none is given) on view.gpu().
+//! The plan `spec`'s partitioner makes for `b` on the CP view `view` with `capacity` tokens per
+//! rank, its groups running the partitioner's own collectives; the cost-model metric prices
+//! model `m`'s heads (32 x 128 when none is given) on view.gpu().
 //! Throws invalid_argument for the cost-driven `zeppelin`, whose partitioner depends on the
 //! batch (plan it with sim/cost_driven_planner.hpp).
-[[nodiscard]] inline plan partition_for(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
-                                       load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
+[[nodiscard]] inline plan partitioner_plan(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
+                                           load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
   ZEPPELIN_EXPECTS(spec.kind != method_kind::zeppelin,
                    "the zeppelin method chooses its layout per batch by cost: plan it with plan_by_cost "
                    "(sim/cost_driven_planner.hpp) or run it with run_method",
                    {});
   const partitioner_settings settings{
       .capacity = capacity, .cp_size = 0, .metric = make_load_metric(metric, view.gpu(), m ? m->heads : 32, m ? m->head_dim : 128)};
-  return with_collective_of(spec, partition(partitioner_by_name(spec.partitioner, settings), b, view));
+  return partition(partitioner_by_name(spec.partitioner, settings), b, view);
+}
+
+//! The plan `spec` makes: partitioner_plan with its groups running spec.collective when it
+//! names one.
+[[nodiscard]] inline plan partition_for(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
+                                       load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
+  return with_collective_of(spec, partitioner_plan(spec, b, view, capacity, metric, m));
 }
 
 //! The sim_options of `spec` under `setup` (the collective of llama_cp's all-gather groups is
