@@ -1,9 +1,12 @@
 // The launch sets of the plan step bound (sim/detail/launch_set_bound.hpp): the exact seconds
 // of a ring of two on hand-computed blocks; a rank in two rings of one level priced per round
 // over both (fused launches join them); the fallback for a level over the block budget is
-// the best-rate price; sets never price below it. (That the bound stays below the simulated
-// step is tests/sim/cost_driven_planner_test.cpp.)
+// the best-rate price; sets never price below it; a round's launch size is capped by its blocks
+// of disjoint queries and of disjoint keys (checked against brute force), and a sequence below
+// a tile pays its padding. (That the bound stays below the simulated step is
+// tests/sim/cost_driven_planner_test.cpp.)
 #include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/sim/cost_model.hpp>
@@ -11,8 +14,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 using namespace zeppelin;
@@ -92,4 +97,65 @@ TEST_CASE("launch sets: over the budget a level is priced at the best rate, neve
       CHECK(sets.own[r] >= best.own[r] * (1 - 1e-12));
     }
   }
+}
+
+TEST_CASE("launch sets: the heaviest blocks with disjoint ranges, against brute force", "[sim][planner]") {
+  random_generator rng(2026, 11);
+  detail::interval_scratch scratch;
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto n = static_cast<std::size_t>(1 + rng.below(9));
+    std::vector<detail::ring_block> blocks;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto begin = static_cast<token_count>(rng.below(40)), size = static_cast<token_count>(1 + rng.below(15));
+      const token_range q{begin, begin + size}, k{size, 2 * size + begin / 2};
+      blocks.push_back({0, 0, q, k, 1 + static_cast<double>(rng.below(100))});
+    }
+    for (token_range detail::ring_block::*side : {&detail::ring_block::q, &detail::ring_block::k}) {
+      double best = 0;
+      for (std::uint32_t set = 0; set < (1u << n); ++set) {
+        bool disjoint = true;
+        double x = 0;
+        for (std::size_t i = 0; i < n && disjoint; ++i) {
+          if (!(set >> i & 1)) continue;
+          x += blocks[i].x;
+          for (std::size_t j = 0; j < i; ++j)
+            if (set >> j & 1) {
+              const token_range a = blocks[i].*side, b = blocks[j].*side;
+              disjoint = disjoint && (a.end <= b.begin || b.end <= a.begin);
+            }
+        }
+        if (disjoint) best = std::max(best, x);
+      }
+      CAPTURE(trial, n);
+      CHECK(detail::heaviest_disjoint(blocks, side, scratch) == best);
+    }
+  }
+}
+
+TEST_CASE("launch sets: a zigzag round whose queries read one key chunk twice takes two launches", "[sim][planner]") {
+  // chunks c0 .. c3 of one sequence over a ring of two: rank 0 holds c0 and c3, rank 1 c1 and
+  // c2. Rank 0's round 0: c0 causal, c3 against c0 (full) and c3 causal; at most c0 causal and
+  // one of c3's blocks share a launch (c3's query rows, and c0's key rows, appear once per
+  // launch). Round 1: c3 against c1 and against c2, both full: one launch each.
+  const detail::launch_slowdown slow = slowdown_of_cluster_c();
+  const token_count q = 1024;
+  const double per_pair = 1e-12;
+  plan p{"manual", 1, 2, 4 * q, {placement{}, placement{}}, {ring_group{0, zone_kind::intra_node, {0, 1}, collective_kind::ring}}, {}};
+  p.placements[0].shards = {shard{0, {0, q}, 0, 0}, shard{0, {3 * q, 4 * q}, 0, 0}};
+  p.placements[1].shards = {shard{0, {q, 2 * q}, 0, 0}, shard{0, {2 * q, 3 * q}, 0, 0}};
+  const detail::launch_seconds s = detail::launch_set_seconds(p, per_pair, slow, every_pair);
+  const double causal = static_cast<double>(causal_pairs(q)), full = static_cast<double>(q) * static_cast<double>(q);
+  const double x_full = std::sqrt(2 * full - static_cast<double>(q));
+  const double round0 = (2 * causal + full) * slow.at(static_cast<double>(q) + x_full), round1 = 2 * full * slow.at(x_full);
+  CHECK(s.own[0] == Approx(per_pair * (round0 + round1)).epsilon(1e-12));
+  CHECK(slow.at(x_full) > slow.at(2 * x_full));  // one launch of both blocks would be faster
+}
+
+TEST_CASE("launch sets: a sequence shorter than a tile pays its padding", "[sim][planner]") {
+  const detail::launch_slowdown slow = slowdown_of_cluster_c();
+  const double per_pair = 1e-12;
+  const token_count n = 32;  // a quarter of a 128-row tile
+  const plan p{"manual", 1, 1, n, {placement{{shard{0, {0, n}, no_group, 0}}}}, {}, {}};
+  const detail::launch_seconds s = detail::launch_set_seconds(p, per_pair, slow, every_pair);
+  CHECK(s.own[0] == Approx(per_pair * static_cast<double>(causal_pairs(n)) * 4 * slow.at(128)).epsilon(1e-12));
 }
