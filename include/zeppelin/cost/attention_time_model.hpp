@@ -164,6 +164,11 @@ struct attention_time_model {
     return backward_seconds(query_rows, pairs, m.heads, m.head_dim);
   }
 
+  //! padded_rows / query_rows (query_rows > 0): what tile padding multiplies the FLOPs by.
+  [[nodiscard]] double padding_factor(token_count query_rows) const {
+    return static_cast<double>(padded_rows(query_rows)) / static_cast<double>(query_rows);
+  }
+
   friend bool operator==(const attention_time_model&, const attention_time_model&) = default;
 
  private:
@@ -178,9 +183,6 @@ struct attention_time_model {
                      {{"query_rows", double(query_rows)}, {"pairs", double(pairs)}});
     ZEPPELIN_EXPECTS(heads >= 1 && head_dim >= 1, "heads and head_dim must be positive",
                      {{"heads", double(heads)}, {"head_dim", double(head_dim)}});
-  }
-  [[nodiscard]] double padding_factor(token_count query_rows) const {
-    return static_cast<double>(padded_rows(query_rows)) / static_cast<double>(query_rows);
   }
 };
 

@@ -13,8 +13,8 @@
 // Search: every candidate is partitioned (microseconds; candidates that share a partitioner
 // share its plan, each running its own collective) and bounded by plan_step_bound
 // (sim/plan_step_bound.hpp) with every pair at the best rate, O(shards); a candidate whose
-// plan and execution equal an earlier
-// candidate's is recorded as its duplicate and not simulated; candidates are taken in
+// plan and execution equal an earlier candidate's is recorded as its duplicate and not
+// simulated; candidates are taken in
 // increasing order of bound (ties: candidate order): one bounded only at the best rate is
 // bounded again with its launch sets (O(shard pairs): the calls a ring's rounds make can be
 // small and slow) and goes back in line, one bounded both ways is simulated, until the next
@@ -157,18 +157,18 @@ struct cost_driven_choice {
     candidate_price& price = prices[i];
     price.name = std::string(spec.name);
     // candidates sharing a partitioner share its plan (each with its own collective): each
-    // partitioner runs once per call
+    // partitioner runs once per call, and its last candidate takes the plan rather than a copy
+    const auto same_partitioner = [&](const method_spec& c) { return c.partitioner == spec.partitioner; };
     const auto first = static_cast<std::size_t>(
-        std::find_if(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(i),
-                     [&](const method_spec& c) { return c.partitioner == spec.partitioner; }) -
-        candidates.begin());
+        std::find_if(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(i), same_partitioner) - candidates.begin());
+    const bool last = std::none_of(candidates.begin() + static_cast<std::ptrdiff_t>(i) + 1, candidates.end(), same_partitioner);
     if (first < i && !partitioned[first]) {
       price.reason = prices[first].reason;  // the partitioner refused the batch
       continue;
     }
     try {
       if (first == i) partitioned[i] = partitioner_plan(spec, b, view, capacity, setup.metric, &m);
-      layouts[i] = with_collective_of(spec, *partitioned[first]);
+      layouts[i] = with_collective_of(spec, last ? std::move(*partitioned[first]) : *partitioned[first]);
       price.bound_s = bound_of(i, quick);
     } catch (const error& e) {
       price.reason = e.what();

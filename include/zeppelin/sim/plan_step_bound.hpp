@@ -181,7 +181,7 @@ struct delivered_bytes {
   const auto share_of = [&](std::size_t node) {
     return *std::lower_bound(on_node.begin(), on_node.end(), node, [](const node_share& a, std::size_t n) { return a.node < n; });
   };
-  std::vector<std::int32_t> micro_batches;  // of the group's shards (a group may serve several, one after another)
+  std::vector<std::int32_t> micro_batches;  // that a group's shards belong to: it may serve several, one after another
   for (std::size_t g = 0; g < p.groups.size(); ++g) {
     const auto& members = p.groups[g].ranks;
     const auto G = static_cast<std::int32_t>(members.size());
@@ -189,9 +189,9 @@ struct delivered_bytes {
     micro_batches.clear();
     for (const rank_index r : members)
       for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards)
-        if (s.group == static_cast<std::int32_t>(g)) micro_batches.push_back(s.micro_batch);
-    std::sort(micro_batches.begin(), micro_batches.end());
-    micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
+        if (s.group == static_cast<std::int32_t>(g) &&
+            std::find(micro_batches.begin(), micro_batches.end(), s.micro_batch) == micro_batches.end())
+          micro_batches.push_back(s.micro_batch);
     // what the group's collective delivers in one micro-batch, for the tokens `mine` of it
     const auto deliver = [&](std::array<delivered_bytes, 2>& at) {
       if (p.groups[g].collective != collective_kind::all_to_all) {

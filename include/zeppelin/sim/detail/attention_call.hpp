@@ -50,6 +50,11 @@ struct call_cost {
   std::int64_t pairs = 0;   //!< (query, key) pairs computed per query head
 };
 
+//! x of one sequence's `rows` query rows and `pairs` pairs in a call (see the file comment).
+[[nodiscard]] inline double causal_equivalent_rows(const attention_time_model& m, token_count rows, double pairs) {
+  return std::max(static_cast<double>(m.padded_rows(rows)), std::sqrt(std::max(0.0, 2.0 * pairs - static_cast<double>(rows))));
+}
+
 //! Prices one call; `items` is reordered.
 inline call_cost price_call(std::vector<call_item>& items, const attention_time_model& m, int heads, int head_dim) {
   std::sort(items.begin(), items.end(), [](const call_item& a, const call_item& b) {
@@ -74,7 +79,7 @@ inline call_cost price_call(std::vector<call_item>& items, const attention_time_
     if (pairs == 0) continue;
     total_pairs += pairs;
     executed += m.forward_flops(rows, pairs, heads, head_dim);
-    x += std::max(static_cast<double>(m.padded_rows(rows)), std::sqrt(std::max(0.0, 2.0 * static_cast<double>(pairs) - static_cast<double>(rows))));
+    x += causal_equivalent_rows(m, rows, static_cast<double>(pairs));
   }
   if (executed == 0) return {};
   return {executed / m.forward.at(x), attention_backward_ratio * executed / m.backward.at(x), executed, total_pairs};

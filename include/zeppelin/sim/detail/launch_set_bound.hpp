@@ -54,6 +54,7 @@
 #include <zeppelin/schedule/block_mask.hpp>
 #include <zeppelin/schedule/group_layout.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
+#include <zeppelin/sim/detail/attention_call.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -96,13 +97,6 @@ struct launch_slowdown {
   }
 };
 
-//! A block's causal-equivalent size, as the simulator sums it over a launch
-//! (sim/detail/attention_call.hpp).
-[[nodiscard]] inline double block_size(token_range q, token_range k, block_mask m, const attention_time_model& model) {
-  const auto pairs = static_cast<double>(block_pairs(q, k, m));
-  const auto rows = static_cast<double>(q.size());
-  return std::max(static_cast<double>(model.padded_rows(q.size())), std::sqrt(std::max(0.0, 2 * pairs - rows)));
-}
 
 //! A block of a ring position's round: against origin `origin`, of sequence `seq`.
 struct ring_block {
@@ -137,6 +131,27 @@ struct interval_scratch {
     scratch.best[i + 1] = std::max(scratch.best[i], by_end[i].x + scratch.best[static_cast<std::size_t>(before - by_end.begin())]);
   }
   return scratch.best.back();
+}
+
+//! Calls cap(origin, x) for each origin of `blocks` (one ring position's blocks of its rounds,
+//! reordered): no launch of that origin's round is larger than x, the heaviest choice of its
+//! blocks with disjoint queries or, if less, with disjoint keys, summed over its sequences (a
+//! launch's query rows are disjoint, and so are its key rows: program/launch_waves.hpp).
+template <class Cap>
+void cap_launch_sizes(std::vector<ring_block>& blocks, interval_scratch& scratch, Cap&& cap) {
+  std::sort(blocks.begin(), blocks.end(),
+            [](const ring_block& x, const ring_block& y) { return std::tie(x.origin, x.seq) < std::tie(y.origin, y.seq); });
+  for (std::size_t e = 0, f = 0; e < blocks.size(); e = f) {
+    double by_queries = 0, by_keys = 0;
+    for (f = e; f < blocks.size() && blocks[f].origin == blocks[e].origin;) {
+      const std::size_t first = f;
+      while (f < blocks.size() && blocks[f].origin == blocks[e].origin && blocks[f].seq == blocks[first].seq) ++f;
+      const std::span<const ring_block> of_seq(blocks.data() + first, f - first);
+      by_queries += heaviest_disjoint(of_seq, &ring_block::q, scratch);
+      by_keys += heaviest_disjoint(of_seq, &ring_block::k, scratch);
+    }
+    cap(blocks[e].origin, std::min(by_queries, by_keys));
+  }
 }
 
 //! Seconds of attention per (micro-batch, rank): all of the rank's launches outside all-to-all
@@ -223,18 +238,19 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   // pairs: weighted by the least tile padding of their sequence's rows (see padding_of)
   struct sum {
     double pairs = 0, x = 0;
-    void add(token_range q, token_range k, block_mask m, const attention_time_model& model, double padding) {
-      pairs += static_cast<double>(block_pairs(q, k, m)) * padding;
-      x += block_size(q, k, m, model);
-    }
+  };
+  // a block's padding-weighted pairs and causal-equivalent size, as the simulator sums it over
+  // a launch (sim/detail/attention_call.hpp)
+  const auto weighted = [&](token_range q, token_range k, block_mask m, double padding) {
+    const auto pairs = static_cast<double>(block_pairs(q, k, m));
+    return sum{pairs * padding, causal_equivalent_rows(slowdown.attention, q.size(), pairs)};
   };
   // A call tiles each sequence's query rows apart: its pairs cost padded(rows) / rows times
   // their FLOPs, for the rows of the sequence in the call, at most the `held` rows of it that
   // the rank computes in the set. padded(r) / r is least over r <= held at held itself when
   // held is below one tile (padded(r) is one tile there), and 1 otherwise (r = one tile).
   const auto padding_of = [&](token_count held) {
-    if (held >= slowdown.attention.tile_rows) return 1.0;
-    return static_cast<double>(slowdown.attention.padded_rows(held)) / static_cast<double>(held);
+    return held >= slowdown.attention.tile_rows ? 1.0 : slowdown.attention.padding_factor(held);
   };
   std::vector<set_part> parts;            // ring sets, sorted and summed per level
   std::vector<sum> one_set(ranks);        // per rank: its level's one set (all-gather or local)
@@ -284,8 +300,10 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
           const double padding = padding_of(held);
           for (std::size_t q = c; q < run_end[c]; ++q)
             for (std::size_t k = c; k < run_end[c]; ++k)
-              for_each_block(shards[q].range, shards[k].range,
-                             [&](token_range qr, token_range kr, block_mask m) { total.add(qr, kr, m, slowdown.attention, padding); });
+              for_each_block(shards[q].range, shards[k].range, [&](token_range qr, token_range kr, block_mask m) {
+                const sum block = weighted(qr, kr, m, padding);
+                total.pairs += block.pairs, total.x += block.x;
+              });
         }
         continue;
       }
@@ -312,29 +330,18 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
               sum& with = by_origin[static_cast<std::size_t>(shards[k].position)];
               const double before = with.pairs;
               for_each_block(shards[q].range, shards[k].range, [&](token_range qr, token_range kr, block_mask m) {
-                with.add(qr, kr, m, slowdown.attention, padding);
-                if (w != gathered) round_blocks.push_back({shards[k].position, shards[q].seq, qr, kr, block_size(qr, kr, m, slowdown.attention)});
+                const sum block = weighted(qr, kr, m, padding);
+                with.pairs += block.pairs, with.x += block.x;
+                if (w != gathered) round_blocks.push_back({shards[k].position, shards[q].seq, qr, kr, block.x});
               });
               if (before == 0 && with.pairs > 0) touched.push_back(shards[k].position);
             }
           }
         }
-        // a round's launches take disjoint query rows and disjoint key rows: no launch is
-        // larger than the most its blocks of disjoint queries, or of disjoint keys, add up to
-        std::sort(round_blocks.begin(), round_blocks.end(),
-                  [](const ring_block& x, const ring_block& y) { return std::tie(x.origin, x.seq) < std::tie(y.origin, y.seq); });
-        for (std::size_t e = 0, f = 0; e < round_blocks.size(); e = f) {
-          double by_queries = 0, by_keys = 0;
-          for (f = e; f < round_blocks.size() && round_blocks[f].origin == round_blocks[e].origin;) {
-            const std::size_t first = f;
-            for (; f < round_blocks.size() && round_blocks[f].origin == round_blocks[e].origin && round_blocks[f].seq == round_blocks[first].seq;) ++f;
-            const std::span<const ring_block> of_seq(round_blocks.data() + first, f - first);
-            by_queries += heaviest_disjoint(of_seq, &ring_block::q, intervals);
-            by_keys += heaviest_disjoint(of_seq, &ring_block::k, intervals);
-          }
-          sum& with = by_origin[static_cast<std::size_t>(round_blocks[e].origin)];
-          with.x = std::min({with.x, by_queries, by_keys});
-        }
+        cap_launch_sizes(round_blocks, intervals, [&](std::int32_t origin, double x) {
+          sum& with = by_origin[static_cast<std::size_t>(origin)];
+          with.x = std::min(with.x, x);
+        });
         round_blocks.clear();
         sum& all = one_set[static_cast<std::size_t>(rank)];
         for (const std::int32_t origin : touched) {
