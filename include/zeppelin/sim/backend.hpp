@@ -2,10 +2,11 @@
 // The simulator's backend of the execution program (program/driver.hpp): instead of moving
 // bytes and running kernels it adds tasks to an event engine (sim/event_engine.hpp), priced
 // by the cost model, with exactly the dependencies the device engine's streams and events
-// give them. It runs every rank.
+// give them. It runs the ranks it is given: every rank, or a set of ranks that exchange bytes
+// with no other (sim/detail/independent_ranks.hpp), whose pieces alone it adds.
 //   in : the event engine, the program, the pass, the per-launch prices, the per-rank tasks
 //        the segment starts after (`prev`, updated to the segment's end), the layer and
-//        micro-batch labels, an optional execution record
+//        micro-batch labels, the ranks it runs (ascending), an optional execution record
 //   out: tasks, and the launch statistics.
 // Per rank and operation:
 //   compute op   one compute task on the rank's GPU, after the previous operation of its
@@ -90,11 +91,12 @@ class sim_backend {
  public:
   sim_backend(event_engine& e, const execution_program& prog, pass_kind pass, const topology& t,
               const std::vector<detail::call_cost>& prices, std::vector<task_id>& prev, std::int32_t layer, std::int32_t micro_batch,
-              launch_stats& stats, execution_record* record = nullptr)
+              launch_stats& stats, std::span<const rank_index> ranks, execution_record* record = nullptr)
       : e_(e), prog_(prog), pass_(pass), t_(t), prices_(prices), prev_(prev), layer_(layer), mb_(micro_batch), stats_(stats),
-        record_(record), ranks_(static_cast<std::size_t>(prog.num_ranks())) {
-    std::iota(ranks_.begin(), ranks_.end(), 0);
-    const auto R = ranks_.size();
+        record_(record), ranks_(ranks.begin(), ranks.end()) {
+    const auto R = static_cast<std::size_t>(prog.num_ranks());
+    runs_rank_.assign(R, 0);
+    for (const rank_index r : ranks_) runs_rank_[static_cast<std::size_t>(r)] = 1;
     task_of_.resize(R);
     last_.assign(R, std::vector<task_id>(prog.streams.size(), no_task));
     comm_.assign(R, no_task);
@@ -106,7 +108,8 @@ class sim_backend {
   [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return ranks_; }
 
   void begin_segment(std::size_t seg) {
-    for (std::size_t r = 0; r < ranks_.size(); ++r) {
+    for (const rank_index rank : ranks_) {
+      const auto r = static_cast<std::size_t>(rank);
       task_of_[r].assign(prog_.pass(pass_)[r].segments.at(seg).ops.size(), no_task);
       std::fill(last_[r].begin(), last_[r].end(), prev_[r]);
       comm_[r] = prev_[r];
@@ -116,7 +119,10 @@ class sim_backend {
   }
 
   void end_segment(std::size_t) {
-    for (std::size_t r = 0; r < ranks_.size(); ++r) prev_[r] = parts_[r].size() == 1 ? parts_[r].front() : e_.join(parts_[r]);
+    for (const rank_index rank : ranks_) {
+      const auto r = static_cast<std::size_t>(rank);
+      prev_[r] = parts_[r].size() == 1 ? parts_[r].front() : e_.join(parts_[r]);
+    }
   }
 
   void compute(rank_index rank, std::size_t, std::int32_t index, const program_op& op) {
@@ -150,7 +156,8 @@ class sim_backend {
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const auto r = static_cast<std::size_t>(ranks[i]);
       const program_op& op = prog_.pass(pass_)[r].segments[segment_].ops[static_cast<std::size_t>(index[i])];
-      ready_[r] = e_.join(dependencies_of(r, comm_[r], op));
+      const std::vector<task_id>& deps = dependencies_of(r, comm_[r], op);
+      ready_[r] = deps.size() == 1 ? deps.front() : e_.join(deps);
     }
     for (int stage = 0; stage < route_stages; ++stage) {
       const std::vector<stream_of_pieces>& flows = streams_of_stage(ph, stage);
@@ -166,12 +173,13 @@ class sim_backend {
       }
       if (record_)
         for (const transfer& m : ph.pieces)
-          if (stage_of(m.step) == stage) record_->add(ph, m);
+          if (stage_of(m.step) == stage && runs_rank_[static_cast<std::size_t>(m.src)]) record_->add(ph, m);
+      // every flow of the stage waits for the ready task of both its ends: a rank's next
+      // stage waits for its flows alone (one flow: that flow itself, no join)
       for (const rank_index rank : ranks) {
         const auto r = static_cast<std::size_t>(rank);
         if (touched_[r].empty()) continue;
-        touched_[r].push_back(ready_[r]);
-        ready_[r] = e_.join(touched_[r]);
+        ready_[r] = touched_[r].size() == 1 ? touched_[r].front() : e_.join(touched_[r]);
       }
     }
     for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -207,7 +215,8 @@ class sim_backend {
     merged_.clear();
     for (std::size_t i = 0; i < ph.pieces.size(); ++i) {
       const transfer& m = ph.pieces[i];
-      if (stage_of(m.step) == stage) merged_.push_back({m.src, m.dst, m.step, flow_kind(ph, m), m.bytes, i});
+      if (stage_of(m.step) == stage && runs_rank_[static_cast<std::size_t>(m.src)])
+        merged_.push_back({m.src, m.dst, m.step, flow_kind(ph, m), m.bytes, i});
     }
     const auto key = [](const stream_of_pieces& x) { return std::tuple(x.src, x.dst, x.step, x.kind, x.first); };
     std::sort(merged_.begin(), merged_.end(), [&](const stream_of_pieces& x, const stream_of_pieces& y) { return key(x) < key(y); });
@@ -292,7 +301,8 @@ class sim_backend {
   std::int32_t layer_, mb_;
   launch_stats& stats_;
   execution_record* record_;
-  std::vector<rank_index> ranks_;
+  std::vector<rank_index> ranks_;              //!< the ranks it runs, ascending
+  std::vector<char> runs_rank_;                //!< [rank]: whether it runs that rank
   std::size_t segment_ = 0;
   std::vector<std::vector<task_id>> task_of_;  //!< [rank][op]: the op's task in this segment
   std::vector<std::vector<task_id>> last_;     //!< [rank][stream]: the stream's last task

@@ -13,6 +13,7 @@
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/remap/problem.hpp>
 
+#include <cstddef>
 #include <optional>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -41,6 +42,12 @@ struct sim_options {
   //! synchronises the ranks (remap alltoallv, TP collectives, rings spanning the GPUs);
   //! chaining more lets fast ranks run ahead across layers.
   int chained_layers = 1;
+  //! Tasks an event engine holds at most, about: ranks that exchange nothing with one another
+  //! are simulated apart, in chunks of about this many tasks per layer, so that each run's
+  //! tasks stay in cache (sim/detail/independent_ranks.hpp). The results do not depend on it
+  //! (the same arithmetic runs either way); a trace or an execution record runs every rank in
+  //! one engine. Must be >= 1.
+  std::size_t tasks_per_engine = std::size_t{1} << 18;
   //! Keep every task's timing for a trace (sim_result::trace); costs memory.
   bool record_trace = false;
   //! Keep the execution record of one layer (sim_result::record, program/record.hpp): every

@@ -50,6 +50,7 @@
 #include <zeppelin/program/program.hpp>
 #include <zeppelin/sim/backend.hpp>
 #include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/detail/independent_ranks.hpp>
 #include <zeppelin/sim/event_engine.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
 #include <zeppelin/sim/lower_bound.hpp>
@@ -58,6 +59,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -71,27 +74,31 @@ namespace detail {
 struct layer_tokens {
   std::vector<std::vector<token_count>> attention, linear;
 };
-// About how many tasks and dependencies one layer of `pass` of micro-batch `mb` adds (an
-// upper estimate for the reserve of the event engine): per rank its linear modules (and their
-// TP collective), per segment its end, a task per compute operation, per exchange a join per
-// stage it can use, and a flow per piece at most.
-inline std::pair<std::size_t, std::size_t> tasks_of_layer(const execution_program& prog, pass_kind pass, std::int32_t mb) {
-  std::size_t tasks = 0, dependencies = 0;
-  for (const rank_pass& rp : prog.pass(pass)) {
-    tasks += 2;
-    for (const program_segment& s : rp.segments) {
+// About how many tasks and dependencies one layer of `pass` of micro-batch `mb` adds per rank
+// (an upper estimate for the reserve of the event engine, and the weight of a rank when
+// ranks are simulated in chunks): its linear modules (and their TP collective), per segment
+// its end, a task per compute operation, per exchange a join per stage it can use, and per
+// piece it sends a flow at most.
+struct rank_tasks {
+  std::vector<std::size_t> tasks, dependencies;  // [rank]
+};
+inline rank_tasks tasks_of_layer(const execution_program& prog, pass_kind pass, std::int32_t mb) {
+  const auto R = static_cast<std::size_t>(prog.num_ranks());
+  rank_tasks out{std::vector<std::size_t>(R, 2), std::vector<std::size_t>(R, 0)};
+  for (std::size_t r = 0; r < R; ++r)
+    for (const program_segment& s : prog.pass(pass)[r].segments) {
       if (s.micro_batch != mb) continue;
-      tasks += 1;
+      out.tasks[r] += 1;
       for (const program_op& op : s.ops) {
         const bool exchange = std::holds_alternative<exchange_phase>(op.body);
-        tasks += exchange ? 1 + route_stages : 1;
-        dependencies += 1 + op.after.size() + (exchange ? route_stages : 1);
+        out.tasks[r] += exchange ? 1 + route_stages : 1;
+        out.dependencies[r] += 1 + op.after.size() + (exchange ? route_stages : 1);
       }
     }
-  }
   for (const program_phase& ph : prog.phases)
-    if (ph.pass == pass) tasks += ph.pieces.size(), dependencies += 3 * ph.pieces.size();
-  return {tasks, dependencies};
+    if (ph.pass == pass && prog.levels[static_cast<std::size_t>(ph.level)].micro_batch == mb)
+      for (const transfer& m : ph.pieces) out.tasks[static_cast<std::size_t>(m.src)] += 1, out.dependencies[static_cast<std::size_t>(m.src)] += 3;
+  return out;
 }
 
 inline layer_tokens tokens_per_layout(const plan& p, const execution_program& prog) {
@@ -118,6 +125,7 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
   ZEPPELIN_EXPECTS(o.chained_layers >= 0, "chained_layers must be >= 0 (0 = every layer)",
                    {{"chained_layers", double(o.chained_layers)}});
   ZEPPELIN_EXPECTS(o.tensor_parallel >= 1, "tensor_parallel must be >= 1", {{"tensor_parallel", double(o.tensor_parallel)}});
+  ZEPPELIN_EXPECTS(o.tasks_per_engine >= 1, "tasks_per_engine must be >= 1", {{"tasks_per_engine", double(o.tasks_per_engine)}});
   const execution_program prog = make_program(p, b, t, to_program_options(o, wire_format::for_model(m)));
   const int chained = o.chained_layers == 0 ? m.layers : std::min(o.chained_layers, m.layers);
   const double scale = static_cast<double>(m.layers) / chained;
@@ -139,56 +147,81 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
     const auto& linear_tokens = tokens.linear[static_cast<std::size_t>(mb)];
     for (const pass_kind pass : {pass_kind::forward, pass_kind::backward}) {
       const bool forward = pass == pass_kind::forward;
-      event_engine e(t, policy, cost.link, slowdown);
-      const auto [tasks, dependencies] = detail::tasks_of_layer(prog, pass, mb);
-      e.reserve(static_cast<std::size_t>(chained) * tasks, static_cast<std::size_t>(chained) * dependencies);
+      // the pass's ranks, chunk by chunk of ranks that exchange nothing with other chunks
+      // (one chunk when a trace or record is asked for: it shows every rank on one time axis)
+      const detail::rank_tasks estimate = detail::tasks_of_layer(prog, pass, mb);
+      const bool whole = o.record_trace || o.record_execution;
+      const std::size_t target = whole ? std::numeric_limits<std::size_t>::max() : o.tasks_per_engine / static_cast<std::size_t>(chained);
+      const std::vector<std::vector<rank_index>> chunks = detail::independent_rank_chunks(prog, pass, mb, t, estimate.tasks, target);
       launch_stats stats;
       std::vector<task_id> prev(R, no_task);
-      // the linear modules of one layer on every rank, after `prev`
-      const auto linear = [&](std::int32_t layer) {
-        for (std::size_t r = 0; r < R; ++r) {
-          const double flops = static_cast<double>(linear_tokens[r]) * linear_fwd_flops * (forward ? 1.0 : 2.0);
-          const task_tag tg{forward ? task_kind::linear_forward : task_kind::linear_backward, flow_leg::direct, -1, -1, layer, mb};
-          prev[r] = e.compute(static_cast<rank_index>(r), cost.linear.seconds(flops, t.gpu()), tg, linear_priority, {prev[r]});
-          if (o.tensor_parallel > 1) {
-            const double s = tensor_parallel_collectives_per_layer *
-                             tensor_parallel_collective_seconds(linear_tokens[r], m, t, o.tensor_parallel);
-            prev[r] = e.compute(static_cast<rank_index>(r), s, {task_kind::tensor_parallel, flow_leg::direct, -1, -1, layer, mb},
-                                linear_priority, {prev[r]});
-          }
+      std::vector<double> chunk_end;  // per chunk: its makespan
+      std::optional<engine_run> traced;
+      double makespan = 0, inter_node_bytes = 0, intra_node_bytes = 0;
+      for (const std::vector<rank_index>& ranks : chunks) {
+        event_engine e(t, policy, cost.link, slowdown);
+        std::size_t tasks = 0, dependencies = 0;
+        for (const rank_index r : ranks) {
+          tasks += estimate.tasks[static_cast<std::size_t>(r)];
+          dependencies += estimate.dependencies[static_cast<std::size_t>(r)];
         }
-      };
-      for (int l = 0; l < chained; ++l) {
-        const std::int32_t layer = forward ? l : chained - 1 - l;
-        if (!forward) linear(layer);
-        sim_backend backend(e, prog, pass, t, prices, prev, layer, mb, stats, o.record_execution && l == 0 ? &res.record : nullptr);
-        run_pass(prog, pass, backend, [&](const program_segment& s) { return s.micro_batch == mb; });
-        if (forward) linear(layer);
+        e.reserve(static_cast<std::size_t>(chained) * tasks, static_cast<std::size_t>(chained) * dependencies);
+        // the linear modules of one layer on every rank of the chunk, after `prev`
+        const auto linear = [&](std::int32_t layer) {
+          for (const rank_index rank : ranks) {
+            const auto r = static_cast<std::size_t>(rank);
+            const double flops = static_cast<double>(linear_tokens[r]) * linear_fwd_flops * (forward ? 1.0 : 2.0);
+            const task_tag tg{forward ? task_kind::linear_forward : task_kind::linear_backward, flow_leg::direct, -1, -1, layer, mb};
+            prev[r] = e.compute(rank, cost.linear.seconds(flops, t.gpu()), tg, linear_priority, {prev[r]});
+            if (o.tensor_parallel > 1) {
+              const double s = tensor_parallel_collectives_per_layer *
+                               tensor_parallel_collective_seconds(linear_tokens[r], m, t, o.tensor_parallel);
+              prev[r] = e.compute(rank, s, {task_kind::tensor_parallel, flow_leg::direct, -1, -1, layer, mb}, linear_priority, {prev[r]});
+            }
+          }
+        };
+        for (int l = 0; l < chained; ++l) {
+          const std::int32_t layer = forward ? l : chained - 1 - l;
+          if (!forward) linear(layer);
+          sim_backend backend(e, prog, pass, t, prices, prev, layer, mb, stats, ranks,
+                              o.record_execution && l == 0 ? &res.record : nullptr);
+          run_pass(prog, pass, backend, [&](const program_segment& s) { return s.micro_batch == mb; });
+          if (forward) linear(layer);
+        }
+        engine_run run = e.run();
+        makespan = std::max(makespan, run.makespan);
+        inter_node_bytes += run.inter_node_bytes;
+        intra_node_bytes += run.intra_node_bytes;
+        res.max_port_utilization = std::max(res.max_port_utilization, run.max_port_utilization);
+        for (const rank_index rank : ranks) {
+          const auto r = static_cast<std::size_t>(rank);
+          const stream_accounting& a = run.ranks[r];
+          rank_breakdown& br = res.ranks[r];
+          br.attention_s += scale * (a.busy[static_cast<int>(task_kind::attention_forward)] +
+                                     a.busy[static_cast<int>(task_kind::attention_backward)]);
+          br.linear_s += scale * (a.busy[static_cast<int>(task_kind::linear_forward)] +
+                                  a.busy[static_cast<int>(task_kind::linear_backward)]);
+          br.exposed_comm_s += scale * (a.stalled + a.busy[static_cast<int>(task_kind::tensor_parallel)]);
+          br.idle_s += scale * a.idle;
+        }
+        chunk_end.push_back(run.makespan);
+        if (o.record_trace) traced = std::move(run);
       }
-      engine_run run = e.run();
-      const double phase = scale * run.makespan;
+      // a chunk that ended before the pass did idles until then
+      for (std::size_t c = 0; c < chunks.size(); ++c)
+        for (const rank_index r : chunks[c]) res.ranks[static_cast<std::size_t>(r)].idle_s += scale * (makespan - chunk_end[c]);
+      const double phase = scale * makespan;
       (forward ? res.forward_s : res.backward_s) += phase;
       res.step_time_s += phase;
-      res.cross_node_bytes += scale * run.inter_node_bytes;
-      res.intra_node_bytes += scale * run.intra_node_bytes;
-      res.max_port_utilization = std::max(res.max_port_utilization, run.max_port_utilization);
+      res.cross_node_bytes += scale * inter_node_bytes;
+      res.intra_node_bytes += scale * intra_node_bytes;
       res.attention_launches += scale * stats.launches;
       res.attention_flops += scale * stats.flops;
       // every chained layer computes the same pairs; a head lane computes a share of the heads
       if (forward) res.attention_pairs += stats.head_pairs / (std::int64_t{prog.wire.heads} * chained);
-      for (std::size_t r = 0; r < R; ++r) {
-        const stream_accounting& a = run.ranks[r];
-        rank_breakdown& br = res.ranks[r];
-        br.attention_s += scale * (a.busy[static_cast<int>(task_kind::attention_forward)] +
-                                   a.busy[static_cast<int>(task_kind::attention_backward)]);
-        br.linear_s += scale * (a.busy[static_cast<int>(task_kind::linear_forward)] +
-                                a.busy[static_cast<int>(task_kind::linear_backward)]);
-        br.exposed_comm_s += scale * (a.stalled + a.busy[static_cast<int>(task_kind::tensor_parallel)]);
-        br.idle_s += scale * a.idle;
-      }
-      if (o.record_trace)
+      if (o.record_trace)  // one chunk (see above)
         res.trace.push_back({std::string(forward ? "forward" : "backward") + " mb" + std::to_string(mb), clock, scale,
-                             std::move(run)});
+                             std::move(*traced)});
       clock += phase / scale;
     }
     // LM head: once per micro-batch, forward + backward, on the linear layout
