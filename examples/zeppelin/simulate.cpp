@@ -72,6 +72,7 @@ struct simulate_options {
   int element_bytes = 0;                      // 0: the model's (--dtype)
   int tensor_parallel = 0;  // 0: the paper's choice (13B on A, 30B on C: 2)
   int chained_layers = 1;
+  int threads = 1;
   double slack = zeppelin::method_setup{}.capacity_slack;
   bool no_contention = false;
   std::optional<zeppelin::launch_policy> launch;  // empty: each method's own
@@ -122,6 +123,7 @@ void run_simulate(const simulate_options& o) {
   setup.tensor_parallel = o.tensor_parallel > 0 ? o.tensor_parallel : paper_tensor_parallel(o.cluster, model);
   setup.tokens_per_gpu = (b.total_tokens() + cluster.num_ranks() - 1) / cluster.num_ranks();
   setup.chained_layers = o.chained_layers;
+  setup.threads = o.threads;
   setup.capacity_slack = o.slack;
   setup.launch = o.launch;
   if (o.no_contention) {
@@ -282,6 +284,10 @@ void add_simulate_command(CLI::App& app) {
   add_integer_option(cmd, "--layers", options->chained_layers, "layers simulated back to back per phase (0 = all)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  add_integer_option(cmd, "--threads", options->threads,
+                     "threads that simulate independent groups of GPUs at once (the results do not depend on it)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--slack", options->slack, "capacity headroom over the average tokens per GPU (0 = exact fill)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -199,6 +199,11 @@ zeppelin_add_cli_test(tool.chunk_rejects_zero_sp EXIT_CODE 1 STDERR "SP and PP d
 
 # one size parser, file arguments checked, defaults in --help, --version (the first hour)
 zeppelin_add_cli_test(tool.version EXIT_CODE 0 STDOUT "^zeppelin [0-9]+\\.[0-9]+\\.[0-9]+" COMMAND ${zeppelin_tool_cmd} --version)
+# Threads change how long a simulation takes, not what it prints.
+zeppelin_add_cli_test(tool.simulate_threads EXIT_CODE 0 STDOUT "hybrid_dp +[0-9]+\\.[0-9] +[0-9]+ "
+  COMMAND ${zeppelin_tool_cmd} simulate --tokens 64K --nodes 4 --methods hybrid_dp --threads 2)
+zeppelin_add_cli_test(tool.simulate_rejects_zero_threads EXIT_CODE 105 STDERR "--threads"
+  COMMAND ${zeppelin_tool_cmd} simulate --threads 0)
 zeppelin_add_cli_test(tool.simulate_accepts_sizes EXIT_CODE 0 STDOUT "32768 tokens"
   COMMAND ${zeppelin_tool_cmd} simulate --tokens 32K --nodes 1 --methods te_cp)
 zeppelin_add_cli_test(tool.rejects_bad_size EXIT_CODE 105 STDERR "--tokens: '12Q' is not a token count such as 4096, 64K, 1M or 2G"

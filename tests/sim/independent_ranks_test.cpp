@@ -1,6 +1,7 @@
 // Simulating independent ranks apart (sim/detail/independent_ranks.hpp, simulate's chunks):
 // the chunks cover every rank once, never split a piece or a NIC, and the step a chunked
-// simulation computes is the one simulating every rank in one engine computes, bit for bit.
+// simulation computes, on one thread or several, is the one simulating every rank in one
+// engine computes, bit for bit.
 #include <catch2/catch.hpp>
 
 #include <zeppelin/core/model_presets.hpp>
@@ -93,6 +94,7 @@ TEST_CASE("a chunked simulation computes the step of one engine over every rank,
     whole.tasks_per_engine = std::numeric_limits<std::size_t>::max();
     apart.tasks_per_engine = 1;  // every set of ranks that exchange bytes in its own engine
     const sim_cost_model cost = sim_cost_model::for_topology(t);
+    apart.threads = seed % 2 == 0 ? 3 : 1;  // chunks on threads: still combined in rank order
     const sim_result one = simulate(p, b, t, m, whole, cost), chunked = simulate(p, b, t, m, apart, cost);
     CHECK(chunked.step_time_s == one.step_time_s);
     CHECK(chunked.forward_s == one.forward_s);
@@ -118,7 +120,7 @@ TEST_CASE("a chunked simulation computes the step of one engine over every rank,
   CHECK(split > 10);  // the property is tested on plans that really split
 }
 
-TEST_CASE("tasks_per_engine must be positive", "[sim][chunks]") {
+TEST_CASE("tasks_per_engine and threads must be positive", "[sim][chunks]") {
   const topology t = clusters::cluster_c(1);
   const batch b(std::vector<token_count>{4096, 2048});
   const model_config m = models::llama_3b();
@@ -128,4 +130,7 @@ TEST_CASE("tasks_per_engine must be positive", "[sim][chunks]") {
   sim_options o = options_for(spec, setup);
   o.tasks_per_engine = 0;
   CHECK_THROWS_WITH(simulate(p, b, t, m, o), Catch::Contains("tasks_per_engine"));
+  o.tasks_per_engine = 1;
+  o.threads = 0;
+  CHECK_THROWS_WITH(simulate(p, b, t, m, o), Catch::Contains("threads"));
 }

@@ -145,6 +145,7 @@ struct method_setup {
   double capacity_slack = default_capacity_slack;  //!< headroom over tokens_per_gpu; 0 = exact fill (see the file comment)
   int tensor_parallel = 1;            //!< TP inside CP (13B on cluster A, 30B on cluster C: 2)
   int chained_layers = 1;             //!< sim_options::chained_layers
+  int threads = 1;                    //!< sim_options::threads
   //! The load metric hierarchical<> balances with (te_cp+routing+engine and zeppelin;
   //! partition/load_metric.hpp); the cost-model metric prices the model's heads and head_dim.
   load_metric_kind metric = load_metric_kind::attention;
@@ -217,6 +218,7 @@ struct method_run {
   o.launch = setup.launch ? *setup.launch : spec.launch;
   o.tensor_parallel = setup.tensor_parallel;
   o.chained_layers = setup.chained_layers;
+  o.threads = setup.threads;
   o.record_trace = setup.record_trace;
   o.record_execution = setup.record_execution;
   return o;

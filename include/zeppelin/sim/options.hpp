@@ -48,6 +48,10 @@ struct sim_options {
   //! (the same arithmetic runs either way); a trace or an execution record runs every rank in
   //! one engine. Must be >= 1.
   std::size_t tasks_per_engine = std::size_t{1} << 18;
+  //! Threads (the caller's among them) that run those chunks at once; the results do not
+  //! depend on it (each chunk writes its own ranks, and the chunks are combined in rank
+  //! order). 1: the calling thread alone. Must be >= 1.
+  int threads = 1;
   //! Keep every task's timing for a trace (sim_result::trace); costs memory.
   bool record_trace = false;
   //! Keep the execution record of one layer (sim_result::record, program/record.hpp): every

@@ -44,6 +44,7 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/validate.hpp>
+#include <zeppelin/detail/parallel_for.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
 #include <zeppelin/program/build.hpp>
 #include <zeppelin/program/driver.hpp>
@@ -126,6 +127,7 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
                    {{"chained_layers", double(o.chained_layers)}});
   ZEPPELIN_EXPECTS(o.tensor_parallel >= 1, "tensor_parallel must be >= 1", {{"tensor_parallel", double(o.tensor_parallel)}});
   ZEPPELIN_EXPECTS(o.tasks_per_engine >= 1, "tasks_per_engine must be >= 1", {{"tasks_per_engine", double(o.tasks_per_engine)}});
+  ZEPPELIN_EXPECTS(o.threads >= 1, "threads must be >= 1", {{"threads", double(o.threads)}});
   const execution_program prog = make_program(p, b, t, to_program_options(o, wire_format::for_model(m)));
   const int chained = o.chained_layers == 0 ? m.layers : std::min(o.chained_layers, m.layers);
   const double scale = static_cast<double>(m.layers) / chained;
@@ -153,12 +155,18 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
       const bool whole = o.record_trace || o.record_execution;
       const std::size_t target = whole ? std::numeric_limits<std::size_t>::max() : o.tasks_per_engine / static_cast<std::size_t>(chained);
       const std::vector<std::vector<rank_index>> chunks = detail::independent_rank_chunks(prog, pass, mb, t, estimate.tasks, target);
-      launch_stats stats;
+      // per chunk: what its engine computed (its ranks' breakdowns go straight into res.ranks,
+      // each rank written by its own chunk); combined in chunk order below, whatever ran where
+      struct chunk_run {
+        double makespan = 0, inter_node_bytes = 0, intra_node_bytes = 0, max_port_utilization = 0;
+        launch_stats stats;
+        std::optional<engine_run> traced;
+      };
+      std::vector<chunk_run> done(chunks.size());
       std::vector<task_id> prev(R, no_task);
-      std::vector<double> chunk_end;  // per chunk: its makespan
-      std::optional<engine_run> traced;
-      double makespan = 0, inter_node_bytes = 0, intra_node_bytes = 0;
-      for (const std::vector<rank_index>& ranks : chunks) {
+      detail::parallel_for(chunks.size(), o.threads, [&](std::size_t c) {
+        const std::vector<rank_index>& ranks = chunks[c];
+        chunk_run& out = done[c];
         event_engine e(t, policy, cost.link, slowdown);
         std::size_t tasks = 0, dependencies = 0;
         for (const rank_index r : ranks) {
@@ -183,16 +191,16 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
         for (int l = 0; l < chained; ++l) {
           const std::int32_t layer = forward ? l : chained - 1 - l;
           if (!forward) linear(layer);
-          sim_backend backend(e, prog, pass, t, prices, prev, layer, mb, stats, ranks,
-                              o.record_execution && l == 0 ? &res.record : nullptr);
+          sim_backend backend(e, prog, pass, t, prices, prev, layer, mb, out.stats, ranks,
+                              o.record_execution && l == 0 ? &res.record : nullptr);  // recorded: one chunk
           run_pass(prog, pass, backend, [&](const program_segment& s) { return s.micro_batch == mb; });
           if (forward) linear(layer);
         }
         engine_run run = e.run();
-        makespan = std::max(makespan, run.makespan);
-        inter_node_bytes += run.inter_node_bytes;
-        intra_node_bytes += run.intra_node_bytes;
-        res.max_port_utilization = std::max(res.max_port_utilization, run.max_port_utilization);
+        out.makespan = run.makespan;
+        out.inter_node_bytes = run.inter_node_bytes;
+        out.intra_node_bytes = run.intra_node_bytes;
+        out.max_port_utilization = run.max_port_utilization;
         for (const rank_index rank : ranks) {
           const auto r = static_cast<std::size_t>(rank);
           const stream_accounting& a = run.ranks[r];
@@ -204,12 +212,22 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
           br.exposed_comm_s += scale * (a.stalled + a.busy[static_cast<int>(task_kind::tensor_parallel)]);
           br.idle_s += scale * a.idle;
         }
-        chunk_end.push_back(run.makespan);
-        if (o.record_trace) traced = std::move(run);
+        if (o.record_trace) out.traced = std::move(run);
+      });
+      launch_stats stats;
+      double makespan = 0, inter_node_bytes = 0, intra_node_bytes = 0;
+      for (const chunk_run& c : done) {
+        makespan = std::max(makespan, c.makespan);
+        inter_node_bytes += c.inter_node_bytes;
+        intra_node_bytes += c.intra_node_bytes;
+        res.max_port_utilization = std::max(res.max_port_utilization, c.max_port_utilization);
+        stats.launches += c.stats.launches;
+        stats.flops += c.stats.flops;
+        stats.head_pairs += c.stats.head_pairs;
       }
       // a chunk that ended before the pass did idles until then
       for (std::size_t c = 0; c < chunks.size(); ++c)
-        for (const rank_index r : chunks[c]) res.ranks[static_cast<std::size_t>(r)].idle_s += scale * (makespan - chunk_end[c]);
+        for (const rank_index r : chunks[c]) res.ranks[static_cast<std::size_t>(r)].idle_s += scale * (makespan - done[c].makespan);
       const double phase = scale * makespan;
       (forward ? res.forward_s : res.backward_s) += phase;
       res.step_time_s += phase;
@@ -221,7 +239,7 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
       if (forward) res.attention_pairs += stats.head_pairs / (std::int64_t{prog.wire.heads} * chained);
       if (o.record_trace)  // one chunk (see above)
         res.trace.push_back({std::string(forward ? "forward" : "backward") + " mb" + std::to_string(mb), clock, scale,
-                             std::move(*traced)});
+                             std::move(*done.front().traced)});
       clock += phase / scale;
     }
     // LM head: once per micro-batch, forward + backward, on the linear layout
