@@ -61,6 +61,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -153,7 +154,11 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
       // (one chunk when a trace or record is asked for: it shows every rank on one time axis)
       const detail::rank_tasks estimate = detail::tasks_of_layer(prog, pass, mb);
       const bool whole = o.record_trace || o.record_execution;
-      const std::size_t target = whole ? std::numeric_limits<std::size_t>::max() : o.tasks_per_engine / static_cast<std::size_t>(chained);
+      // with threads, at least four chunks per thread where the components allow (balance)
+      const std::size_t all_tasks = std::accumulate(estimate.tasks.begin(), estimate.tasks.end(), std::size_t{0});
+      const std::size_t per_thread = o.threads > 1 ? all_tasks / (4 * static_cast<std::size_t>(o.threads)) : all_tasks;
+      const std::size_t target =
+          whole ? std::numeric_limits<std::size_t>::max() : std::min(o.tasks_per_engine / static_cast<std::size_t>(chained), per_thread);
       const std::vector<std::vector<rank_index>> chunks = detail::independent_rank_chunks(prog, pass, mb, t, estimate.tasks, target);
       // per chunk: what its engine computed (its ranks' breakdowns go straight into res.ranks,
       // each rank written by its own chunk); combined in chunk order below, whatever ran where
