@@ -74,7 +74,8 @@ TEST_CASE("independent rank chunks: every rank once, ascending, no piece or NIC 
           CHECK(std::count(chunk_of.begin(), chunk_of.end(), -1) == 0);
           for (const program_phase& ph : prog.phases)
             if (ph.pass == pass && prog.levels[static_cast<std::size_t>(ph.level)].micro_batch == mb)
-              for (const transfer& x : ph.pieces) CHECK(chunk_of[static_cast<std::size_t>(x.src)] == chunk_of[static_cast<std::size_t>(x.dst)]);
+              for (const transfer& x : ph.pieces)
+                CHECK(chunk_of[static_cast<std::size_t>(x.src)] == chunk_of[static_cast<std::size_t>(x.dst)]);
           for (rank_index r = 1; r < t.num_ranks(); ++r)
             if (t.nic_of(r) == t.nic_of(r - 1)) CHECK(chunk_of[static_cast<std::size_t>(r)] == chunk_of[static_cast<std::size_t>(r - 1)]);
           if (target == std::numeric_limits<std::size_t>::max()) CHECK(chunks.size() == 1);

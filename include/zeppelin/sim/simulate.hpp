@@ -63,6 +63,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <variant>
@@ -99,7 +100,10 @@ inline rank_tasks tasks_of_layer(const execution_program& prog, pass_kind pass, 
     }
   for (const program_phase& ph : prog.phases)
     if (ph.pass == pass && prog.levels[static_cast<std::size_t>(ph.level)].micro_batch == mb)
-      for (const transfer& m : ph.pieces) out.tasks[static_cast<std::size_t>(m.src)] += 1, out.dependencies[static_cast<std::size_t>(m.src)] += 3;
+      for (const transfer& m : ph.pieces) {
+        out.tasks[static_cast<std::size_t>(m.src)] += 1;
+        out.dependencies[static_cast<std::size_t>(m.src)] += 3;
+      }
   return out;
 }
 
@@ -113,6 +117,92 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
   for (std::size_t mb = 0; mb < prog.linear_layout.size(); ++mb)
     if (!prog.linear_layout[mb].empty())
       for (std::size_t r = 0; r < R; ++r) out.linear[mb][r] = prog.linear_layout[mb][r].tokens();
+  return out;
+}
+
+// The inputs every chunk of one pass of one micro-batch shares (read-only).
+struct pass_context {
+  const execution_program& prog;
+  const topology& t;
+  const model_config& m;
+  const sim_options& o;
+  const sim_cost_model& cost;
+  const std::vector<call_cost>& prices;          // per launch
+  const std::vector<token_count>& linear_tokens;  // [rank]: tokens of the linear modules
+  const rank_tasks& estimate;
+  pass_kind pass;
+  std::int32_t micro_batch;
+  int chained;   // layers simulated
+  double scale;  // layers per simulated layer
+  stream_policy policy;
+  double slowdown;  // SM contention
+  std::int64_t linear_priority;
+};
+
+// What one chunk's engine computed.
+struct chunk_run {
+  double makespan = 0, inter_node_bytes = 0, intra_node_bytes = 0, max_port_utilization = 0;
+  launch_stats stats;
+  std::optional<engine_run> traced;  // the run itself, when the options ask for a trace
+};
+
+// Runs the ranks of one chunk through the pass's chained layers in an engine of their own:
+// their linear modules, then (or, backward, before) the program's segments of the
+// micro-batch. Adds the ranks' scaled breakdowns into breakdown[rank] and leaves each rank's
+// last task in prev[rank]; touches no other rank's entries (chunks may run at once). The
+// execution record of the first layer goes to `record` when given.
+inline chunk_run simulate_chunk(const pass_context& c, std::span<const rank_index> ranks, std::vector<task_id>& prev,
+                                std::vector<rank_breakdown>& breakdown, execution_record* record) {
+  const bool forward = c.pass == pass_kind::forward;
+  const topology& t = c.t;
+  event_engine e(t, c.policy, c.cost.link, c.slowdown);
+  std::size_t tasks = 0, dependencies = 0;
+  for (const rank_index r : ranks) {
+    tasks += c.estimate.tasks[static_cast<std::size_t>(r)];
+    dependencies += c.estimate.dependencies[static_cast<std::size_t>(r)];
+  }
+  const auto layers = static_cast<std::size_t>(c.chained);
+  e.reserve(layers * tasks, layers * dependencies);
+  const double linear_fwd_flops = linear_forward_flops_per_token(c.m);
+  // the linear modules of one layer on every rank of the chunk, after `prev`
+  const auto linear = [&](std::int32_t layer) {
+    for (const rank_index rank : ranks) {
+      const auto r = static_cast<std::size_t>(rank);
+      const double flops = static_cast<double>(c.linear_tokens[r]) * linear_fwd_flops * (forward ? 1.0 : 2.0);
+      const task_tag tg{forward ? task_kind::linear_forward : task_kind::linear_backward, flow_leg::direct, -1, -1, layer, c.micro_batch};
+      prev[r] = e.compute(rank, c.cost.linear.seconds(flops, t.gpu()), tg, c.linear_priority, {prev[r]});
+      if (c.o.tensor_parallel > 1) {
+        const double s = tensor_parallel_collectives_per_layer *
+                         tensor_parallel_collective_seconds(c.linear_tokens[r], c.m, t, c.o.tensor_parallel);
+        prev[r] = e.compute(rank, s, {task_kind::tensor_parallel, flow_leg::direct, -1, -1, layer, c.micro_batch}, c.linear_priority,
+                            {prev[r]});
+      }
+    }
+  };
+  chunk_run out;
+  for (int l = 0; l < c.chained; ++l) {
+    const std::int32_t layer = forward ? l : c.chained - 1 - l;
+    if (!forward) linear(layer);
+    sim_backend backend(e, c.prog, c.pass, t, c.prices, prev, layer, c.micro_batch, out.stats, ranks, l == 0 ? record : nullptr);
+    run_pass(c.prog, c.pass, backend, [&](const program_segment& s) { return s.micro_batch == c.micro_batch; });
+    if (forward) linear(layer);
+  }
+  engine_run run = e.run();
+  out.makespan = run.makespan;
+  out.inter_node_bytes = run.inter_node_bytes;
+  out.intra_node_bytes = run.intra_node_bytes;
+  out.max_port_utilization = run.max_port_utilization;
+  for (const rank_index rank : ranks) {
+    const auto r = static_cast<std::size_t>(rank);
+    const stream_accounting& a = run.ranks[r];
+    rank_breakdown& br = breakdown[r];
+    br.attention_s += c.scale * (a.busy[static_cast<int>(task_kind::attention_forward)] +
+                                 a.busy[static_cast<int>(task_kind::attention_backward)]);
+    br.linear_s += c.scale * (a.busy[static_cast<int>(task_kind::linear_forward)] + a.busy[static_cast<int>(task_kind::linear_backward)]);
+    br.exposed_comm_s += c.scale * (a.stalled + a.busy[static_cast<int>(task_kind::tensor_parallel)]);
+    br.idle_s += c.scale * a.idle;
+  }
+  if (c.o.record_trace) out.traced = std::move(run);
   return out;
 }
 }  // namespace detail
@@ -136,7 +226,6 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
   const auto R = static_cast<std::size_t>(t.num_ranks());
   const double slowdown = cost.contention.slowdown(t.gpu());
   const double head_flops = lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m);
-  const double linear_fwd_flops = linear_forward_flops_per_token(m);
   const std::vector<detail::call_cost> prices = price_launches(prog, cost.attention);
   const detail::layer_tokens tokens = detail::tokens_per_layout(p, prog);
   const auto linear_priority = static_cast<std::int64_t>(prog.streams.size());
@@ -160,68 +249,17 @@ inline layer_tokens tokens_per_layout(const plan& p, const execution_program& pr
       const std::size_t target =
           whole ? std::numeric_limits<std::size_t>::max() : std::min(o.tasks_per_engine / static_cast<std::size_t>(chained), per_thread);
       const std::vector<std::vector<rank_index>> chunks = detail::independent_rank_chunks(prog, pass, mb, t, estimate.tasks, target);
-      // per chunk: what its engine computed (its ranks' breakdowns go straight into res.ranks,
-      // each rank written by its own chunk); combined in chunk order below, whatever ran where
-      struct chunk_run {
-        double makespan = 0, inter_node_bytes = 0, intra_node_bytes = 0, max_port_utilization = 0;
-        launch_stats stats;
-        std::optional<engine_run> traced;
-      };
-      std::vector<chunk_run> done(chunks.size());
+      const detail::pass_context context{prog, t,  m,       o,     cost,   prices,   tokens.linear[static_cast<std::size_t>(mb)], estimate,
+                                         pass, mb, chained, scale, policy, slowdown, linear_priority};
+      std::vector<detail::chunk_run> done(chunks.size());
       std::vector<task_id> prev(R, no_task);
+      // each chunk writes its own slot and its own ranks' breakdowns; combined in chunk order
       detail::parallel_for(chunks.size(), o.threads, [&](std::size_t c) {
-        const std::vector<rank_index>& ranks = chunks[c];
-        chunk_run& out = done[c];
-        event_engine e(t, policy, cost.link, slowdown);
-        std::size_t tasks = 0, dependencies = 0;
-        for (const rank_index r : ranks) {
-          tasks += estimate.tasks[static_cast<std::size_t>(r)];
-          dependencies += estimate.dependencies[static_cast<std::size_t>(r)];
-        }
-        e.reserve(static_cast<std::size_t>(chained) * tasks, static_cast<std::size_t>(chained) * dependencies);
-        // the linear modules of one layer on every rank of the chunk, after `prev`
-        const auto linear = [&](std::int32_t layer) {
-          for (const rank_index rank : ranks) {
-            const auto r = static_cast<std::size_t>(rank);
-            const double flops = static_cast<double>(linear_tokens[r]) * linear_fwd_flops * (forward ? 1.0 : 2.0);
-            const task_tag tg{forward ? task_kind::linear_forward : task_kind::linear_backward, flow_leg::direct, -1, -1, layer, mb};
-            prev[r] = e.compute(rank, cost.linear.seconds(flops, t.gpu()), tg, linear_priority, {prev[r]});
-            if (o.tensor_parallel > 1) {
-              const double s = tensor_parallel_collectives_per_layer *
-                               tensor_parallel_collective_seconds(linear_tokens[r], m, t, o.tensor_parallel);
-              prev[r] = e.compute(rank, s, {task_kind::tensor_parallel, flow_leg::direct, -1, -1, layer, mb}, linear_priority, {prev[r]});
-            }
-          }
-        };
-        for (int l = 0; l < chained; ++l) {
-          const std::int32_t layer = forward ? l : chained - 1 - l;
-          if (!forward) linear(layer);
-          sim_backend backend(e, prog, pass, t, prices, prev, layer, mb, out.stats, ranks,
-                              o.record_execution && l == 0 ? &res.record : nullptr);  // recorded: one chunk
-          run_pass(prog, pass, backend, [&](const program_segment& s) { return s.micro_batch == mb; });
-          if (forward) linear(layer);
-        }
-        engine_run run = e.run();
-        out.makespan = run.makespan;
-        out.inter_node_bytes = run.inter_node_bytes;
-        out.intra_node_bytes = run.intra_node_bytes;
-        out.max_port_utilization = run.max_port_utilization;
-        for (const rank_index rank : ranks) {
-          const auto r = static_cast<std::size_t>(rank);
-          const stream_accounting& a = run.ranks[r];
-          rank_breakdown& br = res.ranks[r];
-          br.attention_s += scale * (a.busy[static_cast<int>(task_kind::attention_forward)] +
-                                     a.busy[static_cast<int>(task_kind::attention_backward)]);
-          br.linear_s += scale * (a.busy[static_cast<int>(task_kind::linear_forward)] +
-                                  a.busy[static_cast<int>(task_kind::linear_backward)]);
-          br.exposed_comm_s += scale * (a.stalled + a.busy[static_cast<int>(task_kind::tensor_parallel)]);
-          br.idle_s += scale * a.idle;
-        }
-        if (o.record_trace) out.traced = std::move(run);
+        done[c] = detail::simulate_chunk(context, chunks[c], prev, res.ranks, o.record_execution ? &res.record : nullptr);
       });
       launch_stats stats;
       double makespan = 0, inter_node_bytes = 0, intra_node_bytes = 0;
-      for (const chunk_run& c : done) {
+      for (const detail::chunk_run& c : done) {
         makespan = std::max(makespan, c.makespan);
         inter_node_bytes += c.inter_node_bytes;
         intra_node_bytes += c.intra_node_bytes;
