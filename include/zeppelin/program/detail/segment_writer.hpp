@@ -52,7 +52,8 @@ class segment_writer {
   segment_writer(execution_program& prog, pass_kind pass, launch_policy launch, std::vector<program_segment*> segments,
                  phase_router route)
       : prog_(prog), pass_(pass), launch_(launch), segments_(std::move(segments)), route_(std::move(route)),
-        last_(segments_.size(), std::vector<std::int32_t>(prog.streams.size(), -1)), exchanges_(segments_.size()) {}
+        last_(segments_.size(), std::vector<std::int32_t>(prog.streams.size(), -1)), exchanges_(segments_.size()),
+        in_phase_(segments_.size(), 0) {}
 
   void setup(level_work& w) {
     shared_waves_.clear();
@@ -70,9 +71,15 @@ class segment_writer {
       ph.payloads = std::move(payloads);
       ph.bindings = std::move(w.bindings[static_cast<std::size_t>(k)]);
       ph.pieces = route_(ph.payloads);
-      for (const transfer& x : ph.pieces) ph.ranks.push_back(x.src), ph.ranks.push_back(x.dst);
+      // the distinct ends, ascending: marked once each, then only they are sorted (a phase of
+      // an all-to-all has G (u - 1) pieces over G ranks)
+      for (const transfer& x : ph.pieces)
+        for (const rank_index end : {x.src, x.dst}) {
+          char& marked = in_phase_[static_cast<std::size_t>(end)];
+          if (!marked) marked = 1, ph.ranks.push_back(end);
+        }
       std::sort(ph.ranks.begin(), ph.ranks.end());
-      ph.ranks.erase(std::unique(ph.ranks.begin(), ph.ranks.end()), ph.ranks.end());
+      for (const rank_index rank : ph.ranks) in_phase_[static_cast<std::size_t>(rank)] = 0;
       for (const rank_index rank : ph.ranks) {
         const auto r = static_cast<std::size_t>(rank);
         const std::int32_t tail = last_[r][static_cast<std::size_t>(w.stream)];
@@ -197,6 +204,7 @@ class segment_writer {
   std::vector<std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>>> exchanges_;
   //! the current slot's shared block lists (kept alive by the first of the pair) -> their waves
   std::map<const void*, std::pair<block_list, std::vector<block_list>>> shared_waves_;
+  std::vector<char> in_phase_;  //!< [rank]: scratch of round(), all zero between calls
 };
 
 }  // namespace detail
