@@ -39,7 +39,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <numeric>
 #include <span>
 #include <tuple>
 #include <utility>
