@@ -9,12 +9,14 @@
 //   out: elastic_step_result: the iteration's seconds (the pipelines' sum: each flushes
 //        before the next starts, gradients accumulate) and each pipeline's simulator result
 // What the simulator adds to the planner's estimate: the real 1F1B bubbles of unequal
-// chunks, the activation sends between stages on the topology's links, and the recompute
-// placed where the checkpoint plan puts it. The layout is TP 1, CP d_s (the Ulysses group:
-// each rank computes 1/d_s of every chunk, micro_batch_of_chunk), PP d_p, DP 1.
+// chunks, the activation sends between stages on the topology's links, the recompute
+// placed where the checkpoint plan puts it, and ZeRO-3 over each stage's d_s GPUs: every
+// layer's parameters gathered before it runs (the next layer's gather behind the current
+// layer's compute) and its gradients reduce-scattered after its backward, ring flows on the
+// topology's links (sim/pipeline_simulator.hpp). The layout is TP 1, CP d_s (the Ulysses
+// group: each rank computes 1/d_s of every chunk, micro_batch_of_chunk), PP d_p, DP 1.
 // Memory: the planner's window model (Eq. 20) decides what fits, so the simulator's own
-// per-token memory check is off unless options.memory_capacity_bytes asks for it. ZeRO-3's
-// parameter gathers and gradient reduce-scatters are not simulated.
+// per-token memory check is off unless options.memory_capacity_bytes asks for it.
 // Errors: invalid_argument for a plan without pipelines or a topology with too few GPUs;
 // what simulate_pipeline throws.
 // Host-only.

@@ -74,6 +74,8 @@ enum class task_kind : std::uint8_t {
   gradient = 10,           //!< flow: a pipeline stage's input gradient to the previous stage
   gradient_sync = 11,      //!< flow: a step of the data-parallel gradient all-reduce ring
   parameter_sync = 12,     //!< flow: mutual slices pulled from or pushed to the optimizer's shards (Hydraulis)
+  parameter_gather = 13,   //!< flow: a ring edge of ZeRO-3's all-gather of a layer's parameters
+  gradient_scatter = 14,   //!< flow: a ring edge of ZeRO-3's reduce-scatter of a layer's gradients
 };
 
 [[nodiscard]] constexpr std::string_view to_string(task_kind k) noexcept {
@@ -91,6 +93,8 @@ enum class task_kind : std::uint8_t {
     case task_kind::gradient: return "gradient";
     case task_kind::gradient_sync: return "gradient_sync";
     case task_kind::parameter_sync: return "parameter_sync";
+    case task_kind::parameter_gather: return "parameter_gather";
+    case task_kind::gradient_scatter: return "gradient_scatter";
   }
   return "?";
 }

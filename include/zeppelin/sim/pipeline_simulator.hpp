@@ -21,12 +21,20 @@
 //   - after a stage's last backward on every replica, the gradients are all-reduced over the
 //     DP replicas with a ring (2 (dp - 1) steps of bytes / dp, parameters x gradient bytes
 //     per GPU); Megatron-LM also reduces over CP, which changes the ring size, not its
-//     per-GPU traffic, by a factor (n - 1) / n.
+//     per-GPU traffic, by a factor (n - 1) / n;
+//   - ZeRO-3 (memory settings zero_stage 3, over the dp x cp GPUs of a stage, more than
+//     one): every forward and backward runs layer by layer, each layer waiting for the
+//     ring all-gather of its parameters over the group (parameter bytes per element; the
+//     next layer's gather overlaps the current layer's compute), and every backward layer
+//     reduce-scatters its gradients in the same precision (sim/detail/zero3_traffic.hpp,
+//     sim/detail/collective_rings.hpp). The reduce-scatters replace the DP all-reduce. An op's
+//     time is spread evenly over its layers;
 //   - memory (sim/pipeline_peak_memory.hpp) is checked before anything runs; a schedule
 //     from a policy that is not valid_by_construction (schedule/pipeline/schedule_policy.hpp)
 //     goes through validate() first.
 // Errors: invalid_argument for replicas != dp, an empty replica, an invalid micro-batch,
-// more stages than layers, a topology with fewer GPUs than the layout, bad options;
+// more stages than layers, a topology with fewer GPUs than the layout, bad options, ZeRO-3
+// with zero_shards other than 0 or dp x cp (its traffic runs over the layout's GPUs);
 // infeasible when a stage's peak memory exceeds the capacity (naming stage, micro-batch,
 // bytes and capacity); what the policies and models throw. Host-only.
 #pragma once
@@ -44,6 +52,8 @@
 #include <zeppelin/cost/stage_time.hpp>
 #include <zeppelin/schedule/pipeline/schedule_policy.hpp>
 #include <zeppelin/schedule/pipeline/validate.hpp>
+#include <zeppelin/sim/detail/collective_rings.hpp>
+#include <zeppelin/sim/detail/zero3_traffic.hpp>
 #include <zeppelin/sim/event_engine.hpp>
 #include <zeppelin/sim/link_sharing.hpp>
 #include <zeppelin/sim/pipeline_peak_memory.hpp>
@@ -151,6 +161,22 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
     engine.reserve(ops / 2, ops / 2 + 2 * static_cast<std::size_t>(layout.dp) * static_cast<std::size_t>(P));
   }
   const double boundary_bytes_per_token = memory.checkpoint_bytes_per_token_layer() / layout.cp;
+  // ZeRO-3: per stage the rings of its dp x cp GPUs (tp rank 0 stands for every TP rank)
+  const long long zero_group = static_cast<long long>(layout.dp) * layout.cp;
+  const bool zero3 = memory.settings.zero_stage == 3 && zero_group > 1;
+  ZEPPELIN_EXPECTS(memory.settings.zero_stage != 3 || memory.settings.zero_shards == 0 ||
+                       memory.settings.zero_shards == static_cast<double>(zero_group),
+                   "the simulator runs ZeRO-3's traffic over a stage's dp x cp GPUs: zero_shards must be 0 or dp x cp",
+                   {{"zero_shards", memory.settings.zero_shards}, {"dp_x_cp", double(zero_group)}});
+  std::vector<detail::collective_rings> zero_rings;
+  if (zero3)
+    for (int p = 0; p < P; ++p) {
+      std::vector<rank_index> members;
+      for (int i = 0; i < layout.dp; ++i)
+        for (int c = 0; c < layout.cp; ++c) members.push_back(layout.rank_of({0, c, p, i}));
+      zero_rings.push_back(detail::make_collective_rings(topo, std::move(members)));
+    }
+  using engine_type = decltype(engine);
   std::vector<std::vector<task_id>> last_backward(replicas.size(), std::vector<task_id>(static_cast<std::size_t>(P), no_task));
   std::vector<detail::stage_time_table<T>> tables;  // per replica; the imbalance degrees read them too
   tables.reserve(replicas.size());
@@ -164,6 +190,13 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
     std::vector<task_id> activation_in(static_cast<std::size_t>(P * V) * M, no_task), gradient_in = activation_in;
     std::vector<task_id> forward_task(static_cast<std::size_t>(P * V) * M, no_task), backward_task = forward_task;
     const auto at = [&](int v, int mb) { return static_cast<std::size_t>(v) * M + static_cast<std::size_t>(mb); };
+    std::vector<detail::zero3_stage_traffic<engine_type>> zero_traffic;  // per stage, empty without ZeRO-3
+    for (std::size_t p = 0; p < zero_rings.size(); ++p) {
+      std::vector<std::size_t> own;
+      for (std::size_t e = 0; e < zero_rings[p].edges.size(); ++e)
+        if (layout.coordinates_of(zero_rings[p].edges[e].source).dp == static_cast<int>(r)) own.push_back(e);
+      zero_traffic.emplace_back(zero_rings[p], std::move(own));
+    }
     std::vector<std::size_t> position(static_cast<std::size_t>(P), 0);
     std::size_t remaining = 0;
     for (const auto& ops : s.ops) remaining += ops.size();
@@ -193,8 +226,22 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
             (forward ? report.forward_s : report.backward_s) += seconds;
             const task_tag tag{forward ? task_kind::linear_forward : task_kind::linear_backward, flow_leg::direct, -1, op.chunk, p,
                                op.micro_batch};
-            const task_id deps[1] = {input};
-            const task_id id = engine.compute(rank_of(p), seconds, tag, 0, std::span<const task_id>(deps, needs_input ? 1 : 0));
+            task_id id = no_task;
+            if (zero3) {
+              // layer by layer behind the gathers of their parameters
+              const stage_slice& slice = slices[static_cast<std::size_t>(v)];
+              const double layer_bytes = memory.parameters(slice) * memory.settings.parameter_bytes / slice.layers;
+              auto& traffic = zero_traffic[static_cast<std::size_t>(p)];
+              for (int layer = 0; layer < slice.layers; ++layer) {
+                const task_id deps[2] = {traffic.gather(engine, layer_bytes, tag), layer == 0 && needs_input ? input : no_task};
+                id = engine.compute(rank_of(p), seconds / slice.layers, tag, 0, deps);
+                traffic.computed(id);
+                if (!forward) traffic.reduce_scatter(engine, layer_bytes, id, tag);
+              }
+            } else {
+              const task_id deps[1] = {input};
+              id = engine.compute(rank_of(p), seconds, tag, 0, std::span<const task_id>(deps, needs_input ? 1 : 0));
+            }
             (forward ? forward_task : backward_task)[u] = id;
             if (!forward) last_backward[r][static_cast<std::size_t>(p)] = id;
           } else if (is_send(op.kind)) {
@@ -214,7 +261,7 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
   }
 
   // Data-parallel gradient all-reduce per stage: a ring over the replicas' stage GPUs.
-  if (layout.dp > 1) {
+  if (layout.dp > 1 && !zero3) {
     for (int p = 0; p < P; ++p) {
       double gradient_bytes = 0;
       for (int c = 0; c < V; ++c) gradient_bytes += memory.parameters(slices[static_cast<std::size_t>(c * P + p)]);

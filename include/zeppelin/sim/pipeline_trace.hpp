@@ -6,8 +6,9 @@
 //        - one process per data-parallel replica ("replica r");
 //        - one track per pipeline stage ("stage p") with an "X" event per forward ("F3")
 //          and backward ("B3", recomputation included), args: micro-batch, chunk;
-//        - one track per stage for what it sends ("stage p sends": activations, gradients,
-//          gradient all-reduce steps), in lanes ("#1", ...) where transfers overlap.
+//        - one track per stage for what its first GPU (TP and CP rank 0, which stands for
+//          the group) sends ("stage p sends": activations, gradients, gradient all-reduce
+//          steps, ZeRO-3's ring edges), in lanes ("#1", ...) where transfers overlap.
 // Times are microseconds with nanosecond digits (both ends rounded: back-to-back events never
 // overlap). Host-only; plain std::ostream.
 #pragma once
@@ -58,8 +59,10 @@ inline void write_pipeline_trace(std::ostream& os, const pipeline_sim_result& r)
          ",\"chunk\":" + std::to_string(g.round) + "}}");
   }
   std::vector<flow_record> flows;
-  for (const flow_record& f : r.run.flows)
-    if (f.end > f.start) flows.push_back(f);
+  for (const flow_record& f : r.run.flows) {
+    const layout_coordinates c = where(f.source);
+    if (f.end > f.start && c.tp == 0 && c.cp == 0) flows.push_back(f);
+  }
   std::sort(flows.begin(), flows.end(), [](const flow_record& a, const flow_record& b) {
     return std::tie(a.source, a.start, a.task) < std::tie(b.source, b.start, b.task);
   });
