@@ -12,13 +12,14 @@
 //   T_a2a (Eq. 3, the GQA form of the paper's later revision; D_kv = D gives Eq. 3)
 //        = (e (D + D_kv) sum s / (d_s B) + 2 beta) 2L/d_p, the four all-to-alls of every
 //        layer (Q and O of width D, K and V of width D_kv), the same in both passes;
-//   T_tot (Eq. 4) = T_comp + T_a2a;
+//   T_tot (Eq. 4) = T_comp + T_a2a, and at least L/d_p x the pass's layer floor: the
+//        ZeRO-3 collectives of a layer's parameters, which a small chunk cannot hide;
 //   M_act (Eq. 5) = (M_token/N) sum s + (1 - I_k) (2 e L D_kv / N) sum s, where I_k = 0 only
 //        for a split chunk (a slice that is not its sequence's tail): its dK/dV live until
 //        its own backward; batched and hybrid chunks have I_k = 1.
-// T_tot is a per-chunk constant plus one marginal term per slice (fixed_seconds +
-// sum slice_seconds), so a packer adds a slice's marginal time to a chunk without counting
-// b1 and the all-to-all latency again.
+// Above its floor, T_tot is a per-chunk constant plus one marginal term per slice
+// (fixed_seconds + sum slice_seconds), so a packer adds a slice's marginal time to a chunk
+// without counting b1 and the all-to-all latency again.
 // Errors: invalid_argument (validate) for d_s or d_p < 1, layers < 1, a width < 1, a
 // negative or non-finite coefficient, element bytes or activation bytes, or a bandwidth that
 // is not positive (infinity is allowed: no all-to-all).
@@ -39,6 +40,7 @@
 #include <zeppelin/cost/quadratic_fit.hpp>
 #include <zeppelin/core/chunk.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -52,6 +54,11 @@ struct chunk_compute_coefficients {
   double a1 = 0;  //!< seconds per token^2
   double a2 = 0;  //!< seconds per token
   double b1 = 0;  //!< seconds per chunk; a stage pays b1 / d_p
+  //! Seconds one layer of the pass takes at least whatever the chunk: ZeRO-3's collectives
+  //! of one layer's parameters, which the compute of the layer before hides only when it is
+  //! longer (the all-gather; in the backward also the gradients' reduce-scatter on the same
+  //! links). 0: none (no ZeRO-3 traffic, or a profile that includes it).
+  double layer_floor = 0;
   friend constexpr bool operator==(const chunk_compute_coefficients&, const chunk_compute_coefficients&) = default;
 
   //! The coefficients behind a profile fitted on ONE stage (d_s GPUs, L/d_p layers) with
@@ -91,6 +98,23 @@ struct chunk_compute_coefficients {
   return {1 / per_byte, inter > intra ? topo.nic_link().latency : topo.intra_node_link().latency};
 }
 
+//! Seconds per byte of gathered data that one GPU spends in a ring all-gather (or
+//! reduce-scatter) over a ZeRO-3 group of `group` consecutive GPUs of `topo` (a divisor of
+//! a node's GPUs, or whole nodes): (g - 1) / g x max(1 / NVLink, 1 / (k NIC)), k the NICs of
+//! a node, since NCCL runs one ring channel per NIC so that a node's inter-node edges spread
+//! over all of them (the rings sim/detail/collective_rings.hpp runs on the event engine).
+//! 0 for a group of one. Throws invalid_argument for a group that is neither inside one
+//! node nor whole nodes.
+[[nodiscard]] inline double zero3_ring_seconds_per_byte(const topology& topo, int group) {
+  const int g = topo.gpus_per_node();
+  ZEPPELIN_EXPECTS(group >= 1 && (group <= g ? g % group == 0 : group % g == 0),
+                   "a ZeRO-3 group is a divisor of a node's GPUs or whole nodes", {{"group", double(group)}, {"gpus_per_node", double(g)}});
+  if (group == 1) return 0;
+  double per_byte = 1 / topo.intra_node_link().bandwidth;
+  if (group > g) per_byte = std::max(per_byte, 1 / (topo.nics_per_node() * topo.nic_link().bandwidth));
+  return per_byte * (group - 1) / group;
+}
+
 struct chunk_cost_model;
 inline void validate(const chunk_cost_model& m);
 
@@ -118,9 +142,13 @@ struct chunk_cost_model {
   //!    middle stage) over the long-sequence FlashAttention-2 rate of attention_time_model::
   //!    for_gpu(gpu) (its largest profiled row count, e.g. 345 / 262 TFLOP/s forward /
   //!    backward on H100) and the GEMM efficiency of linear_time_model (0.58 of peak);
-  //!  - b1 = 0: under ZeRO-3 the parameter gathers are prefetched behind compute and kernel
-  //!    launches are asynchronous, so no fixed cost is known without a profile; fit it
-  //!    (from_stage_profile) where chunks are small;
+  //!  - b1 = 0: kernel launches are asynchronous and the parameter gathers are prefetched
+  //!    behind the compute of the layer before, so no fixed cost per chunk is known without a
+  //!    profile (fit one with from_stage_profile);
+  //!  - layer_floor: ZeRO-3 over the d_s GPUs of a stage: one layer's bf16 parameters through
+  //!    zero3_ring_seconds_per_byte(topo, d_s) in the forward, twice that in the backward (the
+  //!    gather of the next layer and the reduce-scatter of this one's gradients share the
+  //!    links): a chunk too small to hide them takes this long per layer;
   //!  - all-to-all: ulysses_all_to_all_link(topo, d_s): NVLink inside a node, the NIC
   //!    share across nodes, none when d_s = 1;
   //!  - M_token: pipeline_memory_model's bytes per token and layer without TP times L.
@@ -143,8 +171,11 @@ struct chunk_cost_model {
     c.element_bytes = model.bytes_per_element;
     c.hidden = model.hidden;
     c.kv_hidden = model.kv_width();
-    c.forward = {l * pair_fwd, l * (pair_fwd + linear.seconds(linear_forward_flops_per_token(model), gpu)), 0.0};
-    c.backward = {l * pair_bwd, l * (pair_bwd + linear.seconds(linear_backward_flops_per_token(model), gpu)), 0.0};
+    const memory_settings states{.zero_stage = 3};
+    const double gather = pipeline_memory_model{model, parallel_layout{}, states}.parameters(stage_slice{1, false, false}) *
+                          states.parameter_bytes * zero3_ring_seconds_per_byte(topo, d_s);
+    c.forward = {l * pair_fwd, l * (pair_fwd + linear.seconds(linear_forward_flops_per_token(model), gpu)), 0.0, gather};
+    c.backward = {l * pair_bwd, l * (pair_bwd + linear.seconds(linear_backward_flops_per_token(model), gpu)), 0.0, 2 * gather};
     c.all_to_all = ulysses_all_to_all_link(topo, d_s);
     c.token_activation_bytes = l * pipeline_memory_model{model, parallel_layout{}, memory_settings{}}.activation_bytes_per_token_layer();
     validate(c);
@@ -161,9 +192,10 @@ struct chunk_cost_model {
   //! T_a2a of `c`, Eq. 3 (GQA form).
   [[nodiscard]] double all_to_all_seconds(const chunk& c) const { return all_to_all_fixed_seconds() + all_to_all_token_seconds(c.tokens()); }
 
-  //! T_tot of `c` in the pass priced by `pass`, Eq. 4: e.g. seconds(m.backward, c).
+  //! T_tot of `c` in the pass priced by `pass`, Eq. 4, and at least the pass's layer floor
+  //! on each of the stage's L / d_p layers: e.g. seconds(m.backward, c).
   [[nodiscard]] double seconds(const chunk_compute_coefficients& pass, const chunk& c) const {
-    return compute_seconds(pass, c) + all_to_all_seconds(c);
+    return std::max(compute_seconds(pass, c) + all_to_all_seconds(c), pass.layer_floor * layers / d_p);
   }
 
   //! The per-chunk part of T_tot: b1 / d_p + 2 beta 2L / d_p.
@@ -213,8 +245,8 @@ inline void validate(const chunk_cost_model& m) {
                    {{"element_bytes", m.element_bytes}});
   const auto ok = [](double v) { return std::isfinite(v) && v >= 0; };
   for (const chunk_compute_coefficients& p : {m.forward, m.backward})
-    ZEPPELIN_EXPECTS(ok(p.a1) && ok(p.a2) && ok(p.b1), "compute coefficients must be finite and non-negative",
-                     {{"a1", p.a1}, {"a2", p.a2}, {"b1", p.b1}});
+    ZEPPELIN_EXPECTS(ok(p.a1) && ok(p.a2) && ok(p.b1) && ok(p.layer_floor), "compute coefficients must be finite and non-negative",
+                     {{"a1", p.a1}, {"a2", p.a2}, {"b1", p.b1}, {"layer_floor", p.layer_floor}});
   ZEPPELIN_EXPECTS(m.all_to_all.bandwidth > 0 && ok(m.all_to_all.latency),
                    "the all-to-all bandwidth must be positive (infinity: none) and its latency finite and non-negative",
                    {{"bandwidth", m.all_to_all.bandwidth}, {"latency", m.all_to_all.latency}});

@@ -6,7 +6,9 @@
 //        chunk's slice lengths, its cp_shares the d_s Ulysses ranks' equal shares of the
 //        chunk's tokens and causal pairs, context included; a stage_slice
 //   out: stage_times: forward = T_comp + T_a2a of Eq. 4 for the slice's layers, backward
-//        likewise, layer_forward = one layer's forward compute (what recomputing it costs)
+//        likewise, layer_forward = one layer's forward compute (what recomputing it costs);
+//        without the cost model's ZeRO-3 layer floor, since the simulator runs ZeRO-3's
+//        gathers and reduce-scatters as flows (sim/pipeline_simulator.hpp)
 // Eq. 1 prices a slice [b, e) at a1 (e^2 - b^2) + a2 (e - b); its causal pairs are
 // (e^2 - b^2 + e - b) / 2, so over a chunk with P pairs and T tokens the compute is
 // (a1 (2P - T) + a2 T) / N + b1 / d_p for L / d_p layers, scaled to the slice's layers.
