@@ -10,17 +10,16 @@
 //   Table 2   relative standard deviation (RSD) of the chunks' backward time and length for
 //             the sequence processor on a GitHub-like global batch (paper, balancing time and
 //             length: 6.2 % / 5.5 %);
-//   speedup   InfiniPipe (sequence processor, grouping, stage-aware checkpointing) over the
-//             Seq1F1B-like baseline (fixed 16K chunks, one chunk-level 1F1B pipeline, the
-//             least uniform recompute that fits), both on the 4D simulator, 32 GPUs (SP 8 x
-//             PP 4), GPT 7B / 13B / 30B (paper: up to 1.27x at 48K, 1.40x at 96K context);
-//             and over a DeepSpeed-Ulysses-like baseline (SP over all 32 GPUs with ZeRO-3, no
-//             pipeline, full recomputation where a micro-batch does not fit; paper: up to
-//             2.07x); a Megatron-like one (the same SP x PP, sequences packed whole into
-//             micro-batches of the context, 1F1B; paper: up to 2.60x over Megatron-LM); and a
-//             FlexSP-like one (per sequence the smallest Ulysses group that fits, groups
-//             list-scheduled on the 32 GPUs, ZeRO-3, no pipeline; paper: up to 1.69x). None
-//             simulates ZeRO-3's parameter traffic.
+//   speedup   InfiniPipe (sequence processor, grouping, stage-aware checkpointing) over its
+//             baselines, all on the 4D simulator with ZeRO-3's parameter gathers and gradient
+//             reduce-scatters, 32 GPUs, GPT 7B / 13B / 30B: Seq1F1B-like (fixed 16K chunks
+//             through SP 8 x PP 4; paper: up to 1.27x at 48K, 1.40x at 96K context),
+//             Megatron-like (sequences packed whole into micro-batches of the context through
+//             the same SP x PP; paper: up to 2.60x over Megatron-LM), DeepSpeed-Ulysses-like
+//             (the same packing, Ulysses over all 32 GPUs, ZeRO-3 over all of them, no
+//             pipeline; paper: up to 2.07x) (pack/fixed_chunk_pipeline.hpp, each with the
+//             least uniform recompute that fits), and FlexSP-like (sim/flexsp_step.hpp:
+//             per-sequence Ulysses groups, ZeRO-3 over all GPUs; paper: up to 1.69x).
 // Documents: "GitHub-like" is Zeppelin's GitHub distribution (data/datasets.hpp) clamped at
 // the context; the paper's GitHub set has 91.5 % of sequences <= 8K and 0.6 % >= 64K.
 // Modes: --smoke (one model, 64 sequences, for ctest), --quick (128 sequences), --full (512,
@@ -32,8 +31,9 @@
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/pack/chunk_order.hpp>
 #include <zeppelin/pack/elastic_pipeline.hpp>
-#include <zeppelin/pack/fixed_chunks.hpp>
+#include <zeppelin/pack/fixed_chunk_pipeline.hpp>
 #include <zeppelin/sim/elastic_step.hpp>
+#include <zeppelin/sim/flexsp_step.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -115,83 +115,15 @@ void table2(const mode& md) {
   std::printf("| paper, balancing time and length | 6.2 %% | 5.5 %% |\n| paper, balancing time only | 5.9 %% | 35.2 %% |\n");
 }
 
-// The Seq1F1B-like baseline on the simulator: fixed chunks, one pipeline, the least uniform
-// recompute (the same layers for every chunk and stage) that fits Eq. 20's windows.
-double seq1f1b_seconds(std::span<const token_count> lengths, const model_config& m, const elastic_pipeline_options& o, const topology& topo,
-                       token_count chunk_tokens) {
-  const std::vector<chunk> fixed = fixed_size_chunks(lengths, chunk_tokens);
-  const chunk_order order = forward_order_of(fixed, lengths);
-  elastic_pipeline p{order.forward, order.chains, {}, 0};
-  const stage_aware_problem problem = checkpoint_problem_of(p, fixed, lengths, o);
-  const std::size_t diagonals = fixed.size() + pp_degree - 1;
-  for (int c = 0; c <= problem.max_layers; ++c) {
-    const std::vector<int> uniform(diagonals, c);
-    if (!fits(problem, uniform)) continue;
-    std::vector<std::int64_t> f2b;
-    for (const stage_aware_chunk& k : problem.chunks) f2b.push_back(k.backward_position);
-    p.checkpoint = {pp_degree, std::move(f2b), uniform, static_cast<std::int64_t>(diagonals) * c, 0, 0};
-    const elastic_plan plan{{{}, fixed}, {p}, 0};
-    return simulate_elastic_step(plan, m, o, topo).iteration_s;
+// A fixed-chunk baseline on the simulator (pack/fixed_chunk_pipeline.hpp); +infinity when
+// even full recomputation does not fit.
+double fixed_chunk_seconds(std::span<const token_count> lengths, const model_config& m, const elastic_pipeline_options& o, const topology& topo,
+                           token_count chunk_tokens) {
+  try {
+    return simulate_elastic_step(fixed_chunk_plan(lengths, o, chunk_tokens), m, o, topo).iteration_s;
+  } catch (const infeasible&) {
+    return std::numeric_limits<double>::infinity();
   }
-  return std::numeric_limits<double>::infinity();
-}
-
-// The DeepSpeed-Ulysses-like baseline: every GPU in one Ulysses group (d_s = 32 over four
-// nodes, the all-to-alls through the NICs), ZeRO-3, no pipeline. Micro-batches: sequences
-// packed first-fit decreasing into at most `context` tokens (none is split); each runs
-// forward and backward over the whole model; one whose activations (Eq. 5 with d_p = 1) do
-// not fit next to the model states recomputes every layer (one more forward).
-double deepspeed_seconds(std::span<const token_count> lengths, const model_config& m, const topology& topo, token_count context) {
-  const int ds = topo.num_ranks();
-  const chunk_cost_model cost = chunk_cost_model::for_model(m, topo, ds, 1);
-  const double budget = stage_budgets(m, usable_bytes, ds, 1).front();  // less the model states, ZeRO-3 over all GPUs
-  double total = 0;
-  for (const chunk& c : fixed_size_chunks(lengths, context)) {
-    const double t = cost.seconds(cost.forward, c) + cost.seconds(cost.backward, c);
-    const bool recompute = cost.activation_bytes(c, lengths) > budget;
-    total += t + (recompute ? cost.compute_seconds(cost.forward, c) : 0.0);
-  }
-  return total;
-}
-
-// The FlexSP-like baseline: per step, every sequence gets its own Ulysses group of the
-// smallest power-of-two degree whose activations fit next to the model states (ZeRO-3 over
-// all GPUs, no pipeline; FlexSP's heterogeneous SP groups), and the groups are scheduled on the
-// GPUs longest first, each on the aligned block of `degree` GPUs that frees up first (FlexSP
-// solves this assignment as a MILP; a list schedule stands in for it). A sequence that fits
-// no group recomputes every layer at the largest degree.
-double flexsp_seconds(std::span<const token_count> lengths, const model_config& m, const topology& topo) {
-  const int gpus = topo.num_ranks();
-  const double budget = stage_budgets(m, usable_bytes, gpus, 1).front();
-  struct job {
-    int degree;
-    double seconds;
-  };
-  std::vector<job> jobs;
-  for (std::size_t s = 0; s < lengths.size(); ++s) {
-    const chunk whole{0, {{static_cast<std::int64_t>(s), 0, lengths[s]}}};
-    for (int d = 1;; d *= 2) {
-      const chunk_cost_model cost = chunk_cost_model::for_model(m, topo, d, 1);
-      const bool fits = cost.activation_bytes(whole, lengths) <= budget;
-      if (fits || 2 * d > gpus) {
-        const double t = cost.seconds(cost.forward, whole) + cost.seconds(cost.backward, whole);
-        jobs.push_back({d, t + (fits ? 0.0 : cost.compute_seconds(cost.forward, whole))});
-        break;
-      }
-    }
-  }
-  std::stable_sort(jobs.begin(), jobs.end(), [](const job& a, const job& b) { return a.seconds * a.degree > b.seconds * b.degree; });
-  std::vector<double> free_at(static_cast<std::size_t>(gpus), 0.0);
-  for (const job& j : jobs) {
-    int best = 0;
-    double start = std::numeric_limits<double>::infinity();
-    for (int first = 0; first + j.degree <= gpus; first += j.degree) {
-      const double ready = *std::max_element(free_at.begin() + first, free_at.begin() + first + j.degree);
-      if (ready < start) start = ready, best = first;
-    }
-    std::fill(free_at.begin() + best, free_at.begin() + best + j.degree, start + j.seconds);
-  }
-  return *std::max_element(free_at.begin(), free_at.end());
 }
 
 void speedups(const mode& md) {
@@ -212,12 +144,11 @@ void speedups(const mode& md) {
       if (md.smoke) o.processor.max_slices = 4;
       const elastic_plan plan = plan_elastic_pipeline(lengths, o);
       const double ours = simulate_elastic_step(plan, m, o, topo).iteration_s;
-      const double base = seq1f1b_seconds(lengths, m, o, topo, 16384);
-      const double deepspeed = deepspeed_seconds(lengths, m, topo, context);
-      // Megatron-like: the same SP x PP, sequences packed whole into micro-batches of the
-      // context (fixed-size PP packing), 1F1B, the least uniform recompute that fits
-      const double megatron = seq1f1b_seconds(lengths, m, o, topo, context);
-      const double flexsp = flexsp_seconds(lengths, m, topo);
+      const double base = fixed_chunk_seconds(lengths, m, o, topo, 16384);
+      const elastic_pipeline_options everywhere = elastic_pipeline_options::for_model(m, topo, topo.num_ranks(), 1, usable_bytes);
+      const double deepspeed = fixed_chunk_seconds(lengths, m, everywhere, topo, context);
+      const double megatron = fixed_chunk_seconds(lengths, m, o, topo, context);
+      const double flexsp = simulate_flexsp_step(lengths, m, topo, usable_bytes).iteration_s;
       std::printf("| %s | %lldK | %.2f (%.2f) | %zu | %zu | %.2f | %.2fx | %.2f | %.2fx | %.2f | %.2fx | %.2f | %.2fx |\n", m.name.c_str(),
                   static_cast<long long>(context / 1024), ours, plan.seconds, plan.pipelines.size(), plan.chunks.mesh.size(), base, base / ours,
                   deepspeed, deepspeed / ours, megatron, megatron / ours, flexsp, flexsp / ours);
