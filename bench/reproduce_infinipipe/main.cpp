@@ -11,8 +11,8 @@
 //             the sequence processor on a GitHub-like global batch (paper, balancing time and
 //             length: 6.2 % / 5.5 %);
 //   speedup   InfiniPipe (sequence processor, grouping, stage-aware checkpointing) over its
-//             baselines, all on the 4D simulator with ZeRO-3's parameter gathers and gradient
-//             reduce-scatters, 32 GPUs, GPT 7B / 13B / 30B: Seq1F1B-like (fixed 16K chunks
+//             baselines (sim/infinipipe_methods.hpp), all on the 4D simulator with ZeRO-3's
+//             parameter gathers and gradient reduce-scatters, 32 GPUs, GPT 7B / 13B / 30B: Seq1F1B-like (fixed 16K chunks
 //             through SP 8 x PP 4; paper: up to 1.27x at 48K, 1.40x at 96K context),
 //             Megatron-like (sequences packed whole into micro-batches of the context through
 //             the same SP x PP; paper: up to 2.60x over Megatron-LM), DeepSpeed-Ulysses-like
@@ -31,9 +31,8 @@
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/pack/chunk_order.hpp>
 #include <zeppelin/pack/elastic_pipeline.hpp>
-#include <zeppelin/pack/fixed_chunk_pipeline.hpp>
 #include <zeppelin/sim/elastic_step.hpp>
-#include <zeppelin/sim/flexsp_step.hpp>
+#include <zeppelin/sim/infinipipe_methods.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -115,17 +114,6 @@ void table2(const mode& md) {
   std::printf("| paper, balancing time and length | 6.2 %% | 5.5 %% |\n| paper, balancing time only | 5.9 %% | 35.2 %% |\n");
 }
 
-// A fixed-chunk baseline on the simulator (pack/fixed_chunk_pipeline.hpp); +infinity when
-// even full recomputation does not fit.
-double fixed_chunk_seconds(std::span<const token_count> lengths, const model_config& m, const elastic_pipeline_options& o, const topology& topo,
-                           token_count chunk_tokens) {
-  try {
-    return simulate_elastic_step(fixed_chunk_plan(lengths, o, chunk_tokens), m, o, topo).iteration_s;
-  } catch (const infeasible&) {
-    return std::numeric_limits<double>::infinity();
-  }
-}
-
 void speedups(const mode& md) {
   std::printf("\n## Speedup over the Seq1F1B-like baseline (GitHub-like, %d sequences, 32 GPUs: SP 8 x PP 4, simulated)\n", md.sequences);
   std::printf("| model | context | InfiniPipe s (planned) | pipelines | slices | Seq1F1B-like s | speedup | DeepSpeed-Ulysses-like s | speedup "
@@ -144,11 +132,13 @@ void speedups(const mode& md) {
       if (md.smoke) o.processor.max_slices = 4;
       const elastic_plan plan = plan_elastic_pipeline(lengths, o);
       const double ours = simulate_elastic_step(plan, m, o, topo).iteration_s;
-      const double base = fixed_chunk_seconds(lengths, m, o, topo, 16384);
-      const elastic_pipeline_options everywhere = elastic_pipeline_options::for_model(m, topo, topo.num_ranks(), 1, usable_bytes);
-      const double deepspeed = fixed_chunk_seconds(lengths, m, everywhere, topo, context);
-      const double megatron = fixed_chunk_seconds(lengths, m, o, topo, context);
-      const double flexsp = simulate_flexsp_step(lengths, m, topo, usable_bytes).iteration_s;
+      const infinipipe_setting setting{.sp_degree = sp_degree, .pp_degree = pp_degree, .usable_bytes = usable_bytes, .fixed_chunk_tokens = 16384,
+                                       .context = context};
+      const auto baseline = [&](infinipipe_method method) { return simulate_infinipipe_method(method, lengths, m, topo, setting); };
+      const double base = baseline(infinipipe_method::seq1f1b_like);
+      const double deepspeed = baseline(infinipipe_method::deepspeed_like);
+      const double megatron = baseline(infinipipe_method::megatron_like);
+      const double flexsp = baseline(infinipipe_method::flexsp_like);
       std::printf("| %s | %lldK | %.2f (%.2f) | %zu | %zu | %.2f | %.2fx | %.2f | %.2fx | %.2f | %.2fx | %.2f | %.2fx |\n", m.name.c_str(),
                   static_cast<long long>(context / 1024), ours, plan.seconds, plan.pipelines.size(), plan.chunks.mesh.size(), base, base / ours,
                   deepspeed, deepspeed / ours, megatron, megatron / ours, flexsp, flexsp / ours);

@@ -3,7 +3,10 @@
 // In:  --lengths FILE (one sequence length per line, data/length_file.hpp), --sp Ds (Ulysses
 //      degree inside a node), --pp Dp (pipeline stages), --model 7b | 13b | 30b (the paper's
 //      GPT shapes; any preset's full name also works), --gpu-memory-gib G (default 80, an
-//      A800's), --margin-gib M (kept free; default 8), --max-slices N (default 16), --json.
+//      A800's), --margin-gib M (kept free; default 8), --max-slices N (default 16), --json,
+//      --compare (also simulate the plan and the paper's baselines: sim/infinipipe_methods.hpp)
+//      with --context T (the packing baselines' micro-batch; default 0: the longest sequence)
+//      and --fixed-chunk-tokens S (the Seq1F1B-like chunk; default 16384).
 // Runs: the sequence processor for every slice count up to N, the longest-first chunk order,
 //      the grouping into back-to-back chunk-level 1F1B pipelines and each pipeline's
 //      stage-aware checkpointing, keeping the plan of least predicted seconds.
@@ -12,7 +15,9 @@
 //      (in that order) and the predicted iteration seconds; with --json
 //      {"mesh":[...],"chunks":[{"context":C,"slices":[{"seq":i,"begin":b,"end":e}]}],
 //       "order":[chunk ids],"checkpoint":[[layers per chunk in order] per stage],
-//       "pipelines":[chunks per pipeline],"iteration_s":x}
+//       "pipelines":[chunks per pipeline],"iteration_s":x}, with --compare also
+//       "simulated":{"infinipipe":s,"seq1f1b_like":s,"megatron_like":s,"deepspeed_like":s,
+//       "flexsp_like":s} (simulated iteration seconds; null where a method does not fit)
 // Bad input is an error on stderr with exit status 1: degrees < 1, a batch that fits no
 // plan even with full recomputation (naming the longest sequence), an unknown model.
 #include "commands.hpp"
@@ -22,15 +27,20 @@
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/length_file.hpp>
 #include <zeppelin/pack/elastic_pipeline.hpp>
+#include <zeppelin/sim/elastic_step.hpp>
+#include <zeppelin/sim/infinipipe_methods.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zeppelin_tool {
@@ -45,7 +55,26 @@ struct chunk_options {
   double margin_gib = 8;
   int max_slices = 16;
   bool json = false;
+  bool compare = false;
+  std::int64_t context = 0;
+  std::int64_t fixed_chunk_tokens = 16384;
 };
+
+// --compare: per method its simulated iteration seconds (+infinity: does not fit), the
+// elastic plan itself for InfiniPipe
+std::vector<std::pair<zeppelin::infinipipe_method, double>> simulate_methods(const chunk_options& o, const zeppelin::elastic_plan& plan,
+                                                                              std::span<const zeppelin::token_count> lengths,
+                                                                              const zeppelin::model_config& model, const zeppelin::topology& topo,
+                                                                              const zeppelin::elastic_pipeline_options& options) {
+  using namespace zeppelin;
+  const infinipipe_setting setting{.sp_degree = o.sp, .pp_degree = o.pp, .usable_bytes = (o.gpu_memory_gib - o.margin_gib) * double(1ull << 30),
+                                   .fixed_chunk_tokens = o.fixed_chunk_tokens, .context = o.context, .max_slices = o.max_slices};
+  std::vector<std::pair<infinipipe_method, double>> out;
+  for (const infinipipe_method m : infinipipe_methods)
+    out.emplace_back(m, m == infinipipe_method::infinipipe ? simulate_elastic_step(plan, model, options, topo).iteration_s
+                                                           : simulate_infinipipe_method(m, lengths, model, topo, setting));
+  return out;
+}
 
 void run_chunk(const chunk_options& o) {
   using namespace zeppelin;
@@ -56,6 +85,8 @@ void run_chunk(const chunk_options& o) {
   elastic_pipeline_options options = elastic_pipeline_options::for_model(model, topo, o.sp, o.pp, (o.gpu_memory_gib - o.margin_gib) * double(1ull << 30));
   options.processor.max_slices = o.max_slices;
   const elastic_plan plan = plan_elastic_pipeline(lengths, options);
+  const auto simulated = o.compare ? simulate_methods(o, plan, lengths, model, topo, options)
+                                   : std::vector<std::pair<infinipipe_method, double>>{};
 
   std::vector<std::int64_t> order;
   std::vector<std::vector<int>> checkpoint(static_cast<std::size_t>(o.pp));
@@ -79,6 +110,10 @@ void run_chunk(const chunk_options& o) {
     j["pipelines"] = nlohmann::ordered_json::array();
     for (const elastic_pipeline& p : plan.pipelines) j["pipelines"].push_back(p.forward.size());
     j["iteration_s"] = plan.seconds;
+    if (o.compare) {
+      j["simulated"] = nlohmann::ordered_json::object();
+      for (const auto& [m, seconds] : simulated) j["simulated"][std::string(to_string(m))] = std::isfinite(seconds) ? nlohmann::ordered_json(seconds) : nullptr;
+    }
     std::cout << j.dump() << '\n';
     return;
   }
@@ -94,6 +129,18 @@ void run_chunk(const chunk_options& o) {
                 p.checkpoint.proven_optimal() ? " (optimal)" : "", p.seconds);
   }
   std::printf("iteration %.4f s (predicted)\n", plan.seconds);
+  if (!o.compare) return;
+  std::printf("simulated iteration (4D simulator, ZeRO-3 traffic included):\n");
+  const double ours = simulated.front().second;
+  for (const auto& [m, seconds] : simulated) {
+    if (!std::isfinite(seconds)) {
+      std::printf("  %-15s does not fit\n", std::string(to_string(m)).c_str());
+    } else {
+      std::printf("  %-15s %.4f s", std::string(to_string(m)).c_str(), seconds);
+      if (m != infinipipe_method::infinipipe) std::printf("  (InfiniPipe %.2fx faster)", seconds / ours);
+      std::printf("\n");
+    }
+  }
 }
 
 void add_chunk_command(CLI::App& app) {
@@ -108,6 +155,12 @@ void add_chunk_command(CLI::App& app) {
   add_integer_option(cmd, "--max-slices", options->max_slices, "most slices of the longest sequence tried")->capture_default_str();
   cmd->add_flag("--json", options->json,
                 "print {\"mesh\":[...],\"chunks\":[...],\"order\":[...],\"checkpoint\":[[...]],\"pipelines\":[...],\"iteration_s\":x}");
+  cmd->add_flag("--compare", options->compare,
+                "also simulate the plan and the Seq1F1B-, Megatron-, DeepSpeed- and FlexSP-like baselines on the same batch");
+  add_size_option(cmd, "--context", options->context, "the packing baselines' micro-batch tokens, e.g. 96K (0: the longest sequence)")
+      ->capture_default_str();
+  add_size_option(cmd, "--fixed-chunk-tokens", options->fixed_chunk_tokens, "the Seq1F1B-like baseline's chunk tokens, e.g. 16K")
+      ->capture_default_str();
   cmd->callback([options] { run_chunk(*options); });
 }
 

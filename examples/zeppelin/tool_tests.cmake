@@ -196,6 +196,15 @@ zeppelin_add_cli_test(tool.chunk_rejects_batch_that_fits_nowhere EXIT_CODE 1
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpu-memory-gib 12)
 zeppelin_add_cli_test(tool.chunk_rejects_zero_sp EXIT_CODE 1 STDERR "SP and PP degrees must be at least 1 .sp=0"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 0)
+# --compare: the plan and the four baselines on the 4D simulator, text and JSON
+zeppelin_add_cli_test(tool.chunk_compare EXIT_CODE 0
+  STDOUT "simulated iteration .4D simulator, ZeRO-3 traffic included.:.*infinipipe +[0-9.]+ s.*seq1f1b_like +[0-9.]+ s  .InfiniPipe [0-9.]+x faster.*megatron_like +[0-9.]+ s.*deepspeed_like +[0-9.]+ s.*flexsp_like +[0-9.]+ s"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --model 7b --max-slices 4 --compare --context 96K)
+zeppelin_add_cli_test(tool.chunk_compare_json EXIT_CODE 0
+  STDOUT "\"iteration_s\":[0-9.e-]+,\"simulated\":\{\"infinipipe\":[0-9.e-]+,\"seq1f1b_like\":[0-9.e-]+,\"megatron_like\":[0-9.e-]+,\"deepspeed_like\":[0-9.e-]+,\"flexsp_like\":[0-9.e-]+\}\}"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --model 7b --max-slices 4 --compare --json)
+zeppelin_add_cli_test(tool.chunk_rejects_bad_fixed_chunk EXIT_CODE 1 STDERR "fixed chunk >= 1 token .*fixed_chunk_tokens=0"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --max-slices 2 --compare --fixed-chunk-tokens 0)
 
 # one size parser, file arguments checked, defaults in --help, --version (the first hour)
 zeppelin_add_cli_test(tool.version EXIT_CODE 0 STDOUT "^zeppelin [0-9]+\\.[0-9]+\\.[0-9]+" COMMAND ${zeppelin_tool_cmd} --version)
