@@ -359,7 +359,7 @@ TEST_CASE("stage-aware checkpointing is deterministic", "[checkpoint][stage_awar
   }
 }
 
-TEST_CASE("stage-aware checkpointing throws resource_limit at its node limit; the anytime answer fits", "[checkpoint][stage_aware]") {
+TEST_CASE("stage-aware checkpointing throws resource_limit at its node limit and the anytime answer fits", "[checkpoint][stage_aware]") {
   bool found = false;
   for (std::uint64_t seed = 1; seed <= 200 && !found; ++seed) {
     const stage_aware_problem q = random_problem(seed, {20, 3, 6, 100, 400, 20, 40});

@@ -147,7 +147,7 @@ TEST_CASE("adaptive CP sharding is never slower than either sharding and picks W
   CHECK(a.choose(std::vector<token_count>{8192}, 4) == cp_sharding_kind::per_document);
 }
 
-TEST_CASE("the stage model prices the sharding's segments; adaptive is never slower", "[cost][cp_sharding]") {
+TEST_CASE("the stage model prices the sharding's segments and adaptive is never slower", "[cost][cp_sharding]") {
   const model_config m = models::llama_7b();
   const auto base = analytic_stage_time::for_gpu(m, clusters::cluster_c(1).gpu(), 2, 4);
   const auto adaptive = base.with_adaptive_sharding();

@@ -57,7 +57,7 @@ TEST_CASE("Table 2 rows: printed shares as weights, normalised probabilities", "
   CHECK(zeppelin::datasets::prolong64k().min_length() == 1);
 }
 
-TEST_CASE("dataset_by_name: the three names, case-insensitive; others list the valid names", "[data]") {
+TEST_CASE("dataset_by_name: the three names, case-insensitive and others list the valid names", "[data]") {
   REQUIRE(zeppelin::dataset_names().size() == 3);
   CHECK(zeppelin::dataset_by_name("arxiv") == zeppelin::datasets::arxiv());
   CHECK(zeppelin::dataset_by_name("ArXiv") == zeppelin::datasets::arxiv());

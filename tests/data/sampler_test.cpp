@@ -172,7 +172,7 @@ TEST_CASE("max_length and min_length: clamp truncates draws, condition redistrib
   }
 }
 
-TEST_CASE("sampler errors: bad budget or limits, no mass in the range; the generator is untouched", "[data]") {
+TEST_CASE("sampler errors: bad budget or limits, no mass in the range and the generator is untouched", "[data]") {
   const auto arxiv = zeppelin::datasets::arxiv();
   CHECK_THROWS_AS(sample_lengths(arxiv, 0, 1), zeppelin::invalid_argument);
   CHECK_THROWS_AS(sample_lengths(arxiv, -5, 1), zeppelin::invalid_argument);

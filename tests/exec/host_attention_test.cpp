@@ -87,7 +87,7 @@ TEST_CASE("backward matches central finite differences", "[exec][kernel]") {
   check(v, dv);
 }
 
-TEST_CASE("blocks merged by LSE equal the whole row; -inf rows stay finite", "[exec][kernel]") {
+TEST_CASE("blocks merged by LSE equal the whole row and -inf rows stay finite", "[exec][kernel]") {
   random_generator rng(3);
   const attention_dims d{.heads = 2, .kv_heads = 2, .head_dim = 4};
   const token_count L = 9;

@@ -114,7 +114,7 @@ TEST_CASE("ranks whose plans differ only in sequence order are refused before th
   }
 }
 
-TEST_CASE("ranks with the same plan but different programs are refused; the same program built either way agrees", "[exec]") {
+TEST_CASE("ranks with the same plan but different programs are refused and the same program built either way agrees", "[exec]") {
   const topology t = test_topology(2, 2);
   const batch b({9, 4, 6, 1});
   const plan p = make_plan(0, b, t, (b.total_tokens() + 3) / 4);
@@ -146,7 +146,7 @@ TEST_CASE("ranks with the same plan but different programs are refused; the same
   CHECK(launches > 0);
 }
 
-TEST_CASE("an engine checks once per rank; a copy checks again", "[exec]") {
+TEST_CASE("an engine checks once per rank and a copy checks again", "[exec]") {
   const topology t = test_topology(1, 3);
   const batch b({7, 2, 5});
   const plan p = make_plan(1, b, t, 5);

@@ -246,7 +246,7 @@ TEST_CASE("attention backward matches the fp64 reference", "[gpu][attention]") {
   CHECK(relative_l2(bwd.dv, dv) < backward_tolerance(type));
 }
 
-TEST_CASE("two KV chunks merged by LSE equal one launch; their backward sums to the full gradients",
+TEST_CASE("two KV chunks merged by LSE equal one launch and their backward sums to the full gradients",
           "[gpu][attention][merge]") {
   ZEPPELIN_REQUIRE_GPU();
   const auto type = GENERATE(dtype::bf16, dtype::fp16);

@@ -32,7 +32,7 @@ TEST_CASE("nccl: unique id round trips through bytes, hex and a file", "[gpu][nc
   CHECK_THROWS_AS(nccl::read_unique_id(path, std::chrono::milliseconds(50)), nccl_error);
 }
 
-TEST_CASE("nccl: one rank sends to itself in one group; remap runs through it", "[gpu][nccl]") {
+TEST_CASE("nccl: one rank sends to itself in one group and remap runs through it", "[gpu][nccl]") {
   ZEPPELIN_REQUIRE_GPU();
   nccl_communicator comm(nccl::make_unique_id(), 1, 0, {.timeout = std::chrono::seconds(60)});
   CHECK(comm.rank() == 0);

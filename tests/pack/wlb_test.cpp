@@ -174,7 +174,7 @@ TEST_CASE("maximum wait forces a document into the next iteration", "[pack][wlb]
   }
 }
 
-TEST_CASE("every iteration has N micro-batches within L; the queues balance a long-tail stream", "[pack][wlb]") {
+TEST_CASE("every iteration has N micro-batches within L and the queues balance a long-tail stream", "[pack][wlb]") {
   random_generator rng(11);
   const packing_limits limits{.micro_batches = 4, .max_tokens = 1 << 14};
   const std::vector<token_count> lengths = random_lengths(rng, 3000, limits.max_tokens);

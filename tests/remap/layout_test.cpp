@@ -75,7 +75,7 @@ buffers run_alltoallv(const relayout_plan& x, const buffers& in) {
 
 }  // namespace
 
-TEST_CASE("remap lists move every token where the target layout says; the inverse restores it", "[remap]") {
+TEST_CASE("remap lists move every token where the target layout says and the inverse restores it", "[remap]") {
   random_generator rng(21);
   for (int trial = 0; trial < 200; ++trial) {
     const auto p = random_plan(rng);

@@ -146,7 +146,7 @@ TEST_CASE("a stage over memory is an infeasible error naming stage, micro-batch 
   CHECK_NOTHROW(simulate_pipeline(mbs, one_f_one_b{}, full_recompute{}, unit_times, memory, cluster_c(1)));
 }
 
-TEST_CASE("data parallel replicas wait for the slowest; imbalance degrees follow WLB-LLM", "[sim][pipeline]") {
+TEST_CASE("data parallel replicas wait for the slowest and imbalance degrees follow WLB-LLM", "[sim][pipeline]") {
   const fitted_stage_time quadratic{{1e-9, 1e-5, 0}, {2e-9, 2e-5, 0}, 32};
   std::vector<std::vector<micro_batch>> replicas{{{{8192}, {}}, {{8192}, {}}}, {{{4096, 4096}, {}}, {{4096, 4096}, {}}}};
   const auto memory = memory_for(models::llama_7b(), {1, 1, 2, 2});
