@@ -4,54 +4,17 @@
 // packed batch), fp16, per sequence; under the direct and the proxy router, per-group and fused
 // launches; and every run's execution record (what the engine moved and launched on every
 // rank) equals the record of the program the host engine and the simulator run for the same
-// plan and options. A program with all-to-all groups, which the device does not run yet, is
-// refused at construction.
+// plan and options. The all-to-all (Ulysses) collective: device_ulysses_test.cpp.
 #include "distributed_support.hpp"
 
-#include <zeppelin/program/build.hpp>
 #include <zeppelin/program/record.hpp>
 #include <zeppelin/route/proxy.hpp>
 
-#include <algorithm>
 #include <utility>
 #include <vector>
 
 using namespace zeppelin;
 using namespace zeppelin_test;
-
-namespace {
-
-batch gpu_lengths(random_generator& rng, rank_index ranks) {
-  // lengths 1, shorter than a group, not divisible by 2G, and a few longer ones (> 1 tile)
-  std::vector<token_count> lengths;
-  const auto n = static_cast<int>(rng.between(1, 5));
-  for (int i = 0; i < n; ++i) {
-    const auto kind = rng.below(4);
-    lengths.push_back(kind == 0 ? 1 : kind == 1 ? rng.between(2, ranks + 1) : rng.between(2, 96 * ranks));
-  }
-  return batch(lengths);
-}
-
-// fp16 outputs of fp32 arithmetic in another summation order: a few fp16 ulps per sequence,
-// and an absolute floor of 1e-2 per value (max_sequence_error)
-void check_against_reference(const gpu_results& got, const gpu_problem& ref, const batch& b) {
-  const auto qw = static_cast<std::size_t>(ref.dims.q_row()), kw = static_cast<std::size_t>(ref.dims.kv_row());
-  CHECK(max_sequence_error(got.o, ref.o, b, qw, 1e-2) < 4e-3);
-  CHECK(max_abs_diff(got.lse, ref.lse) < 1e-3);
-  CHECK(max_sequence_error(got.dq, ref.dq, b, qw, 1e-2) < 1e-2);
-  CHECK(max_sequence_error(got.dk, ref.dk, b, kw, 1e-2) < 1e-2);
-  CHECK(max_sequence_error(got.dv, ref.dv, b, kw, 1e-2) < 1e-2);
-}
-
-// The engine ran exactly its program, and that program is the one make_program gives for the
-// same plan, topology and options (the host engine's and the simulator's program).
-void check_record(const gpu_results& got, const plan& p, const batch& b, const topology& t, program_options o) {
-  CHECK(got.record == program_record(got.program));
-  o.wire = got.program.wire;  // the engine's: fp16 elements, fp32 accumulators
-  CHECK(program_record(make_program(p, b, t, o)) == got.record);
-}
-
-}  // namespace
 
 TEST_CASE("device engine: distributed attention equals the single-GPU reference for every partitioner, 2..16 ranks",
           "[gpu][executor]") {
@@ -99,7 +62,12 @@ TEST_CASE("device engine: one long sequence over a 16-rank global ring (zigzag, 
 
 TEST_CASE("device engine: proxy routing (no fallback to direct) gives the same result", "[gpu][executor]") {
   ZEPPELIN_REQUIRE_GPU();
-  const topology t = test_topology(2, 4, 2);
+  // links without latency, so that the router splits even these small payloads over both
+  // NICs (with latencies it keeps them direct, and the proxied check below fails)
+  topology_config c = test_topology(2, 4, 2).config();
+  c.intra_node.latency = 0;
+  c.nic.latency = 0;
+  const topology t(c);
   random_generator rng(31);
   for (int method = 0; method < 2; ++method) {
     const batch b = gpu_lengths(rng, t.num_ranks());
@@ -121,15 +89,4 @@ TEST_CASE("device engine: proxy routing (no fallback to direct) gives the same r
     check_against_reference(got, ref, b);
     check_record(got, p, b, t, o);
   }
-}
-
-TEST_CASE("device engine: a program with all-to-all (Ulysses) groups is refused before anything runs", "[gpu][executor]") {
-  // the check precedes every CUDA call, so it runs without a device too
-  const topology t = test_topology(1, 4);
-  const batch b({300, 41});
-  const plan p = ulysses{.capacity = 400}.partition(b, t);
-  const attention_dims dims{.heads = 8, .kv_heads = 2, .head_dim = 64};
-  CHECK_THROWS_WITH(device_attention_engine(p, b, t, dims, device::dtype::fp16),
-                    Catch::Contains("all-to-all (Ulysses) groups") && Catch::Contains("not built on the device"));
-  CHECK_NOTHROW(make_program(p, b, t));  // the host engine and the simulator run it
 }

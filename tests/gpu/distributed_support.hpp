@@ -3,7 +3,8 @@
 // single-GPU reference (the device kernels on the whole packed batch, one causal CSR block per
 // sequence), plans of every partitioner, and one distributed run on a device loopback world:
 // loader layout -> device dispatch -> device attention engine forward + backward -> inverse
-// dispatch, gathered back into the packed order, with every rank's execution record.
+// dispatch, gathered back into the packed order, with every rank's execution record; the
+// checks of such a run against the reference and of its record against the program's.
 #pragma once
 
 #include "../exec/plan_support.hpp"
@@ -16,6 +17,7 @@
 #include <zeppelin/cuda/executor/attention_engine.hpp>
 #include <zeppelin/cuda/executor/remap.hpp>
 #include <zeppelin/exec/relayout.hpp>
+#include <zeppelin/program/build.hpp>
 #include <zeppelin/program/options.hpp>
 #include <zeppelin/program/record.hpp>
 
@@ -216,6 +218,38 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 
 inline bool any_nan(const std::vector<float>& a) {
   return std::any_of(a.begin(), a.end(), [](float x) { return std::isnan(x); });
+}
+
+//! 1 to 4 sequences: lengths 1, shorter than a group, not divisible by 2G, and a few longer
+//! ones (more than one kernel tile).
+inline batch gpu_lengths(random_generator& rng, rank_index ranks) {
+  std::vector<token_count> lengths;
+  const auto n = static_cast<int>(rng.between(1, 5));
+  for (int i = 0; i < n; ++i) {
+    const auto kind = rng.below(4);
+    lengths.push_back(kind == 0 ? 1 : kind == 1 ? rng.between(2, ranks + 1) : rng.between(2, 96 * ranks));
+  }
+  return batch(lengths);
+}
+
+//! A distributed run against the single-GPU reference: fp16 outputs of fp32 arithmetic in
+//! another summation order, a few fp16 ulps per sequence, and an absolute floor of 1e-2 per
+//! value (max_sequence_error).
+inline void check_against_reference(const gpu_results& got, const gpu_problem& ref, const batch& b) {
+  const auto qw = static_cast<std::size_t>(ref.dims.q_row()), kw = static_cast<std::size_t>(ref.dims.kv_row());
+  CHECK(max_sequence_error(got.o, ref.o, b, qw, 1e-2) < 4e-3);
+  CHECK(max_abs_diff(got.lse, ref.lse) < 1e-3);
+  CHECK(max_sequence_error(got.dq, ref.dq, b, qw, 1e-2) < 1e-2);
+  CHECK(max_sequence_error(got.dk, ref.dk, b, kw, 1e-2) < 1e-2);
+  CHECK(max_sequence_error(got.dv, ref.dv, b, kw, 1e-2) < 1e-2);
+}
+
+//! The engine ran exactly its program, and that program is the one make_program gives for the
+//! same plan, topology and options (the host engine's and the simulator's program).
+inline void check_record(const gpu_results& got, const plan& p, const batch& b, const topology& t, program_options o) {
+  CHECK(got.record == program_record(got.program));
+  o.wire = got.program.wire;  // the engine's: fp16 elements, fp32 accumulators
+  CHECK(program_record(make_program(p, b, t, o)) == got.record);
 }
 
 }  // namespace zeppelin_test

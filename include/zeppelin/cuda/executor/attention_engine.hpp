@@ -21,6 +21,11 @@
 // Forward: O accumulates in fp32 (lse_merge after every launch) and is cast to `type` at the
 // end. Backward: attention_backward_preprocess (delta = rowsum(dO * O)) once, dQ and dK/dV in
 // fp32, cast at the end.
+// All-to-all (Ulysses, Ulysses x ring) groups run as their program says: Q, K, V (backward also
+// O, dO, LSE) packed into head lanes by head operations, launches with the lanes' head counts
+// over the lanes' arenas, O and LSE (backward dQ, dK, dV) unpacked into the rank's tensors (see
+// cuda/executor/device_backend.hpp for how lanes map onto the kernels). That path has been
+// compiled but not yet run on a GPU.
 // Plan check, as in the host engine (exec/attention_engine.hpp, exec/plan_agreement.hpp): the
 // first pass the engine runs on a rank exchanges its plan_identity (16 bytes, one group
 // labelled "plan fingerprint check" on c.stream()) and throws plan_mismatch before any round
@@ -93,8 +98,7 @@ class device_attention_engine {
  public:
   //! Runs `program`, which must have been built for `dims` with elements of `type` and fp32
   //! accumulators. Throws invalid_argument for dims without a kernel (head_dim 64 / 128), a
-  //! bad dtype, a program built for other dims or element sizes, or one with all-to-all
-  //! groups (not built on the device yet).
+  //! bad dtype, or a program built for other dims or element sizes.
   device_attention_engine(execution_program program, attention_dims dims, device::dtype type)
       : program_(std::move(program)), dims_(dims), type_(type), identity_{fingerprint(program_), 0}, agreement_(program_.num_ranks()) {
     validate(dims_);
@@ -107,7 +111,6 @@ class device_attention_engine {
     ZEPPELIN_EXPECTS(w == wire_for(dims, type), "device attention engine: the program was built for other dims or element sizes",
                      {{"heads", double(w.heads)}, {"kv_heads", double(w.kv_heads)}, {"head_dim", double(w.head_dim)},
                       {"element_bytes", double(w.element_bytes)}, {"accumulator_bytes", double(w.accumulator_bytes)}});
-    ZEPPELIN_EXPECTS(!uses_head_lanes(program_), device_lanes_refused, {});
     // every launch's CSR arrays, in its rank's descriptor buffer
     descriptors_.resize(static_cast<std::size_t>(program_.num_ranks()));
     csr_.reserve(program_.launches.size());
@@ -185,7 +188,7 @@ class device_attention_engine {
       ZEPPELIN_CUDA_CHECK(device::attention_backward_preprocess(pp, stream));
     }
     device_tensors t;
-    t.q = io.q, t.k = io.k, t.v = io.v, t.d_o = io.d_o, t.global_lse = io.lse, t.delta = delta.as<float>();
+    t.q = io.q, t.k = io.k, t.v = io.v, t.global_o = io.o, t.d_o = io.d_o, t.global_lse = io.lse, t.delta = delta.as<float>();
     t.dq_acc = dq.as<float>(), t.dk_acc = dk.as<float>(), t.dv_acc = dv.as<float>(), t.rows = static_cast<std::int64_t>(n);
     run(c, pass_kind::backward, t, stream, record);
     ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dq, dq.as<float>(), static_cast<std::int64_t>(qn), type_, stream));
