@@ -54,6 +54,7 @@ TEST_CASE("ZeRO-3 layer floor: T_tot is Eq. 4 above the floor and the floor belo
     for (const chunk_compute_coefficients* pass : {&m.forward, &m.backward}) {
       const double eq4 = m.compute_seconds(*pass, c) + m.all_to_all_seconds(c);
       const double floor = pass->layer_floor * gpt.layers / m.d_p;
+      REQUIRE(m.busy_seconds(*pass, c) == eq4);
       REQUIRE(m.seconds(*pass, c) == std::max(eq4, floor));
       (eq4 < floor ? floored : above) += 1;
     }

@@ -192,10 +192,16 @@ struct chunk_cost_model {
   //! T_a2a of `c`, Eq. 3 (GQA form).
   [[nodiscard]] double all_to_all_seconds(const chunk& c) const { return all_to_all_fixed_seconds() + all_to_all_token_seconds(c.tokens()); }
 
-  //! T_tot of `c` in the pass priced by `pass`, Eq. 4, and at least the pass's layer floor
-  //! on each of the stage's L / d_p layers: e.g. seconds(m.backward, c).
+  //! T_comp + T_a2a of `c` (Eq. 4 as the paper writes it): the chunk's own work, without
+  //! the layer floor, for a simulator that runs ZeRO-3's collectives itself.
+  [[nodiscard]] double busy_seconds(const chunk_compute_coefficients& pass, const chunk& c) const {
+    return compute_seconds(pass, c) + all_to_all_seconds(c);
+  }
+
+  //! T_tot of `c` in the pass priced by `pass`: busy_seconds, and at least the pass's layer
+  //! floor on each of the stage's L / d_p layers: e.g. seconds(m.backward, c).
   [[nodiscard]] double seconds(const chunk_compute_coefficients& pass, const chunk& c) const {
-    return std::max(compute_seconds(pass, c) + all_to_all_seconds(c), pass.layer_floor * layers / d_p);
+    return std::max(busy_seconds(pass, c), pass.layer_floor * layers / d_p);
   }
 
   //! The per-chunk part of T_tot: b1 / d_p + 2 beta 2L / d_p.

@@ -94,7 +94,7 @@ struct flexsp_job {
       const double bytes = cost.activation_bytes(whole, lengths);
       const bool fits = bytes <= budget;
       if (!fits && i + 1 < degrees.size()) continue;
-      const double t = cost.seconds(cost.forward, whole) + cost.seconds(cost.backward, whole);
+      const double t = cost.busy_seconds(cost.forward, whole) + cost.busy_seconds(cost.backward, whole);
       jobs.push_back({static_cast<std::int64_t>(s), degrees[i], !fits, t + (fits ? 0.0 : cost.compute_seconds(cost.forward, whole)),
                       fits ? bytes : 0.0});
       break;
@@ -184,8 +184,9 @@ struct flexsp_job {
       chunk packed{0, {}};
       for (const std::int64_t s : g.group.sequences) packed.slices.push_back({s, 0, lengths[static_cast<std::size_t>(s)]});
       const chunk_cost_model cost = chunk_cost_model::for_model(model, topo, g.group.degree, 1);
-      forward.push_back(cost.seconds(cost.forward, packed) / model.layers);
-      backward.push_back((cost.seconds(cost.backward, packed) + (g.group.recompute ? cost.compute_seconds(cost.forward, packed) : 0.0)) /
+      // the groups' own work: the gathers below are ZeRO-3's time, not the cost model's floor
+      forward.push_back(cost.busy_seconds(cost.forward, packed) / model.layers);
+      backward.push_back((cost.busy_seconds(cost.backward, packed) + (g.group.recompute ? cost.compute_seconds(cost.forward, packed) : 0.0)) /
                          model.layers);
     }
     for (const bool is_forward : {true, false})
