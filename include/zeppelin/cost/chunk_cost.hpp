@@ -74,6 +74,13 @@ struct chunk_compute_coefficients {
 //! The all-to-all link of Eq. 3: no all-to-all at all (d_s = 1, or folded into a profile).
 [[nodiscard]] inline link_spec no_all_to_all() noexcept { return {std::numeric_limits<double>::infinity(), 0.0}; }
 
+//! Whether `size` consecutive GPUs of `topo` make a group the cost models price: a divisor
+//! of a node's GPUs (inside one node) or whole nodes.
+[[nodiscard]] inline bool node_aligned_group(const topology& topo, int size) noexcept {
+  const int g = topo.gpus_per_node();
+  return size >= 1 && (size <= g ? g % size == 0 : size % g == 0);
+}
+
 //! The all-to-all link of Eq. 3 for a Ulysses group of d_s consecutive GPUs of `topo` (one
 //! node, or whole nodes): each GPU keeps 1/d_s of its data and sends the rest, (g - 1)/d_s
 //! of it over NVLink to its node's other GPUs and (d_s - g)/d_s through its NIC (shared by
@@ -83,7 +90,7 @@ struct chunk_compute_coefficients {
 //! a group that is neither inside one node nor whole nodes.
 [[nodiscard]] inline link_spec ulysses_all_to_all_link(const topology& topo, int sp_degree) {
   const int g = topo.gpus_per_node();
-  ZEPPELIN_EXPECTS(sp_degree >= 1 && (sp_degree <= g ? g % sp_degree == 0 : sp_degree % g == 0),
+  ZEPPELIN_EXPECTS(node_aligned_group(topo, sp_degree),
                    "a Ulysses group is a divisor of a node's GPUs or whole nodes", {{"sp_degree", double(sp_degree)}, {"gpus_per_node", double(g)}});
   if (sp_degree == 1) return no_all_to_all();
   const double d = sp_degree, inside = std::min(sp_degree, g);
@@ -107,7 +114,7 @@ struct chunk_compute_coefficients {
 //! node nor whole nodes.
 [[nodiscard]] inline double zero3_ring_seconds_per_byte(const topology& topo, int group) {
   const int g = topo.gpus_per_node();
-  ZEPPELIN_EXPECTS(group >= 1 && (group <= g ? g % group == 0 : group % g == 0),
+  ZEPPELIN_EXPECTS(node_aligned_group(topo, group),
                    "a ZeRO-3 group is a divisor of a node's GPUs or whole nodes", {{"group", double(group)}, {"gpus_per_node", double(g)}});
   if (group == 1) return 0;
   double per_byte = 1 / topo.intra_node_link().bandwidth;

@@ -68,35 +68,40 @@ namespace detail {
 
 struct flexsp_job {
   std::int64_t sequence = 0;
-  int degree = 1;
+  std::size_t degree = 0;  //!< index into flexsp_degrees
   bool recompute = false;
   double seconds = 0;  //!< forward + backward (+ recompute) alone in its group
   double bytes = 0;    //!< activation bytes per GPU of its group
 };
 
-// Per sequence its group degree, time and memory (see the file comment).
-[[nodiscard]] inline std::vector<flexsp_job> flexsp_jobs(std::span<const token_count> lengths, const model_config& model, const topology& topo,
-                                                         double budget) {
-  const int gpus = topo.num_ranks();
-  std::vector<int> degrees;
-  for (int d = 1; d <= gpus; d *= 2) {
-    const int g = topo.gpus_per_node();
-    if ((d <= g ? g % d == 0 : d % g == 0) && gpus % d == 0) degrees.push_back(d);
+// The group degrees (powers of two that are node-aligned and divide the cluster, and the
+// whole cluster) with the cost model of each.
+struct flexsp_degrees {
+  std::vector<int> degree;
+  std::vector<chunk_cost_model> cost;
+
+  flexsp_degrees(const model_config& model, const topology& topo) {
+    const int gpus = topo.num_ranks();
+    for (int d = 1; d <= gpus; d *= 2)
+      if (node_aligned_group(topo, d) && gpus % d == 0) degree.push_back(d);
+    if (degree.back() != gpus && node_aligned_group(topo, gpus)) degree.push_back(gpus);
+    for (const int d : degree) cost.push_back(chunk_cost_model::for_model(model, topo, d, 1));
   }
-  if (degrees.back() != gpus && gpus % topo.gpus_per_node() == 0) degrees.push_back(gpus);
-  std::vector<chunk_cost_model> costs;
-  for (const int d : degrees) costs.push_back(chunk_cost_model::for_model(model, topo, d, 1));
+};
+
+// Per sequence the smallest degree its activations fit in, its time and memory (see the
+// file comment).
+[[nodiscard]] inline std::vector<flexsp_job> flexsp_jobs(std::span<const token_count> lengths, const flexsp_degrees& degrees, double budget) {
   std::vector<flexsp_job> jobs;
   for (std::size_t s = 0; s < lengths.size(); ++s) {
     const chunk whole{0, {{static_cast<std::int64_t>(s), 0, lengths[s]}}};
-    for (std::size_t i = 0; i < degrees.size(); ++i) {
-      const chunk_cost_model& cost = costs[i];
+    for (std::size_t i = 0; i < degrees.degree.size(); ++i) {
+      const chunk_cost_model& cost = degrees.cost[i];
       const double bytes = cost.activation_bytes(whole, lengths);
       const bool fits = bytes <= budget;
-      if (!fits && i + 1 < degrees.size()) continue;
+      if (!fits && i + 1 < degrees.degree.size()) continue;
       const double t = cost.busy_seconds(cost.forward, whole) + cost.busy_seconds(cost.backward, whole);
-      jobs.push_back({static_cast<std::int64_t>(s), degrees[i], !fits, t + (fits ? 0.0 : cost.compute_seconds(cost.forward, whole)),
-                      fits ? bytes : 0.0});
+      jobs.push_back({static_cast<std::int64_t>(s), i, !fits, t + (fits ? 0.0 : cost.compute_seconds(cost.forward, whole)), fits ? bytes : 0.0});
       break;
     }
   }
@@ -115,52 +120,49 @@ struct flexsp_job {
                    {{"usable_bytes", usable_bytes}});
   const int gpus = topo.num_ranks();
   const double budget = stage_budgets(model, usable_bytes, gpus, 1).front();
-  std::vector<detail::flexsp_job> jobs = detail::flexsp_jobs(lengths, model, topo, budget);
+  const detail::flexsp_degrees degrees(model, topo);
+  std::vector<detail::flexsp_job> jobs = detail::flexsp_jobs(lengths, degrees, budget);
+  const auto gpus_of = [&](const detail::flexsp_job& j) { return degrees.degree[j.degree]; };
   std::stable_sort(jobs.begin(), jobs.end(),
-                   [](const detail::flexsp_job& a, const detail::flexsp_job& b) { return a.seconds * a.degree > b.seconds * b.degree; });
+                   [&](const detail::flexsp_job& a, const detail::flexsp_job& b) { return a.seconds * gpus_of(a) > b.seconds * gpus_of(b); });
 
   // micro-batches: groups with their load (seconds) and activation bytes per GPU
   struct open_group {
     flexsp_group group;
+    std::size_t degree = 0;  // index into `degrees`
     double seconds = 0, bytes = 0;
   };
   struct open_batch {
     std::vector<open_group> groups;
     std::vector<char> used;  // per GPU
   };
+  // a new group on the first free aligned block of `b`, else the least loaded group of the
+  // degree whose memory has room; false when neither exists
+  const auto place = [&](open_batch& b, const detail::flexsp_job& j) {
+    const int d = gpus_of(j);
+    for (rank_index first = 0; first + d <= gpus; first += d)
+      if (std::none_of(b.used.begin() + first, b.used.begin() + first + d, [](char u) { return u != 0; })) {
+        std::fill(b.used.begin() + first, b.used.begin() + first + d, char{1});
+        b.groups.push_back({{d, first, j.recompute, {j.sequence}}, j.degree, j.seconds, j.bytes});
+        return true;
+      }
+    open_group* join = nullptr;
+    for (open_group& g : b.groups)
+      if (g.degree == j.degree && !g.group.recompute && !j.recompute && g.bytes + j.bytes <= budget && (join == nullptr || g.seconds < join->seconds))
+        join = &g;
+    if (join == nullptr) return false;
+    join->group.sequences.push_back(j.sequence);
+    join->seconds += j.seconds;
+    join->bytes += j.bytes;
+    return true;
+  };
   std::vector<open_batch> batches;
   for (const detail::flexsp_job& j : jobs) {
-    bool placed = false;
-    for (open_batch& b : batches) {
-      // a new group on the first free aligned block, else the least loaded group of the
-      // degree whose memory has room
-      rank_index free_block = -1;
-      for (rank_index first = 0; first + j.degree <= gpus && free_block < 0; first += j.degree)
-        if (std::none_of(b.used.begin() + first, b.used.begin() + first + j.degree, [](char u) { return u != 0; })) free_block = first;
-      open_group* join = nullptr;
-      for (open_group& g : b.groups)
-        if (g.group.degree == j.degree && !g.group.recompute && !j.recompute && g.bytes + j.bytes <= budget &&
-            (join == nullptr || g.seconds < join->seconds))
-          join = &g;
-      if (free_block >= 0) {
-        std::fill(b.used.begin() + free_block, b.used.begin() + free_block + j.degree, char{1});
-        b.groups.push_back({{j.degree, free_block, j.recompute, {j.sequence}}, j.seconds, j.bytes});
-      } else if (join != nullptr) {
-        join->group.sequences.push_back(j.sequence);
-        join->seconds += j.seconds;
-        join->bytes += j.bytes;
-      } else {
-        continue;
-      }
-      placed = true;
-      break;
-    }
-    if (!placed) {
-      open_batch& b = batches.emplace_back();
-      b.used.assign(static_cast<std::size_t>(gpus), char{0});
-      std::fill(b.used.begin(), b.used.begin() + j.degree, char{1});
-      b.groups.push_back({{j.degree, 0, j.recompute, {j.sequence}}, j.seconds, j.bytes});
-    }
+    std::size_t b = 0;
+    while (b < batches.size() && !place(batches[b], j)) ++b;
+    if (b < batches.size()) continue;
+    batches.emplace_back().used.assign(static_cast<std::size_t>(gpus), char{0});
+    (void)place(batches.back(), j);  // an empty micro-batch has room for any group
   }
 
   // the event engine: per micro-batch and layer, the gather over every GPU, then each group
@@ -183,7 +185,7 @@ struct flexsp_job {
       groups.push_back(g.group);
       chunk packed{0, {}};
       for (const std::int64_t s : g.group.sequences) packed.slices.push_back({s, 0, lengths[static_cast<std::size_t>(s)]});
-      const chunk_cost_model cost = chunk_cost_model::for_model(model, topo, g.group.degree, 1);
+      const chunk_cost_model& cost = degrees.cost[g.degree];
       // the groups' own work: the gathers below are ZeRO-3's time, not the cost model's floor
       forward.push_back(cost.busy_seconds(cost.forward, packed) / model.layers);
       backward.push_back((cost.busy_seconds(cost.backward, packed) + (g.group.recompute ? cost.compute_seconds(cost.forward, packed) : 0.0)) /

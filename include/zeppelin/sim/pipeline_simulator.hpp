@@ -169,13 +169,16 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
                    "the simulator runs ZeRO-3's traffic over a stage's dp x cp GPUs: zero_shards must be 0 or dp x cp",
                    {{"zero_shards", memory.settings.zero_shards}, {"dp_x_cp", double(zero_group)}});
   std::vector<detail::collective_rings> zero_rings;
-  if (zero3)
+  std::vector<double> zero_layer_bytes;  // per virtual stage: one layer's parameters
+  if (zero3) {
+    for (const stage_slice& slice : slices) zero_layer_bytes.push_back(memory.parameters(slice) * memory.settings.parameter_bytes / slice.layers);
     for (int p = 0; p < P; ++p) {
       std::vector<rank_index> members;
       for (int i = 0; i < layout.dp; ++i)
         for (int c = 0; c < layout.cp; ++c) members.push_back(layout.rank_of({0, c, p, i}));
       zero_rings.push_back(detail::make_collective_rings(topo, std::move(members)));
     }
+  }
   using engine_type = decltype(engine);
   std::vector<std::vector<task_id>> last_backward(replicas.size(), std::vector<task_id>(static_cast<std::size_t>(P), no_task));
   std::vector<detail::stage_time_table<T>> tables;  // per replica; the imbalance degrees read them too
@@ -229,12 +232,12 @@ template <pipeline_schedule_policy S, checkpoint_policy C, stage_time_model T, l
             task_id id = no_task;
             if (zero3) {
               // layer by layer behind the gathers of their parameters
-              const stage_slice& slice = slices[static_cast<std::size_t>(v)];
-              const double layer_bytes = memory.parameters(slice) * memory.settings.parameter_bytes / slice.layers;
+              const int layers = slices[static_cast<std::size_t>(v)].layers;
+              const double layer_bytes = zero_layer_bytes[static_cast<std::size_t>(v)];
               auto& traffic = zero_traffic[static_cast<std::size_t>(p)];
-              for (int layer = 0; layer < slice.layers; ++layer) {
+              for (int layer = 0; layer < layers; ++layer) {
                 const task_id deps[2] = {traffic.gather(engine, layer_bytes, tag), layer == 0 && needs_input ? input : no_task};
-                id = engine.compute(rank_of(p), seconds / slice.layers, tag, 0, deps);
+                id = engine.compute(rank_of(p), seconds / layers, tag, 0, deps);
                 traffic.computed(id);
                 if (!forward) traffic.reduce_scatter(engine, layer_bytes, id, tag);
               }
