@@ -53,6 +53,42 @@ TEST_CASE("even_split and allgather handle lengths not divisible by 2G without p
   CHECK(allgather{.capacity = 40}.partition(b, t).groups[0].collective == collective_kind::all_gather);
 }
 
+TEST_CASE("even_split lays out sequences shorter than the ring exactly as the zigzag arithmetic", "[partition][even_split]") {
+  // the builder visits only the positions that hold tokens (a sequence of L <= G tokens fills
+  // the heads of [0, L)); every position's shards must still be its zigzag chunks, rotated by
+  // the dealer, for lengths below, at and above G and 2G
+  random_generator rng(23);
+  for (int trial = 0; trial < 200; ++trial) {
+    const topology t = make_topology(static_cast<int>(rng.between(1, 4)), static_cast<int>(rng.between(1, 8)));
+    const auto G = static_cast<std::int32_t>(t.num_ranks());
+    std::vector<token_count> lengths;
+    for (int i = 0, n = static_cast<int>(rng.between(1, 30)); i < n; ++i) lengths.push_back(rng.between(1, 3 * G));
+    const batch b(lengths);
+    const plan p = even_split{.capacity = b.total_tokens()}.partition(b, t);
+    validate(p, b, t);
+    // expected: position i of sequence s on rank (i + offset) mod G, its head then its tail
+    std::vector<std::vector<token_range>> expected(static_cast<std::size_t>(G));
+    zigzag_dealer dealer(G);
+    for (sequence_index s = 0; s < b.size(); ++s) {
+      const std::int32_t offset = dealer.next(b.length(s));
+      for (std::int32_t i = 0; i < G; ++i) {
+        const zigzag_pair z = zigzag_chunks(b.length(s), G, i);
+        auto& mine = expected[static_cast<std::size_t>((i + offset) % G)];
+        if (!z.head.empty() && !z.tail.empty() && z.head.end == z.tail.begin) mine.push_back({b.offset(s) + z.head.begin, b.offset(s) + z.tail.end});
+        else
+          for (const token_range c : {z.head, z.tail})
+            if (!c.empty()) mine.push_back({b.offset(s) + c.begin, b.offset(s) + c.end});
+      }
+    }
+    for (rank_index r = 0; r < G; ++r) {
+      std::vector<token_range> got;
+      for (const shard& x : p.placements[static_cast<std::size_t>(r)].shards)
+        got.push_back({b.offset(x.seq) + x.range.begin, b.offset(x.seq) + x.range.end});
+      CHECK(got == expected[static_cast<std::size_t>(r)]);
+    }
+  }
+}
+
 TEST_CASE("allgather with CP groups smaller than the cluster", "[partition][allgather]") {
   const topology t = make_topology(2, 4);
   const batch b({4000, 3000, 1000, 1000, 500});

@@ -99,7 +99,11 @@ class plan_builder {
   void add_zigzag(sequence_index seq, token_count length, std::span<const rank_index> ranks, group_index g,
                   std::int32_t micro_batch = 0, std::int32_t offset = 0) {
     const auto G = static_cast<std::int32_t>(ranks.size());
-    for (std::int32_t i = 0; i < G; ++i) {
+    // a sequence of L <= G tokens fills the heads of positions [0, L) alone (the longer
+    // chunks first: schedule/zigzag.hpp), so the positions after it hold nothing: O(min(L, G))
+    // per sequence, not O(G) (a million one-token sequences on a wide ring)
+    const std::int32_t holding = length < G ? static_cast<std::int32_t>(length) : G;
+    for (std::int32_t i = 0; i < holding; ++i) {
       const zigzag_pair z = zigzag_chunks(length, G, i);
       add_pair(ranks[static_cast<std::size_t>((i + offset) % G)], seq, z.head, z.tail, g, micro_batch);
     }
