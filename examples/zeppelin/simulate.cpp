@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -37,6 +38,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,7 +74,8 @@ struct simulate_options {
   int element_bytes = 0;                      // 0: the model's (--dtype)
   int tensor_parallel = 0;  // 0: the paper's choice (13B on A, 30B on C: 2)
   int chained_layers = 1;
-  int threads = 1;
+  // the simulator's results do not depend on its threads, so the tool uses the machine's
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   double slack = zeppelin::method_setup{}.capacity_slack;
   bool no_contention = false;
   std::optional<zeppelin::launch_policy> launch;  // empty: each method's own
@@ -285,7 +288,8 @@ void add_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   add_integer_option(cmd, "--threads", options->threads,
-                     "threads that simulate independent groups of GPUs at once (the results do not depend on it)")
+                     "threads that simulate independent groups of GPUs at once (default: the machine's hardware "
+                     "threads; the results do not depend on it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--slack", options->slack, "capacity headroom over the average tokens per GPU (0 = exact fill)")
