@@ -9,6 +9,7 @@
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/partition.hpp>
 #include <zeppelin/sim/cost_model.hpp>
 #include <zeppelin/sim/detail/launch_set_bound.hpp>
 
@@ -128,6 +129,76 @@ TEST_CASE("launch sets: the heaviest blocks with disjoint ranges, against brute 
       }
       CAPTURE(trial, n);
       CHECK(detail::heaviest_disjoint(blocks, side, scratch) == best);
+    }
+  }
+}
+
+TEST_CASE("launch sets: a round's cap per origin does not depend on the order of its blocks", "[sim][planner]") {
+  // cap(origin) = the sum over the origin's sequences of the heaviest disjoint-query blocks, or
+  // if less of the disjoint-key ones; blocks listed by sequence (as the bound lists them) or
+  // shuffled must give the same caps, each origin once, ascending
+  random_generator rng(2026, 12);
+  detail::interval_scratch scratch;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<detail::ring_block> blocks;
+    const auto n = static_cast<std::size_t>(1 + rng.below(40));
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto begin = static_cast<token_count>(rng.below(40)), size = static_cast<token_count>(1 + rng.below(15));
+      blocks.push_back({static_cast<std::int32_t>(rng.below(6)) + 3, static_cast<sequence_index>(rng.below(4)), {begin, begin + size},
+                        {size, 2 * size + begin / 2}, 1 + static_cast<double>(rng.below(100))});
+    }
+    std::vector<std::pair<std::int32_t, double>> expected;
+    for (std::int32_t origin = 0; origin < 10; ++origin) {
+      double by_queries = 0, by_keys = 0;
+      bool any = false;
+      for (sequence_index seq = 0; seq < 4; ++seq) {
+        std::vector<detail::ring_block> mine;
+        for (const detail::ring_block& b : blocks)
+          if (b.origin == origin && b.seq == seq) mine.push_back(b);
+        if (mine.empty()) continue;
+        any = true;
+        by_queries += detail::heaviest_disjoint(mine, &detail::ring_block::q, scratch);
+        by_keys += detail::heaviest_disjoint(mine, &detail::ring_block::k, scratch);
+      }
+      if (any) expected.emplace_back(origin, std::min(by_queries, by_keys));
+    }
+    for (const bool by_sequence : {true, false}) {
+      std::vector<detail::ring_block> listed = blocks;
+      if (by_sequence)
+        std::stable_sort(listed.begin(), listed.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+      std::vector<std::pair<std::int32_t, double>> got;
+      detail::cap_launch_sizes(listed, scratch, [&](std::int32_t origin, double x) { got.emplace_back(origin, x); });
+      CAPTURE(trial, by_sequence);
+      REQUIRE(got.size() == expected.size());
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CHECK(got[i].first == expected[i].first);
+        CHECK(got[i].second == Approx(expected[i].second).epsilon(1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("launch sets: a plan's seconds do not depend on the order of each rank's shards", "[sim][planner]") {
+  // the bound orders the shards by a unique key (level, group, sequence, rank, first row):
+  // shuffling each placement, which puts a rank's zigzag head after its tail, must change no bit
+  const detail::launch_slowdown slow = slowdown_of_cluster_c();
+  random_generator rng(2026, 13);
+  for (int trial = 0; trial < 60; ++trial) {
+    const topology t = cluster_by_name("c", static_cast<int>(1 + rng.below(3)), static_cast<int>(1 + rng.below(4)));
+    std::vector<token_count> lengths;
+    for (int i = 0, n = static_cast<int>(1 + rng.below(30)); i < n; ++i) lengths.push_back(static_cast<token_count>(1 + rng.below(3000)));
+    const batch b(lengths);
+    const token_count capacity = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks() + 64;
+    for (const plan& p : {even_split{.capacity = capacity}.partition(b, t), hierarchical<>{.capacity = capacity}.partition(b, t),
+                          micro_batched<hybrid_dp>{.capacity = capacity, .inner = {}, .micro_batches = 2}.partition(b, t)}) {
+      const detail::launch_seconds in_order = detail::launch_set_seconds(p, 1e-12, slow, every_pair);
+      plan shuffled = p;
+      for (placement& pl : shuffled.placements)
+        for (std::size_t i = pl.shards.size(); i > 1; --i) std::swap(pl.shards[i - 1], pl.shards[rng.below(i)]);
+      const detail::launch_seconds any_order = detail::launch_set_seconds(shuffled, 1e-12, slow, every_pair);
+      CAPTURE(trial, p.method);
+      CHECK(any_order.own == in_order.own);
+      CHECK(any_order.gathered == in_order.gathered);
     }
   }
 }
