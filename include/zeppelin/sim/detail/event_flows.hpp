@@ -9,9 +9,10 @@
 // A drained flow has delivered its last byte; its link latency is the caller's business.
 // Scale: max-min rates decompose over the connected components of the flow / port graph, so
 // only the components that a start or a drain touched are re-shared; a flow's bytes left are
-// kept at the time of its last rate change and its drain time sits in a min-heap (entries
-// of an older rate are skipped). An event costs O(C log C) for the C flows of the changed
-// components, not O(all flows in flight), so thousands of independent rings stay cheap.
+// kept at the time of its last rate change and its drain time sits in an indexed min-heap of
+// the flows in flight (a new rate moves the flow's entry; no stale entries pile up). An event
+// costs O(C log F) for the C flows of the changed components among F in flight, not
+// O(all flows in flight), so thousands of independent rings stay cheap.
 // A flow drains once at most 1e-9 of its bytes are left (the clock's resolution late in a
 // long phase), so a tiny flow can never stall time. Deterministic: components are solved in
 // port order and drains reported in add order. Host-only.
@@ -23,9 +24,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -52,7 +51,7 @@ class flows_in_flight {
       free_.pop_back();
     }
     flow& x = flows_[static_cast<std::size_t>(f)];
-    x = {task, send_port, receive_port, bytes, bytes, 0.0, now, next_order_++, x.version + 1, true};
+    x = {task, send_port, receive_port, bytes, bytes, 0.0, now, next_order_++, std::numeric_limits<double>::infinity(), -1, true};
     for (const std::int32_t p : {send_port, receive_port}) {
       on_port_[static_cast<std::size_t>(p)].push_back(f);
       mark(p);
@@ -77,9 +76,8 @@ class flows_in_flight {
 
   //! When the next flow drains at the current rates (infinity when none moves).
   //! Needs share_ports_if_changed() since the last add() or advance().
-  [[nodiscard]] double next_drain() {
-    drop_stale_drains();
-    return drains_.empty() ? std::numeric_limits<double>::infinity() : std::get<0>(drains_.front());
+  [[nodiscard]] double next_drain() const {
+    return drains_.empty() ? std::numeric_limits<double>::infinity() : drains_.front().due;
   }
 
   //! Removes the flows that drain by `next` (<= next_drain()); returns their tasks in the order
@@ -87,15 +85,12 @@ class flows_in_flight {
   const std::vector<std::int32_t>& advance(double next) {
     drained_.clear();
     drained_order_.clear();
-    while (true) {
-      drop_stale_drains();
-      if (drains_.empty() || std::get<0>(drains_.front()) > next) break;
-      const std::int32_t f = std::get<1>(drains_.front());
-      pop_drain();
+    while (!drains_.empty() && drains_.front().due <= next) {
+      const std::int32_t f = drains_.front().flow;
+      remove_drain(f);
       flow& x = flows_[static_cast<std::size_t>(f)];
       drained_order_.push_back({x.order, x.task});
       x.alive = false;
-      ++x.version;
       for (const std::int32_t p : {x.send_port, x.receive_port}) {
         auto& list = on_port_[static_cast<std::size_t>(p)];
         list.erase(std::find(list.begin(), list.end(), f));
@@ -118,11 +113,11 @@ class flows_in_flight {
     double left = 0;   // bytes not yet delivered at time `since`
     double rate = 0;   // bytes/s since `since`
     double since = 0;
-    std::int64_t order = 0;    // add order: drains at one time are reported in it
-    std::int64_t version = 0;  // bumped on every rate change; drain entries of older versions are stale
+    std::int64_t order = 0;  // add order: drains at one time are reported in it
+    double due = 0;          // when its last byte leaves at the current rate (infinity: never)
+    std::int32_t at = -1;    // its place in drains_ (-1: not there)
     bool alive = false;
   };
-  using drain_entry = std::tuple<double, std::int32_t, std::int64_t>;  // time, flow, version
 
   void mark(std::int32_t p) {
     auto& d = port_dirty_[static_cast<std::size_t>(p)];
@@ -174,11 +169,8 @@ class flows_in_flight {
       x.left = std::max(0.0, x.left - x.rate * (now - x.since));
       x.since = now;
       x.rate = rate_[i];
-      ++x.version;
-      const double due = x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate
-                                    : std::numeric_limits<double>::infinity();
-      drains_.push_back({due, members_[i], x.version});
-      std::push_heap(drains_.begin(), drains_.end(), std::greater<>{});
+      x.due = x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate : std::numeric_limits<double>::infinity();
+      place_drain(members_[i]);
     }
     record_port_utilization();
   }
@@ -202,18 +194,51 @@ class flows_in_flight {
     }
   }
 
-  void pop_drain() {
-    std::pop_heap(drains_.begin(), drains_.end(), std::greater<>{});
-    drains_.pop_back();
+  // drains_: a binary min-heap of the flows in flight by (due, flow index), each flow once, its
+  // key kept in the entry (no indirection when comparing); flow::at is its place. The index
+  // breaks ties, so flows draining at one time leave in index order.
+  struct drain_entry {
+    double due;
+    std::int32_t flow;
+    [[nodiscard]] bool before(const drain_entry& y) const noexcept { return due < y.due || (due == y.due && flow < y.flow); }
+  };
+  void put_drain(std::size_t i, const drain_entry& e) {
+    drains_[i] = e;
+    flows_[static_cast<std::size_t>(e.flow)].at = static_cast<std::int32_t>(i);
   }
-
-  void drop_stale_drains() {
-    while (!drains_.empty()) {
-      const auto& [t, f, version] = drains_.front();
-      const flow& x = flows_[static_cast<std::size_t>(f)];
-      if (x.alive && x.version == version) return;
-      pop_drain();
+  // moves entry i up or down to its place
+  void settle_drain(std::size_t i) {
+    const drain_entry e = drains_[i];
+    for (; i > 0 && e.before(drains_[(i - 1) / 2]); i = (i - 1) / 2) put_drain(i, drains_[(i - 1) / 2]);
+    for (const std::size_t n = drains_.size();;) {
+      std::size_t c = 2 * i + 1;
+      if (c >= n) break;
+      if (c + 1 < n && drains_[c + 1].before(drains_[c])) ++c;
+      if (!drains_[c].before(e)) break;
+      put_drain(i, drains_[c]);
+      i = c;
     }
+    put_drain(i, e);
+  }
+  // f's due changed (or f is new to the heap)
+  void place_drain(std::int32_t f) {
+    flow& x = flows_[static_cast<std::size_t>(f)];
+    if (x.at < 0) {
+      x.at = static_cast<std::int32_t>(drains_.size());
+      drains_.push_back({x.due, f});
+    } else {
+      drains_[static_cast<std::size_t>(x.at)].due = x.due;
+    }
+    settle_drain(static_cast<std::size_t>(x.at));
+  }
+  void remove_drain(std::int32_t f) {
+    const auto i = static_cast<std::size_t>(flows_[static_cast<std::size_t>(f)].at);
+    flows_[static_cast<std::size_t>(f)].at = -1;
+    const drain_entry last = drains_.back();
+    drains_.pop_back();
+    if (last.flow == f) return;
+    drains_[i] = last;
+    settle_drain(i);
   }
 
   fair_share_state fair_;
@@ -224,7 +249,7 @@ class flows_in_flight {
   std::vector<std::int32_t> dirty_, seen_ports_, stack_, members_;
   std::vector<std::int32_t> send_, receive_;
   std::vector<double> rate_;
-  std::vector<drain_entry> drains_;  // min-heap
+  std::vector<drain_entry> drains_;  // a min-heap: see drain_entry
   std::vector<double> port_load_;    // scratch of record_port_utilization, per port
   std::vector<std::int32_t> drained_;
   std::vector<std::pair<std::int64_t, std::int32_t>> drained_order_;
