@@ -113,9 +113,9 @@ class device_backend {
                  device::dtype type, const device_tensors& t, const std::vector<device::launch_csr>& csr, const std::byte* descriptors,
                  execution_record* record = nullptr, std::string_view step = {})
       : prog_(prog), pass_(pass), c_(c), caller_(stream), dims_(dims), type_(type), t_(t), csr_(csr), desc_(descriptors),
-        record_(record), step_(step), me_(c.rank()) {
+        record_(record), step_(step), me_(c.rank()), arenas_of_(prog.pass(pass).at(static_cast<std::size_t>(me_)).arenas) {
     const rank_pass& mine = prog.pass(pass).at(static_cast<std::size_t>(me_));
-    fp32_arena_.assign(mine.arenas.size(), 0);
+    fp32_arena_.assign(arenas_of_.size(), 0);
     // the launches: their fp32 O (forward) or dQ (backward) arenas, and the scratch they need
     // (rows x heads of the largest query buffer)
     std::size_t scratch = 0;
@@ -134,7 +134,7 @@ class device_backend {
       for (const program_op& op : seg.ops)
         if (const auto* x = std::get_if<exchange_phase>(&op.body)) check_payloads(prog.phases.at(static_cast<std::size_t>(x->phase)), seg);
     // nothing is enqueued before this point
-    for (std::size_t a = 0; a < mine.arenas.size(); ++a) {
+    for (std::size_t a = 0; a < arenas_of_.size(); ++a) {
       const buffer_view v = layout_of(buffer_ref::arena(static_cast<std::int32_t>(a)), nullptr);
       arenas_.emplace_back(static_cast<std::size_t>(v.rows * v.row_bytes()), stream);
     }
@@ -236,7 +236,7 @@ class device_backend {
     buffer_view v;
     if (b.where == buffer_ref::space::arena) {
       const auto a = static_cast<std::size_t>(b.index);
-      const arena& d = prog_.pass(pass_).at(static_cast<std::size_t>(me_)).arenas.at(a);
+      const arena& d = arenas_of_.at(a);
       v.kind = d.rows_of, v.rows = d.rows;
       v.heads = d.heads > 0 ? d.heads : w.heads_of(d.rows_of);
       set_elements(v, fp32_arena_.at(a) != 0);
@@ -554,6 +554,7 @@ class device_backend {
   execution_record* record_;
   std::string step_;
   rank_index me_;
+  const std::vector<arena>& arenas_of_;  //!< this rank's arenas in the program (read there, not copied)
   const program_segment* segment_ = nullptr;
   std::vector<char> fp32_arena_;  //!< [arena]: a launch's O (forward) or dQ (backward), kept in fp32
   std::vector<device::device_memory> arenas_;

@@ -139,22 +139,28 @@ struct interval_scratch {
 //! reordered): no launch of that origin's round is larger than x, the heaviest choice of its
 //! blocks with disjoint queries or, if less, with disjoint keys, summed over its sequences (a
 //! launch's query rows are disjoint, and so are its key rows: program/launch_waves.hpp).
-//! The blocks are grouped by origin in O(blocks + origins) (a stable counting sort: blocks that
-//! arrive sequence by sequence, as launch_set_seconds lists them, need no more), and by
-//! sequence within an origin where they did not arrive in order.
+//! The blocks are grouped by origin with a stable counting sort, O(blocks + origins), or a
+//! stable comparison sort when their origins span more than twice their number (a few blocks
+//! far apart on a wide ring); by sequence within an origin only where they did not arrive in
+//! order (launch_set_seconds lists them sequence by sequence).
 template <class Cap>
 void cap_launch_sizes(std::vector<ring_block>& blocks, interval_scratch& scratch, Cap&& cap) {
   if (blocks.empty()) return;
-  const auto [low, high] = std::minmax_element(blocks.begin(), blocks.end(),
-                                               [](const ring_block& x, const ring_block& y) { return x.origin < y.origin; });
-  const std::int32_t first = low->origin;
-  auto& at = scratch.bucket;
-  at.assign(static_cast<std::size_t>(high->origin - first) + 2, 0);
-  for (const ring_block& b : blocks) ++at[static_cast<std::size_t>(b.origin - first) + 1];
-  for (std::size_t o = 1; o < at.size(); ++o) at[o] += at[o - 1];
-  scratch.grouped.resize(blocks.size());
-  for (const ring_block& b : blocks) scratch.grouped[at[static_cast<std::size_t>(b.origin - first)]++] = b;
-  blocks.swap(scratch.grouped);
+  const auto by_origin = [](const ring_block& x, const ring_block& y) { return x.origin < y.origin; };
+  const auto [low, high] = std::minmax_element(blocks.begin(), blocks.end(), by_origin);
+  const std::int32_t lowest = low->origin;
+  const auto span = static_cast<std::size_t>(high->origin - lowest) + 1;
+  if (span > 2 * blocks.size()) {
+    std::stable_sort(blocks.begin(), blocks.end(), by_origin);
+  } else {
+    auto& at = scratch.bucket;
+    at.assign(span + 1, 0);
+    for (const ring_block& b : blocks) ++at[static_cast<std::size_t>(b.origin - lowest) + 1];
+    for (std::size_t o = 1; o < at.size(); ++o) at[o] += at[o - 1];
+    scratch.grouped.resize(blocks.size());
+    for (const ring_block& b : blocks) scratch.grouped[at[static_cast<std::size_t>(b.origin - lowest)]++] = b;
+    blocks.swap(scratch.grouped);
+  }
   const auto by_seq = [](const ring_block& x, const ring_block& y) { return x.seq < y.seq; };
   for (std::size_t e = 0, f = 0; e < blocks.size(); e = f) {
     for (f = e; f < blocks.size() && blocks[f].origin == blocks[e].origin;) ++f;
