@@ -89,10 +89,14 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
 
   // groups
   const auto ngroups = static_cast<group_index>(p.groups.size());
+  // each group's ranks, sorted: membership by binary search (a shard of a group of G ranks
+  // costs log G, not G: a global ring over thousands of GPUs has millions of shards)
+  std::vector<std::vector<rank_index>> sorted_ranks(p.groups.size());
   for (group_index g = 0; g < ngroups; ++g) {
     const ring_group& grp = p.groups[static_cast<std::size_t>(g)];
     if (grp.id != g) report(violation_kind::group_id_mismatch, "groups[g].id must equal g", {{"g", num(g)}, {"id", num(grp.id)}});
-    std::vector<rank_index> sorted = grp.ranks;
+    std::vector<rank_index>& sorted = sorted_ranks[static_cast<std::size_t>(g)];
+    sorted = grp.ranks;
     std::sort(sorted.begin(), sorted.end());
     const bool in_range = !sorted.empty() && sorted.front() >= 0 && sorted.back() < t.num_ranks();
     if (!in_range || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
@@ -114,8 +118,8 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
              {{"group", num(g)}, {"collective", num(static_cast<int>(grp.collective))}});
   }
   auto group_has = [&](group_index g, rank_index r) {
-    const auto& rs = p.groups[static_cast<std::size_t>(g)].ranks;
-    return std::find(rs.begin(), rs.end(), r) != rs.end();
+    const auto& rs = sorted_ranks[static_cast<std::size_t>(g)];
+    return std::binary_search(rs.begin(), rs.end(), r);
   };
 
   // shards, capacity, per-sequence bookkeeping
