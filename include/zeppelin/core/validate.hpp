@@ -24,9 +24,11 @@
 #include <zeppelin/core/topology.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,15 +124,21 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
     return std::binary_search(rs.begin(), rs.end(), r);
   };
 
-  // shards, capacity, per-sequence bookkeeping
+  // shards, capacity, per-sequence bookkeeping: each sequence's flags, and its shards' ranges
+  // and ranks in one flat list grouped by sequence afterwards (a million one-token sequences
+  // must not cost two allocations each)
   struct seq_info {
-    std::vector<token_range> ranges;
-    std::vector<rank_index> ranks;
     group_index group = no_group;
     bool ungrouped = false, mixed_groups = false, mixed_micro_batches = false;
     std::int32_t micro_batch = -1;
+    rank_index lowest = std::numeric_limits<rank_index>::max(), highest = -1;  //!< of its ranks
+  };
+  struct held_range {
+    sequence_index seq = 0;
+    token_range range{};
   };
   std::vector<seq_info> seqs(static_cast<std::size_t>(b.size()));
+  std::vector<held_range> held_ranges;
   for (rank_index r = 0; r < p.num_ranks(); ++r) {
     std::map<std::int32_t, token_count> per_micro_batch;
     for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards) {
@@ -152,8 +160,9 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
           report(violation_kind::group_membership, "shard's rank is not in its group", {{"rank", num(r)}, {"seq", num(s.seq)}, {"group", num(s.group)}});
       }
       seq_info& info = seqs[static_cast<std::size_t>(s.seq)];
-      info.ranges.push_back(s.range);
-      info.ranks.push_back(r);
+      held_ranges.push_back({s.seq, s.range});
+      info.lowest = std::min(info.lowest, r);
+      info.highest = std::max(info.highest, r);
       if (s.group == no_group) info.ungrouped = true;
       else if (info.group == no_group) info.group = s.group;
       else if (info.group != s.group) info.mixed_groups = true;
@@ -166,12 +175,23 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
                {{"rank", num(r)}, {"micro_batch", num(mb)}, {"tokens", num(tokens)}, {"capacity", num(p.capacity)}});
   }
 
+  // the ranges grouped by sequence (a counting sort): sequence i's are [first[i], first[i + 1])
+  std::vector<std::size_t> first(static_cast<std::size_t>(b.size()) + 1, 0);
+  for (const held_range& h : held_ranges) ++first[static_cast<std::size_t>(h.seq) + 1];
+  for (std::size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+  std::vector<token_range> ranges(held_ranges.size());
+  {
+    std::vector<std::size_t> next(first.begin(), first.end() - 1);
+    for (const held_range& h : held_ranges) ranges[next[static_cast<std::size_t>(h.seq)]++] = h.range;
+  }
   for (sequence_index i = 0; i < b.size(); ++i) {
-    seq_info& info = seqs[static_cast<std::size_t>(i)];
-    std::sort(info.ranges.begin(), info.ranges.end(),
+    const seq_info& info = seqs[static_cast<std::size_t>(i)];
+    const auto mine = std::span(ranges).subspan(first[static_cast<std::size_t>(i)],
+                                                first[static_cast<std::size_t>(i) + 1] - first[static_cast<std::size_t>(i)]);
+    std::sort(mine.begin(), mine.end(),
               [](const token_range& x, const token_range& y) { return x.begin != y.begin ? x.begin < y.begin : x.end < y.end; });
     token_count covered = 0;  // tokens [0, covered) are held
-    for (const token_range& rg : info.ranges) {
+    for (const token_range& rg : mine) {
       if (rg.begin > covered)
         report(violation_kind::token_missing, "tokens of a sequence are held by no rank",
                {{"seq", num(i)}, {"begin", num(covered)}, {"end", num(rg.begin)}});
@@ -184,8 +204,7 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
       report(violation_kind::token_missing, "tokens of a sequence are held by no rank",
              {{"seq", num(i)}, {"begin", num(covered)}, {"end", num(b.length(i))}});
 
-    std::sort(info.ranks.begin(), info.ranks.end());
-    const bool spread = !info.ranks.empty() && info.ranks.front() != info.ranks.back();
+    const bool spread = info.highest > info.lowest;
     if (spread && (info.ungrouped || info.mixed_groups))
       report(violation_kind::sequence_group_inconsistent, "a sequence on several ranks needs one group on every shard",
              {{"seq", num(i)}});
