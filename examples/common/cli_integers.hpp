@@ -8,6 +8,13 @@
 //                                  the decimal count, refusing negative or overflowing sizes
 //   add_size_option(app, ...)      app->add_option with that transform: every token count and
 //                                  capacity of the command lines accepts the same sizes
+//   one_of({{name, value}, ...})   a CLI11 transform from one of the names to its value (an enum's
+//                                  or an integer's), naming the choices when refused (CLI11's
+//                                  CheckedTransformer prints the values, raw bytes for a uint8_t
+//                                  enum, and its message stops at a NUL)
+//   positive(), non_negative()     CLI11 checks of a number's sign whose message names the text
+//                                  and the bound (CLI11's PositiveNumber prints its range with
+//                                  DBL_MAX written out in 309 digits, and "0 not in range 0 to")
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,6 +25,7 @@
 #include <system_error>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace example_cli {
 
@@ -42,6 +50,48 @@ CLI::Validator exact_integer() {
 template <class T>
 CLI::Option* add_integer_option(CLI::App* app, std::string name, T& variable, std::string description) {
   return app->add_option(std::move(name), variable, std::move(description))->check(exact_integer<T>());
+}
+
+//! A check that an option's number (integer or floating) is one `accept` takes; text that is
+//! not a number passes on to the conversion, which refuses it. The message names the text and
+//! what was `wanted`.
+template <class Accept>
+CLI::Validator number_check(Accept accept, std::string name, std::string wanted) {
+  return CLI::Validator(
+      [accept, wanted](std::string& text) -> std::string {
+        double value = 0;
+        const char* end = text.data() + text.size();
+        const auto [stop, ec] = std::from_chars(text.data(), end, value);
+        if (ec != std::errc{} || stop != end || accept(value)) return {};
+        return "'" + text + "' is not " + wanted;
+      },
+      std::move(name), "number_check");
+}
+//! > 0 (an integer option: at least 1); NaN fails.
+inline CLI::Validator positive() {
+  return number_check([](double v) { return v > 0; }, "POSITIVE", "positive (> 0)");
+}
+//! >= 0; NaN fails.
+inline CLI::Validator non_negative() {
+  return number_check([](double v) { return v >= 0; }, "NONNEGATIVE", "non-negative (>= 0)");
+}
+
+//! Rewrites one of the names into its value's decimal text, which CLI11 then converts to the
+//! option's integer or enum; refuses anything else, listing the names. The names, in the order
+//! given, are also the help's type.
+inline CLI::Validator one_of(std::vector<std::pair<std::string, long long>> choices) {
+  std::string names;
+  for (const auto& [name, value] : choices) names += (names.empty() ? "" : "|") + name;
+  return CLI::Validator(
+      [choices, names](std::string& text) -> std::string {
+        for (const auto& [name, value] : choices)
+          if (text == name) {
+            text = std::to_string(value);
+            return {};
+          }
+        return "'" + text + "' is not one of " + names;
+      },
+      names, "one_of");
 }
 
 //! Rewrites a size with an optional K, M or G suffix (powers of 1024) into its decimal value;

@@ -150,8 +150,8 @@ void add_chunk_command(CLI::App& app) {
   add_integer_option(cmd, "--sp", options->sp, "Ulysses sequence-parallel degree Ds (inside a node)")->capture_default_str();
   add_integer_option(cmd, "--pp", options->pp, "pipeline stages Dp")->capture_default_str();
   cmd->add_option("--model", options->model, "model: 7b, 13b, 30b (GPT shapes) or a preset's full name")->capture_default_str();
-  cmd->add_option("--gpu-memory-gib", options->gpu_memory_gib, "GPU memory, GiB")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--margin-gib", options->margin_gib, "memory kept free per GPU, GiB")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-memory-gib", options->gpu_memory_gib, "GPU memory, GiB")->capture_default_str()->check(example_cli::positive());
+  cmd->add_option("--margin-gib", options->margin_gib, "memory kept free per GPU, GiB")->capture_default_str()->check(example_cli::non_negative());
   add_integer_option(cmd, "--max-slices", options->max_slices, "most slices of the longest sequence tried")->capture_default_str();
   cmd->add_flag("--json", options->json,
                 "print {\"mesh\":[...],\"chunks\":[...],\"order\":[...],\"checkpoint\":[[...]],\"pipelines\":[...],\"iteration_s\":x}");

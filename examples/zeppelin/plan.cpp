@@ -21,7 +21,8 @@
 //      micro-batch, group, zone, collective and ranks; with --json the plan's JSON gains
 //      "explain":{"model","chosen","options":{...},"candidates":[{"name","outcome","bound_s",
 //      "step_s","reason"}]}. Without --capacity it plans with the simulate command's capacity
-//      (the batch's mean tokens per GPU plus 1/8).
+//      (the batch's mean tokens per GPU plus 1/8). --threads N simulates the candidates on N
+//      threads (default: every hardware thread; the choice does not depend on it).
 //      --rank R prints rank R's view instead of the summary (core/rank_view.hpp): its shards, and
 //      per group its zone, collective, position, previous and next member, tokens, sequences.
 //      --read FILE (instead of --lengths and --method) reads such a file back, checks its
@@ -71,6 +72,7 @@ struct plan_arguments {
   bool json = false;
   bool explain = false;
   std::string model = "7b";
+  int threads = hardware_threads();  // --explain: the simulator's
   std::string read_file;
   zeppelin::rank_index rank = -1;  // >= 0: print this rank's view (core/rank_view.hpp)
 };
@@ -256,11 +258,11 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::ExistingFile)
       ->excludes(lengths)
       ->excludes(method);
-  add_integer_option(cmd, "--nodes", args->nodes, "number of nodes N")->check(CLI::PositiveNumber);
-  add_integer_option(cmd, "--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(CLI::PositiveNumber);
+  add_integer_option(cmd, "--nodes", args->nodes, "number of nodes N")->check(example_cli::positive());
+  add_integer_option(cmd, "--gpus-per-node", args->gpus_per_node, "GPUs per node P")->check(example_cli::positive());
   add_size_option(cmd, "--capacity", args->capacity,
                   "tokens per GPU per micro-batch L (e.g. 4608, 8K)")
-      ->check(CLI::PositiveNumber)
+      ->check(example_cli::positive())
       ->default_str("the batch's mean per GPU + 1/8");
   cmd->add_option("--metric", args->metric, "hierarchical load metric for local sequences")
       ->check(CLI::IsMember([] {
@@ -269,17 +271,18 @@ void add_plan_command(CLI::App& app) {
         return names;
       }()));
   add_integer_option(cmd, "--cp-size", args->cp_size, "allgather / per_document CP group size (0: all GPUs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(example_cli::non_negative());
   add_integer_option(cmd, "--micro-batches", args->micro_batches, "micro_batched: at least this many micro-batches (0: the fewest that plan)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(example_cli::non_negative());
   auto* json = cmd->add_flag("--json", args->json, "print the plan as JSON");
   add_integer_option(cmd, "--rank", args->rank, "print what this rank holds, its groups, positions and neighbours")
-      ->check(CLI::NonNegativeNumber)
+      ->check(example_cli::non_negative())
       ->excludes(json);
   cmd->add_flag("--explain", args->explain,
                 "plan with the cost-driven planner (the zeppelin method) and show every candidate's price")
       ->excludes(method);
   cmd->add_option("--model", args->model, "model preset the --explain planner prices (3b, 7b, 13b, ...)")->capture_default_str();
+  add_threads_option(cmd, args->threads);
   cmd->callback([args] {
     if (!args->read_file.empty()) {
       read_plan(*args);
@@ -298,6 +301,7 @@ void add_plan_command(CLI::App& app) {
       setup.metric = zeppelin::load_metric_kind_by_name(args->metric);
       setup.tokens_per_gpu = a.capacity;
       setup.capacity_slack = 0;
+      setup.threads = args->threads;
       const zeppelin::cost_driven_choice choice = zeppelin::plan_by_cost(b, t, m, setup);
       zeppelin::validate(choice.chosen.layout, b, t);
       if (args->json) {

@@ -38,7 +38,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -74,8 +73,7 @@ struct simulate_options {
   int element_bytes = 0;                      // 0: the model's (--dtype)
   int tensor_parallel = 0;  // 0: the paper's choice (13B on A, 30B on C: 2)
   int chained_layers = 1;
-  // the simulator's results do not depend on its threads, so the tool uses the machine's
-  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = hardware_threads();
   double slack = zeppelin::method_setup{}.capacity_slack;
   bool no_contention = false;
   std::optional<zeppelin::launch_policy> launch;  // empty: each method's own
@@ -265,9 +263,9 @@ void add_simulate_command(CLI::App& app) {
   add_size_option(cmd, "--tokens", options->tokens, "total tokens of the sampled batch (e.g. 131072, 128K, 1M)")->capture_default_str();
   add_integer_option(cmd, "--seed", options->seed, "sampler seed")->capture_default_str();
   cmd->add_option("--cluster", options->cluster, "cluster preset: a, b, c, wlb, hydraulis, infinipipe")->capture_default_str();
-  add_integer_option(cmd, "--nodes", options->nodes, "number of nodes")->capture_default_str()->check(CLI::PositiveNumber);
+  add_integer_option(cmd, "--nodes", options->nodes, "number of nodes")->capture_default_str()->check(example_cli::positive());
   add_integer_option(cmd, "--gpus-per-node", options->gpus_per_node, "GPUs per node (default: the preset's 8)")
-      ->check(CLI::PositiveNumber);
+      ->check(example_cli::positive());
   cmd->add_option("--model", options->model, "model preset: 3b, 7b, 13b, 30b, 70b, 550m, 8x550m, llama3-8b, gpt-7b, ...")
       ->capture_default_str();
   auto* methods = cmd->add_option("--methods", options->methods,
@@ -281,27 +279,22 @@ void add_simulate_command(CLI::App& app) {
   add_integer_option(cmd, "--kv-heads", options->kv_heads, "K/V heads (default: the model's)")->check(CLI::Range(1, 65535));
   add_integer_option(cmd, "--head-dim", options->head_dim, "head dimension (default: the model's)")->check(CLI::Range(1, 4096));
   cmd->add_option("--dtype", options->element_bytes, "element type of the activations: bf16, fp16, fp32, fp64 (default: the model's)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, int>{{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp64", 8}}));
+      ->transform(example_cli::one_of({{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp64", 8}}));
   add_integer_option(cmd, "--tp", options->tensor_parallel, "TP size inside CP (default: 2 for 13B on a and 30B on c, else 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(example_cli::positive());
   add_integer_option(cmd, "--layers", options->chained_layers, "layers simulated back to back per phase (0 = all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  add_integer_option(cmd, "--threads", options->threads,
-                     "threads that simulate independent groups of GPUs at once (default: the machine's hardware "
-                     "threads; the results do not depend on it)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(example_cli::non_negative());
+  add_threads_option(cmd, options->threads);
   cmd->add_option("--slack", options->slack, "capacity headroom over the average tokens per GPU (0 = exact fill)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(example_cli::non_negative());
   cmd->add_flag("--no-contention", options->no_contention, "no SM contention between NCCL kernels and compute");
   cmd->add_option("--launch", options->launch,
                   "attention launches: per_group (one per ring group and round) or fused_round (one per GPU, level and round "
                   "over all its rings); default: each method's own")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, zeppelin::launch_policy>{{"per_group", zeppelin::launch_policy::per_group},
-                                                         {"fused_round", zeppelin::launch_policy::fused_round}}));
+      ->transform(example_cli::one_of({{"per_group", static_cast<long long>(zeppelin::launch_policy::per_group)},
+                                       {"fused_round", static_cast<long long>(zeppelin::launch_policy::fused_round)}}));
   cmd->add_option("--trace", options->trace_file, "write a Chrome trace JSON (Perfetto) of --trace-method");
   cmd->add_option("--trace-method", options->trace_method, "method whose trace --trace writes")->capture_default_str();
   cmd->add_flag("--json", options->json, "print JSON");

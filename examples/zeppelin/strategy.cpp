@@ -100,8 +100,8 @@ void add_strategy_command(CLI::App& app) {
   add_integer_option(cmd, "--gpus", options->gpus, "GPUs of the cluster N")->capture_default_str();
   add_integer_option(cmd, "--gpus-per-node", options->gpus_per_node, "GPUs per node (TP stays within a node)")->capture_default_str();
   cmd->add_option("--model", options->model, "model preset: 7b, 13b, 32b, ...")->capture_default_str();
-  cmd->add_option("--gpu-memory-gib", options->gpu_memory_gib, "GPU memory, GiB")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--margin-gib", options->margin_gib, "memory kept free per GPU, GiB")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--gpu-memory-gib", options->gpu_memory_gib, "GPU memory, GiB")->capture_default_str()->check(example_cli::positive());
+  cmd->add_option("--margin-gib", options->margin_gib, "memory kept free per GPU, GiB")->capture_default_str()->check(example_cli::non_negative());
   add_integer_option(cmd, "--trials", options->trials, "greedy dispatch trials")->capture_default_str();
   add_integer_option(cmd, "--seed", options->seed, "seed of the dispatch trials")->capture_default_str();
   cmd->add_flag("--json", options->json,

@@ -97,6 +97,22 @@ zeppelin_add_cli_test(tool.rejects_capacity_past_int64 EXIT_CODE 105
           --capacity 9223372036854775808)
 zeppelin_add_cli_test(tool.rejects_negative_seed EXIT_CODE 105 STDERR "--seed: '-1' is not an integer in \\[0, 18446744073709551615\\]"
   COMMAND ${zeppelin_tool_cmd} sample --dataset github --tokens 1000 --seed -1)
+# Signs and choices are refused naming the text and what was wanted (CLI11's own checks print
+# DBL_MAX in 309 digits, "0 not in range 0 to ...", or stop at the NUL of a uint8_t enum).
+zeppelin_add_cli_test(tool.rejects_zero_nodes EXIT_CODE 105 STDERR "^--nodes: '0' is not positive \\(> 0\\)\n"
+  COMMAND ${zeppelin_tool_cmd} simulate --nodes 0)
+zeppelin_add_cli_test(tool.rejects_negative_slack EXIT_CODE 105 STDERR "^--slack: '-0.5' is not non-negative \\(>= 0\\)\n"
+  COMMAND ${zeppelin_tool_cmd} simulate --slack -0.5)
+zeppelin_add_cli_test(tool.rejects_nan_slack EXIT_CODE 105 STDERR "^--slack: 'nan' is not non-negative"
+  COMMAND ${zeppelin_tool_cmd} simulate --slack nan)
+zeppelin_add_cli_test(tool.rejects_zero_threads EXIT_CODE 105 STDERR "^--threads: '0' is not positive"
+  COMMAND ${zeppelin_tool_cmd} plan --explain --lengths ${zeppelin_fixtures}/lengths_small.txt --threads 0)
+zeppelin_add_cli_test(tool.rejects_unknown_launch EXIT_CODE 105 STDERR "^--launch: 'bogus' is not one of per_group\\|fused_round\n"
+  COMMAND ${zeppelin_tool_cmd} simulate --launch bogus)
+zeppelin_add_cli_test(tool.rejects_unknown_dtype EXIT_CODE 105 STDERR "^--dtype: 'int8' is not one of bf16\\|fp16\\|fp32\\|fp64\n"
+  COMMAND ${zeppelin_tool_cmd} simulate --dtype int8)
+zeppelin_add_cli_test(tool.help_is_text EXIT_CODE 0 STDOUT "--launch ENUM:per_group\\|fused_round"
+  COMMAND ${zeppelin_tool_cmd} simulate --help)
 
 # A method whose execution program is over the library's limits (TE CP's zigzag of 80
 # sequences over 512 GPUs: 8.4e7 shard pairs) is listed as refused while the others run; alone
