@@ -124,9 +124,9 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
     return std::binary_search(rs.begin(), rs.end(), r);
   };
 
-  // shards, capacity, per-sequence bookkeeping: each sequence's flags, and its shards' ranges
-  // and ranks in one flat list grouped by sequence afterwards (a million one-token sequences
-  // must not cost two allocations each)
+  // shards, capacity, per-sequence bookkeeping: each sequence's flags and lowest and highest
+  // rank, and its shards' ranges in one flat list grouped by sequence afterwards (a million
+  // one-token sequences must not cost two allocations each)
   struct seq_info {
     group_index group = no_group;
     bool ungrouped = false, mixed_groups = false, mixed_micro_batches = false;
