@@ -1,5 +1,6 @@
 // examples/common/cli_integers.hpp
-// Integer options that refuse what they cannot hold, shared by the examples' command lines.
+// Option checks shared by the examples' command lines: integers that refuse what they cannot
+// hold, sizes, signs and named choices, each refusal naming the text the user wrote.
 // CLI11 alone clamps text that does not fit the variable (--capacity 2^63 becomes 2^63 - 1,
 // --seed -1 becomes 2^64 - 1): a value the user did not write.
 //   exact_integer<T>()             a CLI11 check: the text is a decimal integer in T's range

@@ -166,7 +166,7 @@ struct method_run {
 //! Capacity in tokens per CP rank for `setup` (x TP).
 [[nodiscard]] inline token_count method_capacity(const method_setup& setup) {
   ZEPPELIN_EXPECTS(setup.tokens_per_gpu >= 1 && std::isfinite(setup.capacity_slack) && setup.capacity_slack >= 0,
-                   "tokens per GPU must be positive and the slack non-negative",
+                   "tokens per GPU must be positive and the slack finite and non-negative",
                    {{"tokens_per_gpu", double(setup.tokens_per_gpu)}, {"capacity_slack", setup.capacity_slack}});
   const double per_rank =
       std::ceil(static_cast<double>(setup.tokens_per_gpu) * (1 + setup.capacity_slack)) * std::max(setup.tensor_parallel, 1);
