@@ -19,6 +19,7 @@
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/detail/counting_sort.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
@@ -175,23 +176,23 @@ inline double num(std::int64_t v) { return static_cast<double>(v); }
                {{"rank", num(r)}, {"micro_batch", num(mb)}, {"tokens", num(tokens)}, {"capacity", num(p.capacity)}});
   }
 
-  // the ranges grouped by sequence (a counting sort): sequence i's are [first[i], first[i + 1])
-  std::vector<std::size_t> first(static_cast<std::size_t>(b.size()) + 1, 0);
-  for (const held_range& h : held_ranges) ++first[static_cast<std::size_t>(h.seq) + 1];
-  for (std::size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
-  std::vector<token_range> ranges(held_ranges.size());
+  // the ranges grouped by sequence: sequence i's are [first[i], first[i + 1])
+  std::vector<std::size_t> first;
   {
-    std::vector<std::size_t> next(first.begin(), first.end() - 1);
-    for (const held_range& h : held_ranges) ranges[next[static_cast<std::size_t>(h.seq)]++] = h.range;
+    std::vector<held_range> scratch;
+    detail::stable_counting_sort(
+        held_ranges, seqs.size(), [](const held_range& h) { return static_cast<std::size_t>(h.seq); }, scratch, first);
   }
   for (sequence_index i = 0; i < b.size(); ++i) {
     const seq_info& info = seqs[static_cast<std::size_t>(i)];
-    const auto mine = std::span(ranges).subspan(first[static_cast<std::size_t>(i)],
-                                                first[static_cast<std::size_t>(i) + 1] - first[static_cast<std::size_t>(i)]);
-    std::sort(mine.begin(), mine.end(),
-              [](const token_range& x, const token_range& y) { return x.begin != y.begin ? x.begin < y.begin : x.end < y.end; });
+    const auto mine = std::span(held_ranges).subspan(first[static_cast<std::size_t>(i)],
+                                                     first[static_cast<std::size_t>(i) + 1] - first[static_cast<std::size_t>(i)]);
+    std::sort(mine.begin(), mine.end(), [](const held_range& x, const held_range& y) {
+      return x.range.begin != y.range.begin ? x.range.begin < y.range.begin : x.range.end < y.range.end;
+    });
     token_count covered = 0;  // tokens [0, covered) are held
-    for (const token_range& rg : mine) {
+    for (const held_range& h : mine) {
+      const token_range& rg = h.range;
       if (rg.begin > covered)
         report(violation_kind::token_missing, "tokens of a sequence are held by no rank",
                {{"seq", num(i)}, {"begin", num(covered)}, {"end", num(rg.begin)}});

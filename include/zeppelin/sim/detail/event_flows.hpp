@@ -51,7 +51,7 @@ class flows_in_flight {
       free_.pop_back();
     }
     flow& x = flows_[static_cast<std::size_t>(f)];
-    x = {task, send_port, receive_port, bytes, bytes, 0.0, now, next_order_++, std::numeric_limits<double>::infinity(), -1, true};
+    x = {task, send_port, receive_port, bytes, bytes, 0.0, now, next_order_++, -1, true};
     for (const std::int32_t p : {send_port, receive_port}) {
       on_port_[static_cast<std::size_t>(p)].push_back(f);
       mark(p);
@@ -114,8 +114,7 @@ class flows_in_flight {
     double rate = 0;   // bytes/s since `since`
     double since = 0;
     std::int64_t order = 0;  // add order: drains at one time are reported in it
-    double due = 0;          // when its last byte leaves at the current rate (infinity: never)
-    std::int32_t at = -1;    // its place in drains_ (-1: not there)
+    std::int32_t at = -1;    // its place in drains_, which holds its drain time (-1: not there)
     bool alive = false;
   };
 
@@ -169,8 +168,8 @@ class flows_in_flight {
       x.left = std::max(0.0, x.left - x.rate * (now - x.since));
       x.since = now;
       x.rate = rate_[i];
-      x.due = x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate : std::numeric_limits<double>::infinity();
-      place_drain(members_[i]);
+      place_drain(members_[i], x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate
+                                          : std::numeric_limits<double>::infinity());
     }
     record_port_utilization();
   }
@@ -220,14 +219,14 @@ class flows_in_flight {
     }
     put_drain(i, e);
   }
-  // f's due changed (or f is new to the heap)
-  void place_drain(std::int32_t f) {
+  // f drains at `due` now (its rate changed, or it is new to the heap)
+  void place_drain(std::int32_t f, double due) {
     flow& x = flows_[static_cast<std::size_t>(f)];
     if (x.at < 0) {
       x.at = static_cast<std::int32_t>(drains_.size());
-      drains_.push_back({x.due, f});
+      drains_.push_back({due, f});
     } else {
-      drains_[static_cast<std::size_t>(x.at)].due = x.due;
+      drains_[static_cast<std::size_t>(x.at)].due = due;
     }
     settle_drain(static_cast<std::size_t>(x.at));
   }

@@ -45,6 +45,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/detail/counting_sort.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
@@ -114,7 +115,7 @@ struct interval_scratch {
   };
   std::vector<sized> by_end;
   std::vector<double> best;  // [i]: the heaviest choice among the first i intervals by end
-  std::vector<std::size_t> bucket;  // cap_launch_sizes: per origin, where its blocks go
+  std::vector<std::size_t> bucket;  // cap_launch_sizes: per origin, where its blocks start
   std::vector<ring_block> grouped;  // cap_launch_sizes: the blocks grouped by origin
 };
 
@@ -153,13 +154,9 @@ void cap_launch_sizes(std::vector<ring_block>& blocks, interval_scratch& scratch
   if (span > 2 * blocks.size()) {
     std::stable_sort(blocks.begin(), blocks.end(), by_origin);
   } else {
-    auto& at = scratch.bucket;
-    at.assign(span + 1, 0);
-    for (const ring_block& b : blocks) ++at[static_cast<std::size_t>(b.origin - lowest) + 1];
-    for (std::size_t o = 1; o < at.size(); ++o) at[o] += at[o - 1];
-    scratch.grouped.resize(blocks.size());
-    for (const ring_block& b : blocks) scratch.grouped[at[static_cast<std::size_t>(b.origin - lowest)]++] = b;
-    blocks.swap(scratch.grouped);
+    stable_counting_sort(
+        blocks, span, [lowest](const ring_block& b) { return static_cast<std::size_t>(b.origin - lowest); }, scratch.grouped,
+        scratch.bucket);
   }
   const auto by_seq = [](const ring_block& x, const ring_block& y) { return x.seq < y.seq; };
   for (std::size_t e = 0, f = 0; e < blocks.size(); e = f) {
@@ -251,16 +248,12 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   // coming in order (shards are listed rank by rank); first rows are sorted only where a rank's
   // shards of one sequence were not listed in order (a million shards: 0.3 s by comparison)
   {
-    std::vector<held> scratch(shards.size());
+    std::vector<held> scratch;
     std::vector<std::size_t> at;
-    const auto bucket_by = [&](auto&& key) {  // stable; key in [0, buckets)
+    const auto bucket_by = [&](auto&& key) {
       std::size_t buckets = 0;
       for (const held& h : shards) buckets = std::max(buckets, key(h) + 1);
-      at.assign(buckets + 1, 0);
-      for (const held& h : shards) ++at[key(h) + 1];
-      for (std::size_t i = 1; i < at.size(); ++i) at[i] += at[i - 1];
-      for (const held& h : shards) scratch[at[key(h)]++] = h;
-      shards.swap(scratch);
+      stable_counting_sort(shards, buckets, key, scratch, at);
     };
     bucket_by([](const held& h) { return static_cast<std::size_t>(h.seq); });
     bucket_by([](const held& h) { return static_cast<std::size_t>(h.group + 1); });      // no_group = -1 first
