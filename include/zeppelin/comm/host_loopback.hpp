@@ -30,8 +30,9 @@
 // without calling the communicator (a peer waiting on it would time out; with no rank
 // waiting, the watchdog calls it stuck).
 // Matching, waits, failures and the watchdog: comm/detail/mailbox.hpp (shared with the device
-// loopback world). One mutex guards the world: this is a correctness harness, not a
-// performance model.
+// loopback world). One mutex guards the mailboxes and waits; the bytes are copied outside it (a
+// rank's sends before it takes the lock, its receives after it has taken their messages), so
+// ranks copy in parallel. Still a correctness harness, not a performance model.
 #pragma once
 
 #include <zeppelin/comm/comm_error.hpp>
@@ -71,26 +72,35 @@ class host_loopback_comm : public detail::mailbox_comm<host_loopback_comm, detai
     std::vector<posted_send> sends;
     std::vector<posted_recv> recvs;
     if (!close_group(sends, recvs)) return;
-    auto& w = *world_;
-    std::unique_lock lock(w.mutex);
-    w.enter(rank_, step);
-    for (const auto& s : sends)
-      w.box(rank_, s.peer).push_back({std::vector<std::byte>(s.bytes.begin(), s.bytes.end()), std::string(step)});
-    if (!sends.empty()) w.changed.notify_all();
-    if (recvs.empty()) return;
-    std::vector<detail::mailbox_need> needs;  // messages needed per peer
-    for (const auto& r : recvs) {
-      bool found = false;
-      for (auto& n : needs)
-        if (n.peer == r.peer) ++n.messages, found = true;
-      if (!found) needs.push_back({r.peer, 1, nullptr});
+    // the bytes are copied outside the world's lock, so ranks copy in parallel; the lock
+    // covers only the mailboxes and the waits
+    std::vector<detail::loopback_message> out;
+    out.reserve(sends.size());
+    for (const auto& s : sends) out.push_back({std::vector<std::byte>(s.bytes.begin(), s.bytes.end()), std::string(step)});
+    std::vector<detail::loopback_message> in;
+    in.reserve(recvs.size());
+    {
+      auto& w = *world_;
+      std::unique_lock lock(w.mutex);
+      w.enter(rank_, step);
+      for (std::size_t i = 0; i < sends.size(); ++i) w.box(rank_, sends[i].peer).push_back(std::move(out[i]));
+      if (!sends.empty()) w.changed.notify_all();
+      if (recvs.empty()) return;
+      std::vector<detail::mailbox_need> needs;  // messages needed per peer
+      for (const auto& r : recvs) {
+        bool found = false;
+        for (auto& n : needs)
+          if (n.peer == r.peer) ++n.messages, found = true;
+        if (!found) needs.push_back({r.peer, 1, nullptr});
+      }
+      w.wait(lock, rank_, std::move(needs), step);
+      for (const auto& r : recvs) {
+        in.push_back(w.take(r.peer, rank_));
+        if (in.back().data.size() != r.bytes.size()) w.mismatch(rank_, r.peer, r.bytes.size(), in.back().data.size(), in.back().step, step);
+      }
     }
-    w.wait(lock, rank_, std::move(needs), step);
-    for (const auto& r : recvs) {
-      const detail::loopback_message m = w.take(r.peer, rank_);
-      if (m.data.size() != r.bytes.size()) w.mismatch(rank_, r.peer, r.bytes.size(), m.data.size(), m.step, step);
-      if (!m.data.empty()) std::memcpy(r.bytes.data(), m.data.data(), m.data.size());
-    }
+    for (std::size_t i = 0; i < recvs.size(); ++i)
+      if (!in[i].data.empty()) std::memcpy(recvs[i].bytes.data(), in[i].data.data(), in[i].data.size());
   }
 
  private:
