@@ -28,7 +28,9 @@
 // (every live rank waits on something no one can provide, or the peer has returned), else
 // after `timeout`; a size mismatch is comm_mismatch; messages left unreceived at the end are
 // a comm_mismatch (matching, waits, failures and the watchdog: comm/detail/mailbox.hpp,
-// shared with the host loopback world). One mutex guards the world (a correctness and overlap harness).
+// shared with the host loopback world). One mutex guards the mailboxes and waits; every CUDA call
+// (event record and wait, copy) is made outside it, so a rank's enqueueing never waits for
+// another rank's (a correctness and overlap harness).
 // nvcc-safe; host code (CUDA runtime API).
 #pragma once
 
@@ -90,39 +92,51 @@ class device_loopback_comm : public detail::mailbox_comm<device_loopback_comm, d
     std::vector<posted_send> sends;
     std::vector<posted_recv> recvs;
     if (!close_group(sends, recvs)) return;
-    auto& w = *world_;
-    std::unique_lock lock(w.mutex);
-    w.enter(rank_, step);
-    if (sends.empty() && recvs.empty()) return;
+    if (sends.empty() && recvs.empty()) {
+      auto& w = *world_;
+      std::lock_guard lock(w.mutex);
+      w.enter(rank_, step);
+      return;
+    }
+    // CUDA calls (event records and waits, copies) are made outside the world's lock, so one
+    // rank's enqueueing never waits on another's; the lock covers the mailboxes and the waits
     const cudaStream_t comm = stream();
     // 1. post the sends
     std::vector<std::shared_ptr<detail::device_delivery>> deliveries;
+    std::shared_ptr<device::cuda_event> ready;
     if (!sends.empty()) {
-      auto ready = std::make_shared<device::cuda_event>();
+      ready = std::make_shared<device::cuda_event>();
       ready->record(comm);
-      for (const auto& s : sends) {
-        auto d = std::make_shared<detail::device_delivery>();
-        deliveries.push_back(d);
-        w.box(rank_, s.peer).push_back({s.bytes.data(), s.bytes.size(), std::string(step), ready, d});
-      }
-      w.changed.notify_all();
+      for (std::size_t i = 0; i < sends.size(); ++i) deliveries.push_back(std::make_shared<detail::device_delivery>());
     }
+    auto& w = *world_;
+    std::unique_lock lock(w.mutex);
+    w.enter(rank_, step);
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      w.box(rank_, sends[i].peer).push_back({sends[i].bytes.data(), sends[i].bytes.size(), std::string(step), ready, deliveries[i]});
+    if (!sends.empty()) w.changed.notify_all();
     // 2. match the receives in posting order
     for (const auto& r : recvs) {
       w.wait(lock, rank_, {{r.peer, 1, nullptr}}, step);
       detail::device_message m = w.take(r.peer, rank_);
       if (m.bytes != r.bytes.size()) w.mismatch(rank_, r.peer, r.bytes.size(), m.bytes, m.step, step);
+      lock.unlock();
       m.ready->wait_on(comm);
       if (m.bytes > 0) ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(r.bytes.data(), m.data, m.bytes, cudaMemcpyDeviceToDevice, comm));
-      m.delivery->event = std::make_shared<device::cuda_event>();
-      m.delivery->event->record(comm);
+      auto copied = std::make_shared<device::cuda_event>();
+      copied->record(comm);
+      lock.lock();
+      m.delivery->event = std::move(copied);
       m.delivery->copied = true;
       w.changed.notify_all();
     }
     // 3. the group completes (in stream order) when the receivers have read every send
     for (std::size_t i = 0; i < deliveries.size(); ++i) {
       w.wait(lock, rank_, {{sends[i].peer, 0, &deliveries[i]->copied}}, step);
-      deliveries[i]->event->wait_on(comm);
+      const std::shared_ptr<device::cuda_event> copied = deliveries[i]->event;
+      lock.unlock();
+      copied->wait_on(comm);
+      lock.lock();
     }
   }
 
