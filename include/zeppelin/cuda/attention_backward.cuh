@@ -21,6 +21,7 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/cuda/attention_params.hpp>
 #include <zeppelin/cuda/detail/block_info.cuh>
+#include <zeppelin/cuda/detail/dynamic_smem_launch.hpp>
 #include <zeppelin/cuda/detail/mma.cuh>
 #include <zeppelin/cuda/detail/tile.cuh>
 
@@ -342,14 +343,11 @@ cudaError_t launch_attention_backward(const attention_backward_params& p, cudaSt
   using traits = detail::backward_traits<HeadDim>;
   if (p.num_blocks == 0 || p.max_seqlen_k == 0) return cudaSuccess;
   auto* kernel = &detail::attention_backward_kernel<T, HeadDim>;
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(traits::smem_bytes));
-      e != cudaSuccess)
-    return e;
   const dim3 grid(static_cast<unsigned>((p.max_seqlen_k + traits::block_n - 1) / traits::block_n),
                   static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(p.num_blocks));
-  kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p);
-  return cudaGetLastError();
+  static detail::raised_devices raised{0};
+  return detail::launch_with_dynamic_smem(raised, kernel, traits::smem_bytes,
+                                          [&] { kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p); });
 }
 
 }  // namespace device

@@ -17,6 +17,7 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/cuda/attention_params.hpp>
 #include <zeppelin/cuda/detail/block_info.cuh>
+#include <zeppelin/cuda/detail/dynamic_smem_launch.hpp>
 #include <zeppelin/cuda/detail/mma.cuh>
 #include <zeppelin/cuda/detail/tile.cuh>
 
@@ -219,14 +220,11 @@ cudaError_t launch_attention_forward(const attention_forward_params& p, cudaStre
   using traits = detail::forward_traits<HeadDim>;
   if (p.num_blocks == 0 || p.max_seqlen_q == 0) return cudaSuccess;
   auto* kernel = &detail::attention_forward_kernel<T, HeadDim>;
-  if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 static_cast<int>(traits::smem_bytes));
-      e != cudaSuccess)
-    return e;
   const dim3 grid(static_cast<unsigned>((p.max_seqlen_q + traits::block_m - 1) / traits::block_m),
                   static_cast<unsigned>(p.heads), static_cast<unsigned>(p.num_blocks));
-  kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p);
-  return cudaGetLastError();
+  static detail::raised_devices raised{0};
+  return detail::launch_with_dynamic_smem(raised, kernel, traits::smem_bytes,
+                                          [&] { kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p); });
 }
 
 }  // namespace device
