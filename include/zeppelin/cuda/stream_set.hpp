@@ -3,8 +3,9 @@
 // memory, and the stream set one rank works with.
 //   cuda_stream     a non-blocking stream of a given priority (cudaStreamCreateWithPriority)
 //   cuda_event      a timing-free event (cudaEventDisableTiming) unless timing is asked for
-//   device_memory   bytes from the stream-ordered allocator (cudaMallocAsync on a stream,
-//                   cudaFreeAsync on the stream named at release, default: the same stream)
+//   device_memory   bytes from the library's stream-ordered pool of the current device
+//                   (cuda/memory_pool.hpp: cudaMallocFromPoolAsync on a stream, cudaFreeAsync
+//                   on the stream named at release, default: the same stream)
 //   stream_set      per rank: `compute` (normal priority) and `comm` (the device's greatest
 //                   priority, so communication kernels are scheduled ahead of compute blocks
 //                   when both are ready - NCCL's advice for overlapped rings)
@@ -17,6 +18,7 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/cuda/error.hpp>
+#include <zeppelin/cuda/memory_pool.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -107,13 +109,14 @@ inline void stream_wait(cudaStream_t consumer, cudaStream_t producer) {
   e.wait_on(consumer);
 }
 
-//! Stream-ordered device bytes: allocated on a stream, usable by any stream ordered after the
-//! allocation, freed stream-ordered on release (default: the allocating stream).
+//! Stream-ordered device bytes from the library's pool: allocated on a stream, usable by any
+//! stream ordered after the allocation, freed stream-ordered on release (default: the
+//! allocating stream).
 class device_memory {
  public:
   device_memory() = default;
   device_memory(std::size_t bytes, cudaStream_t stream) : bytes_(bytes), stream_(stream) {
-    if (bytes > 0) ZEPPELIN_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+    if (bytes > 0) ZEPPELIN_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, library_pool(), stream));
   }
   device_memory(const device_memory&) = delete;
   device_memory& operator=(const device_memory&) = delete;

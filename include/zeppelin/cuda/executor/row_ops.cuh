@@ -1,8 +1,8 @@
 // zeppelin/cuda/executor/row_ops.cuh
 // Definitions of fill, add and the head blocks (row_ops.hpp). fill / add: grid-stride loops,
-// 16-byte vectors when both pointers allow them (the fp32 accumulators come from
-// cudaMallocAsync at row offsets that are multiples of head_dim * 4 bytes, so the vector path
-// is the common one), a scalar tail. Memory-bound: 4 (fill) or 12 (add) bytes per element.
+// 16-byte vectors when both pointers allow them (the fp32 accumulators come from the library's
+// pool, cuda/memory_pool.hpp, at row offsets that are multiples of head_dim * 4 bytes, so the
+// vector path is the common one), a scalar tail. Memory-bound: 4 (fill) or 12 (add) bytes per element.
 // Head blocks: one thread per element and step of a grid-stride loop over rows x heads x
 // head_elements, element k at row k / (heads x head_elements), head (k mod that) / head_elements,
 // e = k mod head_elements; scalar accesses (the blocks are the all-to-all collective's packing
