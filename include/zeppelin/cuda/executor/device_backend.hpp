@@ -24,7 +24,11 @@
 //                stream's fp32 partial O / LSE, then one lse_merge into the launch's fp32 O
 //                and LSE; backward: one attention_backward launch adding dQ into the launch's
 //                fp32 dQ and dK/dV into its fp32 dK/dV accumulators
-//   exchange     exchange_pieces (exec/transport.hpp) with device_staging on c.stream()
+//   exchange     exchange_pieces (exec/transport.hpp) with device_staging on c.stream(),
+//                posted once the compute operations after it that do not wait for it are
+//                enqueued (the next operation that waits for it, the next exchange or the
+//                segment's end posts it), so a round's compute is never queued behind the
+//                host work of posting the exchange beside it
 // Launches over a head lane (the all-to-all collective): the kernels run with the lane's head
 // counts over the launch's own buffers, whose rows must hold exactly those heads. Their LSE is
 // a row-major arena ([rows][heads]) while the kernels and lse_merge take head-major LSE, so the
@@ -172,6 +176,7 @@ class device_backend {
   }
 
   void end_segment(std::size_t) {
+    post_exchange();
     for (cudaStream_t s : streams_)
       if (s != caller_) device::stream_wait(caller_, s);
     device::stream_wait(caller_, c_.stream());
@@ -179,14 +184,32 @@ class device_backend {
 
   void compute(rank_index, std::size_t, std::int32_t index, const program_op& op) {
     const cudaStream_t s = streams_.at(static_cast<std::size_t>(op.stream));
+    if (pending_ >= 0 && std::find(op.after.begin(), op.after.end(), pending_) != op.after.end()) post_exchange();
     for (const std::int32_t a : op.after) events_[static_cast<std::size_t>(a)].wait_on(s);
     std::visit([&](const auto& body) { run(body, s, static_cast<std::size_t>(op.stream)); }, op.body);
     if (waited_[static_cast<std::size_t>(index)]) events_[static_cast<std::size_t>(index)].record(s);
   }
 
-  void exchange(std::int32_t phase, std::span<const rank_index>, std::span<const std::int32_t> index) {
-    const program_phase& ph = prog_.phases.at(static_cast<std::size_t>(phase));
-    const program_op& op = segment_->ops.at(static_cast<std::size_t>(index.front()));
+  //! Posts the previous exchange, if still pending, and keeps this one pending until an
+  //! operation waits for it, the next exchange or the segment's end (see post_exchange).
+  void exchange(std::int32_t, std::span<const rank_index>, std::span<const std::int32_t> index) {
+    post_exchange();
+    pending_ = index.front();
+  }
+
+ private:
+  // Posts the pending exchange on the communication stream. It is posted late, after the
+  // compute operations that follow it in the program and do not wait for it have been
+  // enqueued: posting a group can block the host (a loopback world waits for its peers to
+  // post theirs; NCCL launches its kernel), and the compute of a round must not wait on the
+  // host behind the exchange that runs beside it. Its stream order is unchanged: it waits
+  // for the events of the operations it names, each recorded once per segment, and the
+  // communication stream runs exchanges in program order.
+  void post_exchange() {
+    if (pending_ < 0) return;
+    const auto index = static_cast<std::size_t>(std::exchange(pending_, -1));
+    const program_op& op = segment_->ops.at(index);
+    const program_phase& ph = prog_.phases.at(static_cast<std::size_t>(std::get<exchange_phase>(op.body).phase));
     for (const std::int32_t a : op.after) events_[static_cast<std::size_t>(a)].wait_on(c_.stream());
     std::vector<std::span<const std::byte>> send(ph.payloads.size());
     std::vector<std::span<std::byte>> recv(ph.payloads.size());
@@ -199,13 +222,12 @@ class device_backend {
     exchange_pieces(c_, std::span<const transfer>(ph.payloads.items()), std::span<const transfer>(ph.pieces.items()),
                     std::span<const std::span<const std::byte>>(send), std::span<const std::span<std::byte>>(recv),
                     step_.empty() ? phase_label(prog_, ph) : step_, device_staging{});
-    if (waited_[static_cast<std::size_t>(index.front())]) events_[static_cast<std::size_t>(index.front())].record(c_.stream());
+    if (waited_[index]) events_[index].record(c_.stream());
     if (record_)
       for (const transfer& piece : ph.pieces)
         if (piece.src == me_) record_->add(ph, piece);
   }
 
- private:
   // where the rows and heads of a device buffer live: element (row i, head h, e), e <
   // head_elements, at base + (i * row_stride + h * head_stride + e) elements of element_bytes
   // bytes, of `type` when `typed()` (a remap program's rows may be rows of bytes)
@@ -564,6 +586,7 @@ class device_backend {
   std::vector<device::device_memory> lse_rows_, delta_;   //!< launches over lanes: per stream, head-major LSE rows and delta
   std::vector<device::cuda_event> events_;
   std::vector<char> waited_;
+  std::int32_t pending_ = -1;  //!< the operation index of the exchange not yet posted (-1: none)
 };
 
 ZEPPELIN_NAMESPACE_END
