@@ -65,9 +65,9 @@ TEST_CASE("ring exchange in one group delivers every rank's buffer to its succes
   for (rank_index n : {1, 2, 3, 5, 8}) {
     host_loopback_world world{.ranks = n, .gpus_per_node = 1, .timeout = 5000ms};
     std::vector<std::vector<int>> got(static_cast<std::size_t>(n));
+    std::vector<char> identity_ok(static_cast<std::size_t>(n), 0);  // checked after run: Catch2 is not thread-safe
     world.run([&](host_loopback_comm& c) {
-      CHECK(c.size() == n);
-      CHECK(c.node_of(c.rank()) == c.rank());
+      identity_ok[static_cast<std::size_t>(c.rank())] = c.size() == n && c.node_of(c.rank()) == c.rank();
       std::vector<int> mine(static_cast<std::size_t>(3 + c.rank()), c.rank());
       const rank_index prev = (c.rank() + n - 1) % n, next = (c.rank() + 1) % n;
       std::vector<int> in(static_cast<std::size_t>(3 + prev));
@@ -77,9 +77,11 @@ TEST_CASE("ring exchange in one group delivers every rank's buffer to its succes
       c.group_end("ring");
       got[static_cast<std::size_t>(c.rank())] = in;
     });
-    for (rank_index r = 0; r < n; ++r)
+    for (rank_index r = 0; r < n; ++r) {
+      CHECK(identity_ok[static_cast<std::size_t>(r)]);
       CHECK(got[static_cast<std::size_t>(r)] ==
             std::vector<int>(static_cast<std::size_t>(3 + (r + n - 1) % n), (r + n - 1) % n));
+    }
   }
 }
 
@@ -108,9 +110,13 @@ TEST_CASE("messages between one pair match in posting order across groups", "[co
 TEST_CASE("all_to_all_v and all_gather_v move the right elements", "[comm]") {
   const rank_index n = 4;
   host_loopback_world world{.ranks = n, .gpus_per_node = 2, .timeout = 5000ms};
+  // per rank: node_of, the elements all_to_all_v delivered, all_gather_v's result (odd ranks);
+  // checked after run, as Catch2 is not thread-safe
+  std::vector<char> node_ok(n, 0), a2a_ok(n, 0);
+  std::vector<std::vector<int>> gathered(n);
   world.run([&](host_loopback_comm& c) {
     const rank_index me = c.rank();
-    CHECK(c.node_of(me) == me / 2);
+    node_ok[static_cast<std::size_t>(me)] = c.node_of(me) == me / 2;
     // rank r sends (r + p) % 3 elements valued 100 r + p to peer p
     std::vector<token_count> sc(n), sd(n), rc(n), rd(n);
     token_count so = 0, ro = 0;
@@ -124,9 +130,11 @@ TEST_CASE("all_to_all_v and all_gather_v move the right elements", "[comm]") {
         out[static_cast<std::size_t>(sd[static_cast<std::size_t>(p)] + i)] = 100 * me + p;
     all_to_all_v(c, std::span<const int>(out), std::span<const token_count>(sc), std::span<const token_count>(sd),
                  std::span<int>(in), std::span<const token_count>(rc), std::span<const token_count>(rd), "a2a");
+    bool delivered = true;
     for (rank_index p = 0; p < n; ++p)
       for (token_count i = 0; i < rc[static_cast<std::size_t>(p)]; ++i)
-        CHECK(in[static_cast<std::size_t>(rd[static_cast<std::size_t>(p)] + i)] == 100 * p + me);
+        delivered = delivered && in[static_cast<std::size_t>(rd[static_cast<std::size_t>(p)] + i)] == 100 * p + me;
+    a2a_ok[static_cast<std::size_t>(me)] = delivered;
     // all-gather over the odd ranks only, ring order {3, 1}
     if (me % 2 == 1) {
       const std::vector<rank_index> group{3, 1};
@@ -134,9 +142,14 @@ TEST_CASE("all_to_all_v and all_gather_v move the right elements", "[comm]") {
       std::vector<int> mine(me == 3 ? 2 : 1, me), all(3, -1);
       all_gather_v(c, std::span<const rank_index>(group), std::span<const int>(mine), std::span<int>(all),
                    std::span<const token_count>(counts), "gather odd");
-      CHECK(all == std::vector<int>{3, 3, 1});
+      gathered[static_cast<std::size_t>(me)] = all;
     }
   });
+  for (rank_index r = 0; r < n; ++r) {
+    CHECK(node_ok[static_cast<std::size_t>(r)]);
+    CHECK(a2a_ok[static_cast<std::size_t>(r)]);
+    CHECK(gathered[static_cast<std::size_t>(r)] == (r % 2 == 1 ? std::vector<int>{3, 3, 1} : std::vector<int>{}));
+  }
 }
 
 TEST_CASE("a cyclic wait is reported at once as a deadlock naming ranks and steps", "[comm]") {
