@@ -273,22 +273,27 @@ class sim_backend {
                                                               : row_kind_of(static_cast<tensor_kind>(b.index));
     return prog_.wire.row_bytes(kind, heads);
   }
-  // seconds of a memory operation: bytes read plus bytes written at the memory bandwidth
+  // seconds of a memory operation: bytes read plus bytes written at the memory bandwidth. Every
+  // run of an operation has rows of the same size, so the bytes are (rows of all runs) x (bytes
+  // of a row): exact in double (integers below 2^53), as the sum of the runs' bytes was.
   [[nodiscard]] double memory_seconds(std::size_t r, const op_body& body) const {
     const double bw = t_.gpu().memory_bandwidth;
     if (!(bw > 0)) return 0;
     double bytes = 0;
-    if (const auto* c = std::get_if<copy_rows>(&body))
-      for (const row_run& x : c->runs) bytes += 2.0 * static_cast<double>(x.rows * row_bytes(r, c->to));
-    if (const auto* a = std::get_if<add_rows>(&body))
-      for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(x.rows * row_bytes(r, a->to));
-    if (const auto* z = std::get_if<zero_rows>(&body)) bytes += static_cast<double>(z->rows * row_bytes(r, z->to));
+    if (const auto* c = std::get_if<copy_rows>(&body)) bytes = 2.0 * static_cast<double>(rows_of(c->runs) * row_bytes(r, c->to));
+    if (const auto* a = std::get_if<add_rows>(&body)) bytes = 3.0 * static_cast<double>(rows_of(a->runs) * row_bytes(r, a->to));
+    if (const auto* z = std::get_if<zero_rows>(&body)) bytes = static_cast<double>(z->rows * row_bytes(r, z->to));
     // a head operation moves its runs once per move
     if (const auto* c = std::get_if<copy_heads>(&body))
-      for (const row_run& x : c->runs) bytes += 2.0 * static_cast<double>(c->moves.size()) * static_cast<double>(x.rows * head_bytes(r, c->to, c->heads));
+      bytes = 2.0 * static_cast<double>(c->moves.size()) * static_cast<double>(rows_of(c->runs) * head_bytes(r, c->to, c->heads));
     if (const auto* a = std::get_if<add_heads>(&body))
-      for (const row_run& x : a->runs) bytes += 3.0 * static_cast<double>(a->moves.size()) * static_cast<double>(x.rows * head_bytes(r, a->to, a->heads));
+      bytes = 3.0 * static_cast<double>(a->moves.size()) * static_cast<double>(rows_of(a->runs) * head_bytes(r, a->to, a->heads));
     return bytes / bw;
+  }
+  [[nodiscard]] static token_count rows_of(const run_list& runs) noexcept {
+    token_count n = 0;
+    for (const row_run& x : runs) n += x.rows;
+    return n;
   }
 
   event_engine& e_;
