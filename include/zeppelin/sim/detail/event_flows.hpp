@@ -19,6 +19,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/detail/indexed_min_heap.hpp>
 #include <zeppelin/sim/detail/fair_share.hpp>
 
 #include <algorithm>
@@ -46,12 +47,13 @@ class flows_in_flight {
     if (free_.empty()) {
       f = static_cast<std::int32_t>(flows_.size());
       flows_.emplace_back();
+      drains_.reserve_ids(flows_.size());
     } else {
       f = free_.back();
       free_.pop_back();
     }
     flow& x = flows_[static_cast<std::size_t>(f)];
-    x = {task, send_port, receive_port, bytes, bytes, 0.0, now, next_order_++, -1, true};
+    x = {task, send_port, receive_port, bytes, bytes, 0.0, now, next_order_++, true};
     for (const std::int32_t p : {send_port, receive_port}) {
       on_port_[static_cast<std::size_t>(p)].push_back(f);
       mark(p);
@@ -77,7 +79,7 @@ class flows_in_flight {
   //! When the next flow drains at the current rates (infinity when none moves).
   //! Needs share_ports_if_changed() since the last add() or advance().
   [[nodiscard]] double next_drain() const {
-    return drains_.empty() ? std::numeric_limits<double>::infinity() : drains_.front().due;
+    return drains_.empty() ? std::numeric_limits<double>::infinity() : drains_.top_key();
   }
 
   //! Removes the flows that drain by `next` (<= next_drain()); returns their tasks in the order
@@ -85,9 +87,9 @@ class flows_in_flight {
   const std::vector<std::int32_t>& advance(double next) {
     drained_.clear();
     drained_order_.clear();
-    while (!drains_.empty() && drains_.front().due <= next) {
-      const std::int32_t f = drains_.front().flow;
-      remove_drain(f);
+    while (!drains_.empty() && drains_.top_key() <= next) {
+      const std::int32_t f = drains_.top();
+      drains_.erase(f);
       flow& x = flows_[static_cast<std::size_t>(f)];
       drained_order_.push_back({x.order, x.task});
       x.alive = false;
@@ -114,7 +116,6 @@ class flows_in_flight {
     double rate = 0;   // bytes/s since `since`
     double since = 0;
     std::int64_t order = 0;  // add order: drains at one time are reported in it
-    std::int32_t at = -1;    // its place in drains_, which holds its drain time (-1: not there)
     bool alive = false;
   };
 
@@ -168,7 +169,7 @@ class flows_in_flight {
       x.left = std::max(0.0, x.left - x.rate * (now - x.since));
       x.since = now;
       x.rate = rate_[i];
-      place_drain(members_[i], x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate
+      drains_.set(members_[i], x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate
                                           : std::numeric_limits<double>::infinity());
     }
     record_port_utilization();
@@ -193,53 +194,6 @@ class flows_in_flight {
     }
   }
 
-  // drains_: a binary min-heap of the flows in flight by (due, flow index), each flow once, its
-  // key kept in the entry (no indirection when comparing); flow::at is its place. The index
-  // breaks ties, so flows draining at one time leave in index order.
-  struct drain_entry {
-    double due;
-    std::int32_t flow;
-    [[nodiscard]] bool before(const drain_entry& y) const noexcept { return due < y.due || (due == y.due && flow < y.flow); }
-  };
-  void put_drain(std::size_t i, const drain_entry& e) {
-    drains_[i] = e;
-    flows_[static_cast<std::size_t>(e.flow)].at = static_cast<std::int32_t>(i);
-  }
-  // moves entry i up or down to its place
-  void settle_drain(std::size_t i) {
-    const drain_entry e = drains_[i];
-    for (; i > 0 && e.before(drains_[(i - 1) / 2]); i = (i - 1) / 2) put_drain(i, drains_[(i - 1) / 2]);
-    for (const std::size_t n = drains_.size();;) {
-      std::size_t c = 2 * i + 1;
-      if (c >= n) break;
-      if (c + 1 < n && drains_[c + 1].before(drains_[c])) ++c;
-      if (!drains_[c].before(e)) break;
-      put_drain(i, drains_[c]);
-      i = c;
-    }
-    put_drain(i, e);
-  }
-  // f drains at `due` now (its rate changed, or it is new to the heap)
-  void place_drain(std::int32_t f, double due) {
-    flow& x = flows_[static_cast<std::size_t>(f)];
-    if (x.at < 0) {
-      x.at = static_cast<std::int32_t>(drains_.size());
-      drains_.push_back({due, f});
-    } else {
-      drains_[static_cast<std::size_t>(x.at)].due = due;
-    }
-    settle_drain(static_cast<std::size_t>(x.at));
-  }
-  void remove_drain(std::int32_t f) {
-    const auto i = static_cast<std::size_t>(flows_[static_cast<std::size_t>(f)].at);
-    flows_[static_cast<std::size_t>(f)].at = -1;
-    const drain_entry last = drains_.back();
-    drains_.pop_back();
-    if (last.flow == f) return;
-    drains_[i] = last;
-    settle_drain(i);
-  }
-
   fair_share_state fair_;
   std::vector<flow> flows_;  // slots; dead ones are reused through free_
   std::vector<std::int32_t> free_;
@@ -248,7 +202,7 @@ class flows_in_flight {
   std::vector<std::int32_t> dirty_, seen_ports_, stack_, members_;
   std::vector<std::int32_t> send_, receive_;
   std::vector<double> rate_;
-  std::vector<drain_entry> drains_;  // a min-heap: see drain_entry
+  indexed_min_heap drains_;  // the flows in flight by (drain time, flow index): at one time, index order
   std::vector<double> port_load_;    // scratch of record_port_utilization, per port
   std::vector<std::int32_t> drained_;
   std::vector<std::pair<std::int64_t, std::int32_t>> drained_order_;

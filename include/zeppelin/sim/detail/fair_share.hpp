@@ -6,8 +6,8 @@
 // Progressive filling, one port at a time: the port with the smallest fair share left
 // (capacity left / unfrozen users; ties by port index) saturates and fixes the rates of its
 // unfrozen flows; their other ports lose that rate and one user, and move in an indexed
-// min-heap of the ports (one entry each, its key the port's current share), so ports are
-// visited in saturation order without stale entries.
+// min-heap of the ports (detail/indexed_min_heap.hpp: one entry each, its key the port's
+// current share), so ports are visited in saturation order without stale entries.
 // O((F + P) log P) for F flows on P ports; the scratch lives in the caller (no allocation
 // per call once warm). The rates of flows whose port sets are disconnected do not depend on
 // each other, so callers re-share only the component that changed (event_flows.hpp).
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/detail/indexed_min_heap.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -36,8 +37,6 @@ struct fair_share_state {
       left_.assign(capacity.size(), 0.0);
       users_.assign(capacity.size(), 0);
       first_.assign(capacity.size() + 1, 0);
-      key_.assign(capacity.size(), 0.0);
-      at_.assign(capacity.size(), -1);
     }
     touched_.clear();
     for (std::size_t i = 0; i < n; ++i)
@@ -66,21 +65,15 @@ struct fair_share_state {
       }
 
     const auto share_of = [&](std::size_t p) { return left_[p] / users_[p]; };
-    // every touched port with unfrozen users, keyed by its current share: built at once from
-    // the ascending touched_, each port's key moved in place when a frozen flow leaves it
-    heap_.clear();
-    for (const std::int32_t p : touched_) {
+    // every touched port with unfrozen users, keyed by its current share, moved in place when
+    // a frozen flow leaves it
+    ports_.reserve_ids(capacity.size());
+    for (const std::int32_t p : touched_) ports_.set(p, share_of(static_cast<std::size_t>(p)));
+    while (!ports_.empty()) {
+      const std::int32_t p = ports_.top();
       const auto q = static_cast<std::size_t>(p);
-      key_[q] = share_of(q);
-      at_[q] = static_cast<std::int32_t>(heap_.size());
-      heap_.push_back(p);
-    }
-    for (std::size_t i = heap_.size() / 2; i-- > 0;) sift_down(i);
-    while (!heap_.empty()) {
-      const std::int32_t p = heap_.front();
-      const auto q = static_cast<std::size_t>(p);
-      const double share = key_[q];
-      remove(q);
+      const double share = ports_.top_key();
+      ports_.erase(p);
       const auto j = static_cast<std::size_t>(first_[q]);
       for (std::size_t k = slot_[j]; k < slot_[j + 1]; ++k) {
         const auto i = static_cast<std::size_t>(flows_of_[k]);
@@ -91,12 +84,11 @@ struct fair_share_state {
           const auto y = static_cast<std::size_t>(x);
           left_[y] = std::max(0.0, left_[y] - share);
           --users_[y];
-          if (x == p || at_[y] < 0) continue;
+          if (x == p || !ports_.contains(x)) continue;
           if (users_[y] == 0) {
-            remove(y);
+            ports_.erase(x);
           } else {
-            key_[y] = share_of(y);
-            place(static_cast<std::size_t>(at_[y]));
+            ports_.set(x, share_of(y));
           }
         }
       }
@@ -113,47 +105,7 @@ struct fair_share_state {
   std::vector<std::size_t> fill_;
   std::vector<std::int32_t> flows_of_;
   std::vector<char> frozen_;
-  // an indexed binary min-heap of ports by (key_, port): at_[p] is p's place (-1: not in it)
-  std::vector<std::int32_t> heap_;
-  std::vector<double> key_;        // per port: its share when last placed
-  std::vector<std::int32_t> at_;   // per port: its place in heap_
-
-  [[nodiscard]] bool before(std::int32_t x, std::int32_t y) const noexcept {
-    const double kx = key_[static_cast<std::size_t>(x)], ky = key_[static_cast<std::size_t>(y)];
-    return kx < ky || (kx == ky && x < y);
-  }
-  void put(std::size_t i, std::int32_t p) {
-    heap_[i] = p;
-    at_[static_cast<std::size_t>(p)] = static_cast<std::int32_t>(i);
-  }
-  void sift_down(std::size_t i) {
-    const std::int32_t p = heap_[i];
-    for (const std::size_t n = heap_.size();;) {
-      std::size_t c = 2 * i + 1;
-      if (c >= n) break;
-      if (c + 1 < n && before(heap_[c + 1], heap_[c])) ++c;
-      if (!before(heap_[c], p)) break;
-      put(i, heap_[c]);
-      i = c;
-    }
-    put(i, p);
-  }
-  // entry i to its place after its key changed (up or down)
-  void place(std::size_t i) {
-    const std::int32_t p = heap_[i];
-    for (; i > 0 && before(p, heap_[(i - 1) / 2]); i = (i - 1) / 2) put(i, heap_[(i - 1) / 2]);
-    put(i, p);
-    sift_down(i);
-  }
-  void remove(std::size_t port) {
-    const auto i = static_cast<std::size_t>(at_[port]);
-    at_[port] = -1;
-    const std::int32_t last = heap_.back();
-    heap_.pop_back();
-    if (static_cast<std::size_t>(last) == port) return;
-    put(i, last);
-    place(i);
-  }
+  indexed_min_heap ports_;  // ports with unfrozen flows, by (share, port)
 };
 
 }  // namespace detail
