@@ -84,7 +84,7 @@ struct fair_share_state {
           const auto y = static_cast<std::size_t>(x);
           left_[y] = std::max(0.0, left_[y] - share);
           --users_[y];
-          if (x == p || !ports_.contains(x)) continue;
+          if (x == p) continue;  // x holds this flow unfrozen until now, so it is in the heap
           if (users_[y] == 0) {
             ports_.erase(x);
           } else {
