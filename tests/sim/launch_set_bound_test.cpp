@@ -100,6 +100,32 @@ TEST_CASE("launch sets: over the budget a level is priced at the best rate, neve
   }
 }
 
+TEST_CASE("launch sets: only the flagged ranks are priced by their sets, the others at the best rate", "[sim][planner]") {
+  // each rank's entry is its own (its queries' pairs): flagging some ranks changes nothing for
+  // them, and the others read exactly as with every pair at the best rate
+  const detail::launch_slowdown slow = slowdown_of_cluster_c();
+  const double per_pair = 1e-12;
+  for (const token_count half : {1, 100, 5000}) {
+    for (const int seqs : {1, 2, 3}) {
+      CAPTURE(half, seqs);
+      const plan p = two_rings(seqs, half);
+      const std::size_t ranks = p.placements.size();
+      const detail::launch_seconds sets = detail::launch_set_seconds(p, per_pair, slow, every_pair);
+      const detail::launch_seconds best = detail::launch_set_seconds(p, per_pair, slow, 0);
+      for (std::size_t flagged = 0; flagged < ranks; ++flagged) {
+        std::vector<std::uint8_t> priced(ranks, 0);
+        priced[flagged] = 1;
+        const detail::launch_seconds some = detail::launch_set_seconds(p, per_pair, slow, every_pair, priced);
+        for (std::size_t r = 0; r < ranks; ++r) {
+          CHECK(some.own[r] == (r == flagged ? sets.own[r] : best.own[r]));
+          CHECK(some.gathered[r] == (r == flagged ? sets.gathered[r] : best.gathered[r]));
+        }
+      }
+      CHECK_THROWS_AS(detail::launch_set_seconds(p, per_pair, slow, every_pair, std::vector<std::uint8_t>(ranks + 1, 1)), invalid_argument);
+    }
+  }
+}
+
 TEST_CASE("launch sets: the heaviest blocks with disjoint ranges, against brute force", "[sim][planner]") {
   random_generator rng(2026, 11);
   detail::interval_scratch scratch;

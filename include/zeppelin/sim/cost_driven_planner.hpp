@@ -16,9 +16,10 @@
 // plan and execution equal an earlier candidate's is recorded as its duplicate and not
 // simulated; candidates are taken in
 // increasing order of bound (ties: candidate order): one bounded only at the best rate is
-// bounded again with its launch sets (O(shard pairs): the calls a ring's rounds make can be
-// small and slow) and goes back in line, one bounded both ways is simulated, until the next
-// bound is no smaller than the best step found. Pruning never changes the
+// bounded again with the launch sets of its busiest rank (its shard pairs: the calls a ring's
+// rounds make can be small and slow), then of every rank (O(shard pairs)), going back in line
+// after each; one bounded all three ways is simulated, until the next bound is no smaller
+// than the best step found. Pruning never changes the
 // choice: the chosen step is the minimum over all feasible candidates, ties going to the
 // earlier candidate, exactly as simulating all of them would choose. A candidate whose
 // partitioner finds the batch infeasible, or whose program exceeds the library's limits, is
@@ -137,12 +138,15 @@ struct cost_driven_choice {
 
   std::vector<candidate_price> prices(candidates.size());
   std::vector<std::optional<plan>> layouts(candidates.size());
-  // once per batch, not per candidate: the bound that orders the candidates prices every pair
-  // at the best rate, O(shards); a candidate about to be simulated gets the tighter one of its
-  // launch sets first, which costs less than the simulation it may spare
+  // once per batch, not per candidate. The bounds a candidate goes through, each at least the
+  // one before and costing less than the next (and all of them less than the simulation they
+  // may spare): every pair at the best rate, O(shards); the busiest rank's launch sets, its own
+  // shard pairs; every rank's, all shard pairs
   const bound_prices tight = bound_prices_for(b, m, view, cost);
-  bound_prices quick = tight;
+  bound_prices quick = tight, one_rank = tight;
   quick.max_shard_pairs = 0;
+  one_rank.priced_ranks = 1;
+  const std::array<const bound_prices*, 3> stages{&quick, &one_rank, &tight};
   const auto bound_of = [&](std::size_t i, const bound_prices& unit) {
     const method_spec& spec = candidates[i];
     return plan_step_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout,
@@ -169,7 +173,7 @@ struct cost_driven_choice {
     try {
       if (first == i) partitioned[i] = partitioner_plan(spec, b, view, capacity, setup.metric, &m);
       layouts[i] = with_collective_of(spec, last ? std::move(*partitioned[first]) : *partitioned[first]);
-      price.bound_s = bound_of(i, quick);
+      price.bound_s = bound_of(i, *stages.front());
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();
@@ -196,12 +200,12 @@ struct cost_driven_choice {
   pricing.record_trace = false;
   pricing.record_execution = false;
 
-  // the candidate of least bound next (ties: candidate order); one bounded only at the best
-  // rate is bounded again and goes back in, so candidates are simulated in order of their
-  // tight bounds
+  // the candidate of least bound next (ties: candidate order); one not yet bounded by the
+  // last stage is bounded by the next and goes back in, so candidates are simulated in order
+  // of their tight bounds
   using queued = std::pair<double, std::size_t>;
   std::priority_queue<queued, std::vector<queued>, std::greater<>> queue;
-  std::vector<char> tightened(candidates.size(), 0);
+  std::vector<std::size_t> stage(candidates.size(), 0);  // [candidate]: the last stage that bounded it
   for (std::size_t i = 0; i < candidates.size(); ++i)
     if (layouts[i]) queue.emplace(prices[i].bound_s, i);
 
@@ -217,9 +221,8 @@ struct cost_driven_choice {
       price.outcome = candidate_outcome::pruned;
       continue;
     }
-    if (!tightened[i]) {
-      tightened[i] = 1;
-      price.bound_s = std::max(price.bound_s, bound_of(i, tight));
+    if (stage[i] + 1 < stages.size()) {
+      price.bound_s = std::max(price.bound_s, bound_of(i, *stages[++stage[i]]));
       queue.emplace(price.bound_s, i);
       continue;
     }

@@ -72,6 +72,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <numeric>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -111,6 +113,11 @@ struct bound_prices {
   //! about 20 ns each; a level with more, and every level when 0, prices its pairs at the
   //! best rate, O(shards)
   std::size_t max_shard_pairs = std::size_t{1} << 25;
+  //! How many ranks, the busiest at the best rate (ties: the lower rank), have their launches
+  //! priced by launch sets; the others keep the best rate. One costs a wide ring's bound the
+  //! pairs of one member instead of all of them, and on a ring whose members are alike it is
+  //! the bound of all of them: the cost-driven planner asks for it before the whole one.
+  std::size_t priced_ranks = std::numeric_limits<std::size_t>::max();
 };
 
 [[nodiscard]] inline bound_prices bound_prices_for(const batch& b, const model_config& m, const topology& view,
@@ -272,6 +279,42 @@ struct delivered_bytes {
   return in;
 }
 
+//! [micro-batch * ranks + rank]: the tokens of a rank's linear modules, from the tokens it
+//! holds in the attention layout (`held`, same index): those, or the micro-batch's mean when
+//! the linear modules run token-balanced.
+[[nodiscard]] inline std::vector<double> linear_tokens(linear_layout_kind linear, const std::vector<double>& held, std::size_t ranks) {
+  if (linear == linear_layout_kind::attention_layout || ranks == 0) return held;
+  std::vector<double> out(held.size());
+  for (std::size_t base = 0; base < held.size(); base += ranks) {
+    double tokens = 0;
+    for (std::size_t r = 0; r < ranks; ++r) tokens += held[base + r];
+    std::fill_n(out.begin() + static_cast<std::ptrdiff_t>(base), ranks, tokens / static_cast<double>(ranks));
+  }
+  return out;
+}
+
+//! The ranks whose launches plan_step_bound prices by launch sets (bound_prices::priced_ranks):
+//! a flag per rank, set for the `priced_ranks` whose attention at the best rate plus linear
+//! work is largest in some micro-batch (ties: the lower rank); empty when that is every rank.
+[[nodiscard]] inline std::vector<std::uint8_t> busiest_at_best_rate(const plan& p, const bound_prices& prices,
+                                                                    const std::vector<double>& linear_held) {
+  const std::size_t ranks = p.placements.size();
+  if (prices.priced_ranks >= ranks || prices.max_shard_pairs == 0) return {};
+  const launch_seconds quick = launch_set_seconds(p, prices.per_pair, prices.slowdown, 0);
+  std::vector<double> busiest(ranks, 0.0);
+  for (std::size_t i = 0; i < quick.own.size(); ++i)
+    busiest[i % ranks] = std::max(busiest[i % ranks], quick.own[i] + linear_held[i] * prices.per_token);
+  std::vector<std::size_t> order(ranks);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  const auto first = order.begin() + static_cast<std::ptrdiff_t>(prices.priced_ranks);
+  std::partial_sort(order.begin(), first, order.end(), [&](std::size_t a, std::size_t b) {
+    return busiest[a] > busiest[b] || (busiest[a] == busiest[b] && a < b);
+  });
+  std::vector<std::uint8_t> priced(ranks, 0);
+  for (auto it = order.begin(); it != first; ++it) priced[*it] = 1;
+  return priced;
+}
+
 }  // namespace detail
 
 //! Seconds no execution of `p` whose bytes from other nodes take `path` can beat, with the
@@ -284,8 +327,7 @@ struct delivered_bytes {
   const std::int32_t micro_batches = p.micro_batches();
   // [micro-batch][rank]: the least seconds of a rank's launches (outside all-to-all groups;
   // of them, those of all-gather groups), and the tokens it holds
-  const detail::launch_seconds launches = detail::launch_set_seconds(p, per_pair, prices.slowdown, prices.max_shard_pairs);
-  std::vector<double> held(launches.own.size(), 0.0);
+  std::vector<double> held(static_cast<std::size_t>(micro_batches) * ranks, 0.0);
   // [micro-batch * groups + group]: the pairs of an all-to-all group in a micro-batch (a group
   // may serve several, one after another)
   std::vector<double> group_pairs(static_cast<std::size_t>(micro_batches) * p.groups.size(), 0.0);
@@ -296,6 +338,9 @@ struct delivered_bytes {
         group_pairs[static_cast<std::size_t>(s.micro_batch) * p.groups.size() + static_cast<std::size_t>(s.group)] +=
             static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
     }
+  const std::vector<double> linear_held = detail::linear_tokens(linear, held, ranks);
+  const detail::launch_seconds launches = detail::launch_set_seconds(p, per_pair, prices.slowdown, prices.max_shard_pairs,
+                                                                     detail::busiest_at_best_rate(p, prices, linear_held));
   const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
   // the largest sum of `bytes` over the ranks that share a key (a node, a NIC)
   std::vector<double> sums;
@@ -315,11 +360,7 @@ struct delivered_bytes {
   double bound = 0;
   for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
     const std::size_t base = static_cast<std::size_t>(mb) * ranks;
-    double mb_tokens = 0;
-    for (std::size_t r = 0; r < ranks; ++r) mb_tokens += held[base + r];
-    const auto linear_work = [&](std::size_t r) {
-      return (linear == linear_layout_kind::token_balanced ? mb_tokens / static_cast<double>(ranks) : held[base + r]) * per_token;
-    };
+    const auto linear_work = [&](std::size_t r) { return linear_held[base + r] * per_token; };
     const auto rank_work = [&](std::size_t r) { return launches.own[base + r] + linear_work(r); };
     double busiest = 0;
     for (std::size_t r = 0; r < ranks; ++r) busiest = std::max(busiest, rank_work(r));

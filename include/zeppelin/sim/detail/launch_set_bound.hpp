@@ -46,6 +46,7 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/detail/counting_sort.hpp>
+#include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
@@ -187,9 +188,16 @@ struct launch_seconds {
 //! memory the pricing takes, about 24 bytes each.
 inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
 
+//! `priced`, when not empty, has one entry per rank: the ranks with a nonzero entry are
+//! priced by their launch sets, the others at the best rate (as with max_shard_pairs 0), so
+//! that bounding one rank of a wide ring costs its own pairs only. Every rank's entry is
+//! still a lower bound: a rank's sets never price its pairs below the best rate.
 [[nodiscard]] inline launch_seconds launch_set_seconds(const plan& p, double per_pair, const launch_slowdown& slowdown,
-                                                      std::size_t max_shard_pairs) {
+                                                      std::size_t max_shard_pairs, std::span<const std::uint8_t> priced = {}) {
   const std::size_t ranks = p.placements.size();
+  ZEPPELIN_EXPECTS(priced.empty() || priced.size() == ranks, "launch_set_seconds: one priced flag per rank",
+                   {{"flags", double(priced.size())}, {"ranks", double(ranks)}});
+  const auto by_sets = [&](rank_index r) { return priced.empty() || priced[static_cast<std::size_t>(r)] != 0; };
   launch_seconds out;
   out.own.assign(static_cast<std::size_t>(p.micro_batches()) * ranks, 0.0);
   out.gathered.assign(out.own.size(), 0.0);
@@ -201,12 +209,12 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     out.own[at] += seconds;
     if (collective_of(g) == collective_kind::all_gather) out.gathered[at] += seconds;
   };
-  if (max_shard_pairs == 0) {  // every pair at the best rate: one pass, no sets
-    for (std::size_t r = 0; r < ranks; ++r)
+  // the ranks priced at the best rate: one pass over their shards, no sets
+  for (std::size_t r = 0; r < ranks; ++r)
+    if (max_shard_pairs == 0 || !by_sets(static_cast<rank_index>(r)))
       for (const shard& s : p.placements[r].shards)
         if (collective_of(s.group) != collective_kind::all_to_all) at_best_rate(s.micro_batch, r, s.group, s.range);
-    return out;
-  }
+  if (max_shard_pairs == 0) return out;
   // what a set is made of (see the file comment)
   enum which : std::int32_t { ring_forward = 0, ring_backward = 1, gathered = 2, local = 3 };
   // a level: (micro-batch, zone), the local level's zone -1 (sequences held whole and groups
@@ -329,7 +337,8 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
       }
     }
     if (shard_pairs > max_shard_pairs || std::min(shard_pairs, position_pairs) > max_set_parts) {  // the level's pairs at the best rates
-      for (std::size_t c = a; c < b; ++c) at_best_rate(micro_batch, static_cast<std::size_t>(shards[c].rank), shards[c].group, shards[c].range);
+      for (std::size_t c = a; c < b; ++c)
+        if (by_sets(shards[c].rank)) at_best_rate(micro_batch, static_cast<std::size_t>(shards[c].rank), shards[c].group, shards[c].range);
       continue;
     }
     parts.clear();
@@ -338,6 +347,7 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
       const std::int32_t w = which_of(shards[g0]);
       if (w == local) {  // a run is one rank's shards of one sequence
         for (std::size_t c = g0; c < g1; c = run_end[c]) {
+          if (!by_sets(shards[c].rank)) continue;
           sum& total = one_set[static_cast<std::size_t>(shards[c].rank)];
           if (total.pairs == 0) with_one_set.push_back(shards[c].rank);
           token_count held = 0;
@@ -364,6 +374,7 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
         const rank_index rank = shards[by_position[c]].rank;
         touched.clear();
         for (d = c; d < by_position.size() && shards[by_position[d]].position == from; ++d) {}
+        if (!by_sets(rank)) continue;  // its queries' pairs are at the best rate already
         // the position's shards of one sequence are adjacent (stable sort of a by-sequence list)
         for (std::size_t e = c, f = c; e < d; e = f) {
           token_count held = 0;
