@@ -26,6 +26,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/detail/counting_sort.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/transfer.hpp>
 #include <zeppelin/core/types.hpp>
@@ -40,7 +41,6 @@
 #include <cstdint>
 #include <map>
 #include <span>
-#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -102,6 +102,7 @@ class sim_backend {
     ready_.assign(R, no_task);
     touched_.resize(R);
     parts_.resize(R);
+    stream_to_.assign(R, 0);
   }
 
   [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return ranks_; }
@@ -210,6 +211,9 @@ class sim_backend {
   // first piece. NCCL runs the sends of one group to one peer in order over that peer's
   // connection, so the pieces a rank sends a peer in a stage share one stream of bytes (one
   // max-min share of each port), and the stage waits for all of them: one flow of their sum.
+  // O(pieces of the phase): grouped by source and put back in piece order by counting sorts
+  // (core/detail/counting_sort.hpp), merged through each destination's latest stream from the
+  // source (a source's streams to one destination over several legs or kinds are searched).
   [[nodiscard]] const std::vector<stream_of_pieces>& streams_of_stage(const program_phase& ph, int stage) {
     merged_.clear();
     for (std::size_t i = 0; i < ph.pieces.size(); ++i) {
@@ -217,20 +221,30 @@ class sim_backend {
       if (stage_of(m.step) == stage && runs_rank_[static_cast<std::size_t>(m.src)])
         merged_.push_back({m.src, m.dst, m.step, flow_kind(ph, m), m.bytes, i});
     }
-    const auto key = [](const stream_of_pieces& x) { return std::tuple(x.src, x.dst, x.step, x.kind, x.first); };
-    std::sort(merged_.begin(), merged_.end(), [&](const stream_of_pieces& x, const stream_of_pieces& y) { return key(x) < key(y); });
+    detail::stable_sort_by_key(merged_, [](const stream_of_pieces& x) { return x.src; }, sorted_, starts_);
+    const auto same_stream = [](const stream_of_pieces& x, const stream_of_pieces& y) {
+      return x.src == y.src && x.dst == y.dst && x.step == y.step && x.kind == y.kind;
+    };
     std::size_t out = 0;
-    for (std::size_t i = 0; i < merged_.size(); ++i) {
-      const stream_of_pieces& x = merged_[i];
-      const bool same = out > 0 && merged_[out - 1].src == x.src && merged_[out - 1].dst == x.dst && merged_[out - 1].step == x.step &&
-                        merged_[out - 1].kind == x.kind;
-      if (same)
-        merged_[out - 1].bytes += x.bytes;
-      else
-        merged_[out++] = x;
+    for (std::size_t i = 0, from = 0; i < merged_.size(); ++i) {
+      const stream_of_pieces x = merged_[i];
+      if (i == 0 || x.src != merged_[i - 1].src) from = out;  // this source's streams: [from, out)
+      std::size_t& latest = stream_to_[static_cast<std::size_t>(x.dst)];
+      std::size_t at = out;
+      if (latest >= from && latest < out && merged_[latest].dst == x.dst) {  // the source has a stream to x.dst
+        at = latest;
+        if (!same_stream(merged_[at], x))
+          for (at = from; at < out && !same_stream(merged_[at], x);) ++at;
+      }
+      if (at < out) {
+        merged_[at].bytes += x.bytes;
+      } else {
+        merged_[out] = x;
+        latest = out++;
+      }
     }
     merged_.resize(out);
-    std::sort(merged_.begin(), merged_.end(), [](const stream_of_pieces& x, const stream_of_pieces& y) { return x.first < y.first; });
+    detail::stable_sort_by_key(merged_, [](const stream_of_pieces& x) { return x.first; }, sorted_, starts_);
     return merged_;
   }
 
@@ -315,6 +329,9 @@ class sim_backend {
   std::vector<std::vector<task_id>> touched_;  //!< [rank]: scratch of exchange()
   std::vector<std::vector<task_id>> parts_;    //!< [rank]: every task of the segment
   std::vector<stream_of_pieces> merged_;       //!< scratch of exchange()
+  std::vector<stream_of_pieces> sorted_;       //!< scratch of streams_of_stage()
+  std::vector<std::size_t> starts_;            //!< scratch of streams_of_stage()
+  std::vector<std::size_t> stream_to_;         //!< [rank]: scratch of streams_of_stage()
   std::vector<task_id> deps_;                  //!< scratch of dependencies_of()
 };
 

@@ -148,17 +148,7 @@ struct interval_scratch {
 template <class Cap>
 void cap_launch_sizes(std::vector<ring_block>& blocks, interval_scratch& scratch, Cap&& cap) {
   if (blocks.empty()) return;
-  const auto by_origin = [](const ring_block& x, const ring_block& y) { return x.origin < y.origin; };
-  const auto [low, high] = std::minmax_element(blocks.begin(), blocks.end(), by_origin);
-  const std::int32_t lowest = low->origin;
-  const auto span = static_cast<std::size_t>(high->origin - lowest) + 1;
-  if (span > 2 * blocks.size()) {
-    std::stable_sort(blocks.begin(), blocks.end(), by_origin);
-  } else {
-    stable_counting_sort(
-        blocks, span, [lowest](const ring_block& b) { return static_cast<std::size_t>(b.origin - lowest); }, scratch.grouped,
-        scratch.bucket);
-  }
+  stable_sort_by_key(blocks, [](const ring_block& b) { return b.origin; }, scratch.grouped, scratch.bucket);
   const auto by_seq = [](const ring_block& x, const ring_block& y) { return x.seq < y.seq; };
   for (std::size_t e = 0, f = 0; e < blocks.size(); e = f) {
     for (f = e; f < blocks.size() && blocks[f].origin == blocks[e].origin;) ++f;
