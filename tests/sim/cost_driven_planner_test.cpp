@@ -149,6 +149,32 @@ TEST_CASE("an all-gather member's bound adds its gathered bytes to its work", "[
   CHECK(plan_step_bound(run.layout, prices, linear) <= run.result.step_time_s * (1 + 1e-12));
 }
 
+TEST_CASE("an all-to-all member's bound chains its lane's rows in, its attention and its outputs home", "[sim][planner]") {
+  // one sequence over two nodes of one GPU (Ulysses of degree 2): each member computes its
+  // lane only after the other's rows of it arrived, and its linear modules only after its
+  // outputs came home, in each pass, so neither the bytes nor the work hide the other
+  const model_config m = models::llama_3b();
+  const topology t = cluster_by_name("c", 2, 1);
+  const batch b({8192});
+  const method_spec spec = method_spec_of(method_kind::ulysses);
+  const method_run run = run_spec(spec, b, t, m, setup_for(b, t));
+  REQUIRE(run.layout.groups.size() == 1);
+  REQUIRE(run.layout.groups.front().collective == collective_kind::all_to_all);
+  const bound_prices prices = bound_prices_for(b, m, t, sim_cost_model::for_topology(t));
+  REQUIRE(detail::ulysses_degree(prices.wire, 2) == 2);
+  bound_prices work_only = prices, bytes_only = prices;
+  work_only.per_byte_in = work_only.per_byte_into_node = work_only.per_byte_nvlink = work_only.per_byte_nic = 0;
+  bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
+  const linear_layout_kind linear = linear_layout_kind::attention_layout;
+  const double work = plan_step_bound(run.layout, work_only, linear), bytes = plan_step_bound(run.layout, bytes_only, linear);
+  REQUIRE(work > 0);
+  REQUIRE(bytes > 0);
+  const double bound = plan_step_bound(run.layout, prices, linear);
+  CHECK(bound == Approx(work + bytes).epsilon(1e-12));
+  CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
+  CHECK(bound >= 0.85 * run.result.step_time_s);  // what is left: the copies around the all-to-all, latencies
+}
+
 TEST_CASE("the bound of a group that serves several micro-batches counts each one's pairs and bytes in it", "[sim][planner]") {
   // hybrid DP's micro-batches reuse its aligned groups: group 0 runs one long document in
   // micro-batch 0 and another in micro-batch 1; lumping both into one micro-batch put the

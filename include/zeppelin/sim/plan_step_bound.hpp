@@ -153,6 +153,10 @@ struct delivered_bytes {
   //! [rank]: of those, the K/V of all-gather groups (a member computes its group's blocks only
   //! after all of them arrived)
   std::vector<double> gathered_local, gathered_remote;
+  //! [rank]: of those, what a member of an all-to-all group of Ulysses degree >= 2 takes in
+  //! before its lane's attention (the rows of its lane's heads) and after it (its own rows'
+  //! outputs of the other lanes)
+  std::vector<double> lane_local, lane_remote, home_local, home_remote;
 };
 
 //! What the collectives of `p` must deliver, [micro-batch][pass] (see the file comment).
@@ -163,7 +167,9 @@ struct delivered_bytes {
   std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(p.micro_batches()));
   for (auto& passes : in)
     for (delivered_bytes& d : passes)
-      d.local.assign(ranks, 0.0), d.remote.assign(ranks, 0.0), d.gathered_local.assign(ranks, 0.0), d.gathered_remote.assign(ranks, 0.0);
+      for (std::vector<double>* v : {&d.local, &d.remote, &d.gathered_local, &d.gathered_remote, &d.lane_local, &d.lane_remote,
+                                     &d.home_local, &d.home_remote})
+        v->assign(ranks, 0.0);
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
   std::vector<double> mine;  // [position]: tokens of the member's shards in the group
   std::vector<double> subgroup_tokens;  // [subgroup] of an all-to-all group: its members' tokens
@@ -261,10 +267,17 @@ struct delivered_bytes {
           const node_share here = share_of(node_of(static_cast<rank_index>(r)));
           const double near_rows = here.tokens - own, near_lanes = here.members - 1;
           const double far_rows = subgroup - here.tokens, far_lanes = u - here.members;
-          at[0].local[r] += near_rows * forward_row + near_lanes * own * forward_home;
-          at[1].local[r] += near_rows * backward_row + near_lanes * own * backward_home;
-          at[0].remote[r] += far_rows * forward_row + far_lanes * own * forward_home;
-          at[1].remote[r] += far_rows * backward_row + far_lanes * own * backward_home;
+          const double lane_in[2][2] = {{near_rows * forward_row, far_rows * forward_row},
+                                        {near_rows * backward_row, far_rows * backward_row}};
+          const double home_in[2][2] = {{near_lanes * own * forward_home, far_lanes * own * forward_home},
+                                        {near_lanes * own * backward_home, far_lanes * own * backward_home}};
+          for (std::size_t pass = 0; pass < 2; ++pass) {
+            delivered_bytes& d = at[pass];
+            d.local[r] += lane_in[pass][0] + home_in[pass][0];
+            d.remote[r] += lane_in[pass][1] + home_in[pass][1];
+            d.lane_local[r] += lane_in[pass][0], d.lane_remote[r] += lane_in[pass][1];
+            d.home_local[r] += home_in[pass][0], d.home_remote[r] += home_in[pass][1];
+          }
         }
       }
     };
@@ -357,6 +370,7 @@ struct delivered_bytes {
   const auto node_of = [&](std::size_t r) { return r / per_node; };
   const auto nic_of = [&](std::size_t r) { return prices.nic_of[r]; };
 
+  std::vector<std::int32_t> all_to_all_groups(ranks, 0);  // [rank]: of the micro-batch, with pairs
   double bound = 0;
   for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
     const std::size_t base = static_cast<std::size_t>(mb) * ranks;
@@ -383,19 +397,42 @@ struct delivered_bytes {
       }
       receiving += busiest_port;
     }
+    // the least time one rank takes in `local` bytes from its node and `remote` from others
+    const auto wait_for = [&](double local, double remote) {
+      const double in = std::max((local + remote) * prices.per_byte_in, remote * prices.per_byte_into_node);
+      return path == inter_node_path::own_nic ? std::max({in, local * prices.per_byte_nvlink, remote * prices.per_byte_nic}) : in;
+    };
     // an all-gather member: each pass's gathered K/V in, then its group's pairs and its linear work
     double serial = 0;
     const auto& passes = bytes_in[static_cast<std::size_t>(mb)];
     for (std::size_t r = 0; r < ranks; ++r) {
       if (launches.gathered[base + r] == 0) continue;
       double waits = 0;
-      for (const detail::delivered_bytes& pass : passes) {
-        const double local = pass.gathered_local[r], remote = pass.gathered_remote[r];
-        double in = std::max((local + remote) * prices.per_byte_in, remote * prices.per_byte_into_node);
-        if (path == inter_node_path::own_nic) in = std::max({in, local * prices.per_byte_nvlink, remote * prices.per_byte_nic});
-        waits += in;
-      }
+      for (const detail::delivered_bytes& pass : passes) waits += wait_for(pass.gathered_local[r], pass.gathered_remote[r]);
       serial = std::max(serial, waits + launches.gathered[base + r] + linear_work(r));
+    }
+    // an all-to-all member in no other all-to-all group of the micro-batch: per pass its lane's
+    // rows in, its lane's attention, its outputs home, one after another, and its linear work
+    // after (forward) or before (backward) them; the mean over the group's members of that
+    // chain, their lanes splitting the group's pairs (the busiest member is at least the mean)
+    std::fill(all_to_all_groups.begin(), all_to_all_groups.end(), 0);
+    for (std::size_t g = 0; g < p.groups.size(); ++g)
+      if (group_pairs[static_cast<std::size_t>(mb) * p.groups.size() + g] > 0)
+        for (const rank_index r : p.groups[g].ranks) ++all_to_all_groups[static_cast<std::size_t>(r)];
+    for (std::size_t g = 0; g < p.groups.size(); ++g) {
+      const double pairs = group_pairs[static_cast<std::size_t>(mb) * p.groups.size() + g];
+      const auto& members = p.groups[g].ranks;
+      const auto alone = [&](rank_index r) { return all_to_all_groups[static_cast<std::size_t>(r)] == 1; };
+      if (pairs == 0 || !std::all_of(members.begin(), members.end(), alone)) continue;
+      double chains = 0;
+      for (const rank_index member : members) {
+        const auto r = static_cast<std::size_t>(member);
+        chains += linear_work(r);
+        for (const detail::delivered_bytes& pass : passes)
+          chains += wait_for(pass.lane_local[r], pass.lane_remote[r]) + wait_for(pass.home_local[r], pass.home_remote[r]);
+      }
+      const double size = static_cast<double>(members.size());
+      serial = std::max(serial, (chains + pairs * per_pair) / size);
     }
     bound += std::max({busiest, receiving, serial});
   }
