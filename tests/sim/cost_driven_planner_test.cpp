@@ -127,52 +127,49 @@ TEST_CASE("the plan step bound counts the bytes the collectives deliver, and sta
   }
 }
 
+// One 8192-token sequence over two nodes of one GPU each, planned by `spec` into one group of
+// `collective`: its bound with every price, with the bytes free (work only), with the work
+// free (bytes only), and its simulated step.
+struct split_over_two_nodes {
+  double bound = 0, work = 0, bytes = 0, step = 0;
+  split_over_two_nodes(const method_spec& spec, collective_kind collective) {
+    const model_config m = models::llama_3b();
+    const topology t = cluster_by_name("c", 2, 1);
+    const batch b({8192});
+    const method_run run = run_spec(spec, b, t, m, setup_for(b, t));
+    REQUIRE(run.layout.groups.size() == 1);
+    REQUIRE(run.layout.groups.front().collective == collective);
+    const bound_prices prices = bound_prices_for(b, m, t, sim_cost_model::for_topology(t));
+    REQUIRE((collective != collective_kind::all_to_all || detail::ulysses_degree(prices.wire, 2) == 2));
+    bound_prices work_only = prices, bytes_only = prices;
+    work_only.per_byte_in = work_only.per_byte_into_node = work_only.per_byte_nvlink = work_only.per_byte_nic = 0;
+    bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
+    const linear_layout_kind linear = linear_layout_kind::attention_layout;
+    bound = plan_step_bound(run.layout, prices, linear);
+    work = plan_step_bound(run.layout, work_only, linear);
+    bytes = plan_step_bound(run.layout, bytes_only, linear);
+    step = run.result.step_time_s;
+    REQUIRE(work > 0);
+    REQUIRE(bytes > 0);
+  }
+};
+
 TEST_CASE("an all-gather member's bound adds its gathered bytes to its work", "[sim][planner]") {
-  // one sequence over two nodes of one GPU (LLaMA CP): each member computes its half only
-  // after the other half's K/V arrived, in each pass, so neither part hides the other
-  const model_config m = models::llama_3b();
-  const topology t = cluster_by_name("c", 2, 1);
-  const batch b({8192});
-  const method_spec spec = method_spec_of(method_kind::llama_cp);
-  const method_run run = run_spec(spec, b, t, m, setup_for(b, t));
-  REQUIRE(run.layout.groups.size() == 1);
-  REQUIRE(run.layout.groups.front().collective == collective_kind::all_gather);
-  const bound_prices prices = bound_prices_for(b, m, t, sim_cost_model::for_topology(t));
-  bound_prices work_only = prices, bytes_only = prices;
-  work_only.per_byte_in = work_only.per_byte_into_node = work_only.per_byte_nvlink = work_only.per_byte_nic = 0;
-  bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
-  const linear_layout_kind linear = linear_layout_kind::attention_layout;
-  const double work = plan_step_bound(run.layout, work_only, linear), bytes = plan_step_bound(run.layout, bytes_only, linear);
-  REQUIRE(work > 0);
-  REQUIRE(bytes > 0);
-  CHECK(plan_step_bound(run.layout, prices, linear) == Approx(work + bytes).epsilon(1e-12));
-  CHECK(plan_step_bound(run.layout, prices, linear) <= run.result.step_time_s * (1 + 1e-12));
+  // LLaMA CP: each member computes its half only after the other half's K/V arrived, in each
+  // pass, so neither part hides the other
+  const split_over_two_nodes s(method_spec_of(method_kind::llama_cp), collective_kind::all_gather);
+  CHECK(s.bound == Approx(s.work + s.bytes).epsilon(1e-12));
+  CHECK(s.bound <= s.step * (1 + 1e-12));
 }
 
 TEST_CASE("an all-to-all member's bound chains its lane's rows in, its attention and its outputs home", "[sim][planner]") {
-  // one sequence over two nodes of one GPU (Ulysses of degree 2): each member computes its
-  // lane only after the other's rows of it arrived, and its linear modules only after its
-  // outputs came home, in each pass, so neither the bytes nor the work hide the other
-  const model_config m = models::llama_3b();
-  const topology t = cluster_by_name("c", 2, 1);
-  const batch b({8192});
-  const method_spec spec = method_spec_of(method_kind::ulysses);
-  const method_run run = run_spec(spec, b, t, m, setup_for(b, t));
-  REQUIRE(run.layout.groups.size() == 1);
-  REQUIRE(run.layout.groups.front().collective == collective_kind::all_to_all);
-  const bound_prices prices = bound_prices_for(b, m, t, sim_cost_model::for_topology(t));
-  REQUIRE(detail::ulysses_degree(prices.wire, 2) == 2);
-  bound_prices work_only = prices, bytes_only = prices;
-  work_only.per_byte_in = work_only.per_byte_into_node = work_only.per_byte_nvlink = work_only.per_byte_nic = 0;
-  bytes_only.per_pair = bytes_only.per_token = bytes_only.balanced = 0;
-  const linear_layout_kind linear = linear_layout_kind::attention_layout;
-  const double work = plan_step_bound(run.layout, work_only, linear), bytes = plan_step_bound(run.layout, bytes_only, linear);
-  REQUIRE(work > 0);
-  REQUIRE(bytes > 0);
-  const double bound = plan_step_bound(run.layout, prices, linear);
-  CHECK(bound == Approx(work + bytes).epsilon(1e-12));
-  CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
-  CHECK(bound >= 0.85 * run.result.step_time_s);  // what is left: the copies around the all-to-all, latencies
+  // Ulysses of degree 2: each member computes its lane only after the other's rows of it
+  // arrived, and its linear modules only after its outputs came home, in each pass, so
+  // neither the bytes nor the work hide the other
+  const split_over_two_nodes s(method_spec_of(method_kind::ulysses), collective_kind::all_to_all);
+  CHECK(s.bound == Approx(s.work + s.bytes).epsilon(1e-12));
+  CHECK(s.bound <= s.step * (1 + 1e-12));
+  CHECK(s.bound >= 0.85 * s.step);  // what is left: the copies around the all-to-all, latencies
 }
 
 TEST_CASE("the bound of a group that serves several micro-batches counts each one's pairs and bytes in it", "[sim][planner]") {
