@@ -338,8 +338,7 @@ struct delivered_bytes {
   const double per_pair = prices.per_pair, per_token = prices.per_token;
   const std::size_t ranks = p.placements.size();
   const std::int32_t micro_batches = p.micro_batches();
-  // [micro-batch][rank]: the least seconds of a rank's launches (outside all-to-all groups;
-  // of them, those of all-gather groups), and the tokens it holds
+  // [micro-batch * ranks + rank]: the tokens a rank holds
   std::vector<double> held(static_cast<std::size_t>(micro_batches) * ranks, 0.0);
   // [micro-batch * groups + group]: the pairs of an all-to-all group in a micro-batch (a group
   // may serve several, one after another)
@@ -352,6 +351,8 @@ struct delivered_bytes {
             static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
     }
   const std::vector<double> linear_held = detail::linear_tokens(linear, held, ranks);
+  // [micro-batch * ranks + rank]: the least seconds of a rank's launches outside all-to-all
+  // groups, and of those the launches of all-gather groups
   const detail::launch_seconds launches = detail::launch_set_seconds(p, per_pair, prices.slowdown, prices.max_shard_pairs,
                                                                      detail::busiest_at_best_rate(p, prices, linear_held));
   const auto bytes_in = detail::collective_bytes_in(p, prices.wire);

@@ -170,7 +170,7 @@ class flows_in_flight {
       x.since = now;
       x.rate = rate_[i];
       drains_.set(members_[i], x.rate > 0 ? now + std::max(0.0, x.left - 1e-9 * x.bytes) / x.rate
-                                          : std::numeric_limits<double>::infinity());
+                                            : std::numeric_limits<double>::infinity());
     }
     record_port_utilization();
   }
@@ -203,7 +203,7 @@ class flows_in_flight {
   std::vector<std::int32_t> send_, receive_;
   std::vector<double> rate_;
   indexed_min_heap drains_;  // the flows in flight by (drain time, flow index): at one time, index order
-  std::vector<double> port_load_;    // scratch of record_port_utilization, per port
+  std::vector<double> port_load_;  // scratch of record_port_utilization, per port
   std::vector<std::int32_t> drained_;
   std::vector<std::pair<std::int64_t, std::int32_t>> drained_order_;
   std::int64_t next_order_ = 0;
