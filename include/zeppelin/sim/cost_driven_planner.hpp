@@ -25,6 +25,10 @@
 // partitioner finds the batch infeasible, or whose program exceeds the library's limits, is
 // recorded with the reason and skipped; when no candidate can run, the first one's error is
 // thrown. Deterministic: no clocks, no unordered containers.
+// choose_by_cost stops earlier still: when the candidate next in line has an upper bound
+// (sim/plan_step_upper_bound.hpp: Ulysses plans) below every other candidate's bound, it is
+// chosen unsimulated (outcome certified), the same choice; plan_by_cost is choose_by_cost and
+// then the chosen plan's simulation where it was not simulated.
 // Because the baselines' own (layout, execution) pairs are candidates, the planner's step is
 // never above theirs under the same cost model. Host-only.
 #pragma once
@@ -40,6 +44,7 @@
 #include <zeppelin/sim/method_spec.hpp>
 #include <zeppelin/sim/options.hpp>
 #include <zeppelin/sim/plan_step_bound.hpp>
+#include <zeppelin/sim/plan_step_upper_bound.hpp>
 #include <zeppelin/sim/simulate.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
 
@@ -83,6 +88,7 @@ enum class candidate_outcome : std::uint8_t {
   pruned,      //!< its bound was no smaller than a simulated step: it cannot win
   infeasible,  //!< the partitioner or the program builder refused it (reason)
   duplicate,   //!< its plan and execution are an earlier candidate's (reason names it): the same step
+  certified,   //!< chosen unsimulated: its upper bound (upper_s) is below every other candidate's bound
 };
 
 [[nodiscard]] constexpr const char* to_string(candidate_outcome o) noexcept {
@@ -91,6 +97,7 @@ enum class candidate_outcome : std::uint8_t {
     case candidate_outcome::pruned: return "pruned";
     case candidate_outcome::infeasible: return "infeasible";
     case candidate_outcome::duplicate: return "duplicate";
+    case candidate_outcome::certified: return "certified";
   }
   return "?";
 }
@@ -101,7 +108,20 @@ struct candidate_price {
   candidate_outcome outcome = candidate_outcome::infeasible;
   double bound_s = 0;  //!< plan_step_bound (0 when infeasible): with launch sets where it was bounded again
   double step_s = 0;   //!< simulated step (outcome simulated)
+  double upper_s = 0;  //!< plan_step_upper_bound where it was asked for (0: not asked, or none exists)
   std::string reason;  //!< the error (outcome infeasible), the earlier candidate (duplicate)
+};
+
+//! What choose_by_cost decides: the candidate, its plan and execution, and its simulated step
+//! unless its bounds alone chose it.
+struct cost_driven_decision {
+  std::size_t chosen_index = 0;  //!< into the candidate list
+  method_spec execution;         //!< the chosen candidate (its partitioner and execution)
+  sim_options options;           //!< what an engine runs the chosen plan with (options_for)
+  topology view;                 //!< the CP view the plan is on
+  plan layout;                   //!< the chosen plan
+  std::optional<sim_result> result;  //!< the chosen plan's simulation, when it was simulated
+  std::vector<candidate_price> candidates;  //!< in candidate order
 };
 
 struct cost_driven_choice {
@@ -124,13 +144,14 @@ struct cost_driven_choice {
          x.groups == y.groups;
 }
 
-//! Plans `b` on `physical` for model `m` with every candidate and keeps the fastest under the
-//! simulator (see the file comment). Throws invalid_argument for an empty candidate list or a
-//! candidate that is itself the cost-driven zeppelin, and the first candidate's error when none
-//! is feasible.
-[[nodiscard]] inline cost_driven_choice plan_by_cost(const batch& b, const topology& physical, const model_config& m,
-                                                     const method_setup& setup = {},
-                                                     std::span<const method_spec> candidates = cost_driven_candidates) {
+//! Chooses, for `b` on `physical` and model `m`, the candidate whose simulated step is least
+//! (see the file comment), simulating as few as its bounds allow: the chosen one too, unless
+//! its upper bound (plan_step_upper_bound) is below every other candidate's lower bound. Throws
+//! invalid_argument for an empty candidate list or a candidate that is itself the cost-driven
+//! zeppelin, and the first candidate's error when none is feasible.
+[[nodiscard]] inline cost_driven_decision choose_by_cost(const batch& b, const topology& physical, const model_config& m,
+                                                         const method_setup& setup = {},
+                                                         std::span<const method_spec> candidates = cost_driven_candidates) {
   ZEPPELIN_EXPECTS(!candidates.empty(), "the cost-driven planner needs at least one candidate", {});
   const topology view = tensor_parallel_view(physical, setup.tensor_parallel);
   const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(view);
@@ -226,6 +247,29 @@ struct cost_driven_choice {
       queue.emplace(price.bound_s, i);
       continue;
     }
+    // chosen unsimulated when its upper bound is below every other candidate's bound (ties: the
+    // earlier candidate) and no simulated step beats it: the others are bounded further first,
+    // cheapest stage first, while that can still certify it
+    if (!best) {
+      const std::optional<double> upper =
+          plan_step_upper_bound(*layouts[i], b, m, view, cost, options_for(candidates[i], pricing));
+      if (upper) {
+        price.upper_s = *upper;
+        const auto beaten = [&](const queued& q) { return q.first > *upper || (q.first == *upper && q.second > i); };
+        while (!queue.empty() && !beaten(queue.top()) && stage[queue.top().second] + 1 < stages.size()) {
+          const std::size_t j = queue.top().second;
+          queue.pop();
+          prices[j].bound_s = std::max(prices[j].bound_s, bound_of(j, *stages[++stage[j]]));
+          queue.emplace(prices[j].bound_s, j);
+        }
+        if (queue.empty() || beaten(queue.top())) {
+          price.outcome = candidate_outcome::certified;
+          best = i;
+          while (!queue.empty()) prices[queue.top().second].outcome = candidate_outcome::pruned, queue.pop();
+          break;
+        }
+      }
+    }
     try {
       sim_result r = simulate(*layouts[i], b, view, m, options_for(candidates[i], pricing), cost);
       price.outcome = candidate_outcome::simulated;
@@ -246,14 +290,38 @@ struct cost_driven_choice {
     if (duplicate_of[i] < candidates.size()) prices[i].bound_s = prices[duplicate_of[i]].bound_s;
 
   const method_spec& spec = candidates[*best];
-  if (setup.record_trace || setup.record_execution)
-    best_result = simulate(*layouts[*best], b, view, m, options_for(spec, setup), cost);
-  best_result->method = std::string(spec.name);
-  return {.chosen = {std::string(spec.name), std::string(spec.name), view, std::move(*layouts[*best]), std::move(*best_result)},
-          .chosen_index = *best,
+  if (best_result) best_result->method = std::string(spec.name);
+  return {.chosen_index = *best,
           .execution = spec,
           .options = options_for(spec, setup),
+          .view = view,
+          .layout = std::move(*layouts[*best]),
+          .result = std::move(best_result),
           .candidates = std::move(prices)};
+}
+
+//! Plans `b` on `physical` for model `m` with every candidate and keeps the fastest under the
+//! simulator: choose_by_cost, then the chosen plan's simulation where its bounds alone chose
+//! it (its outcome then turns from certified to simulated) or where the setup asks for a trace
+//! or an execution record. Throws what choose_by_cost throws.
+[[nodiscard]] inline cost_driven_choice plan_by_cost(const batch& b, const topology& physical, const model_config& m,
+                                                     const method_setup& setup = {},
+                                                     std::span<const method_spec> candidates = cost_driven_candidates) {
+  cost_driven_decision d = choose_by_cost(b, physical, m, setup, candidates);
+  const method_spec& spec = d.execution;
+  if (!d.result || setup.record_trace || setup.record_execution) {
+    const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(d.view);
+    d.result = simulate(d.layout, b, d.view, m, d.options, cost);
+    candidate_price& price = d.candidates[d.chosen_index];
+    price.outcome = candidate_outcome::simulated;
+    price.step_s = d.result->step_time_s;
+  }
+  d.result->method = std::string(spec.name);
+  return {.chosen = {std::string(spec.name), std::string(spec.name), std::move(d.view), std::move(d.layout), std::move(*d.result)},
+          .chosen_index = d.chosen_index,
+          .execution = spec,
+          .options = std::move(d.options),
+          .candidates = std::move(d.candidates)};
 }
 
 ZEPPELIN_NAMESPACE_END

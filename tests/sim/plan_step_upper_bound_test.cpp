@@ -1,0 +1,150 @@
+// The upper bounds that let the cost-driven planner choose without simulating its choice:
+// flows_finish_bound (sim/detail/flow_finish_bound.hpp) is never below the event engine's
+// last arrival; plan_step_upper_bound (sim/plan_step_upper_bound.hpp) is never below the
+// simulated step of a plan it covers, is tight for balanced Ulysses and declines what it
+// does not cover; choose_by_cost certifies a Ulysses win at 256K tokens on 32 GPUs and then
+// chooses exactly what simulating every candidate chooses.
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/data/datasets.hpp>
+#include <zeppelin/data/sampler.hpp>
+#include <zeppelin/sim/cost_driven_planner.hpp>
+#include <zeppelin/sim/detail/flow_finish_bound.hpp>
+#include <zeppelin/sim/event_engine.hpp>
+#include <zeppelin/sim/methods.hpp>
+#include <zeppelin/sim/plan_step_upper_bound.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace zeppelin;
+
+namespace {
+
+method_setup setup_for(const batch& b, const topology& t) {
+  method_setup s;
+  s.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+  return s;
+}
+
+const method_spec& candidate_named(std::string_view name) {
+  for (const method_spec& c : cost_driven_candidates)
+    if (c.name == name) return c;
+  FAIL("no candidate " << name);
+  return cost_driven_candidates.front();
+}
+
+}  // namespace
+
+TEST_CASE("the flow finish bound is never below the event engine's last arrival", "[sim][planner]") {
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    random_generator rng(seed, 41);
+    const topology t = seed % 2 ? clusters::cluster_c(2) : cluster_by_name("c", 3, 4);
+    const rank_index R = t.num_ranks();
+    event_engine e(t);
+    std::vector<detail::bounded_flow> flows;
+    std::vector<double> capacity(2 * static_cast<std::size_t>(R) + 2 * static_cast<std::size_t>(t.num_nics()), t.nic_link().bandwidth);
+    std::fill_n(capacity.begin(), 2 * static_cast<std::size_t>(R), t.intra_node_link().bandwidth);
+    const int n = 1 + static_cast<int>(rng.below(60));
+    for (int f = 0; f < n; ++f) {
+      const auto s = static_cast<rank_index>(rng.below(static_cast<std::uint64_t>(R)));
+      auto d = static_cast<rank_index>(rng.below(static_cast<std::uint64_t>(R - 1)));
+      if (d >= s) ++d;
+      // sizes of one or two kinds per seed, so that small flows leave ports early
+      const double bytes = (seed % 3 == 0 ? 1e6 * (1 + static_cast<double>(rng.below(2))) : 1e5 * (1 + static_cast<double>(rng.below(100))));
+      e.flow(s, d, bytes, {task_kind::remap}, {});
+      const bool near = t.between(s, d) == link_class::intra_node;
+      flows.push_back({near ? s : 2 * R + t.nic_of(s), near ? R + d : 2 * R + t.num_nics() + t.nic_of(d), bytes,
+                       link_model::latency(t.between(s, d), t)});
+    }
+    const double makespan = e.run().makespan;
+    const double bound = detail::flows_finish_bound(flows, capacity);
+    CAPTURE(seed, n);
+    CHECK(makespan <= bound * (1 + 1e-9));
+    CHECK(bound <= makespan * n);  // and not absurdly loose
+  }
+}
+
+TEST_CASE("the plan step upper bound is never below the simulated step", "[sim][planner]") {
+  const model_config models_tried[] = {models::llama_3b(), models::llama3_8b(), model_by_name("7b")};
+  int covered = 0;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    const topology t = seed % 3 == 0 ? clusters::cluster_c(2) : seed % 3 == 1 ? cluster_by_name("c", 2, 4) : cluster_by_name("c", 4, 4);
+    random_generator rng(seed, 43);
+    const batch b = seed % 2 ? sample_batch(datasets::github(), 16384 + static_cast<token_count>(seed) * 1031, rng)
+                             : sample_batch(datasets::arxiv(), 16384 + static_cast<token_count>(seed) * 1031, rng);
+    const model_config& m = models_tried[seed % 3];
+    const sim_cost_model cost = sim_cost_model::for_topology(t);
+    for (const std::string_view name : {"ulysses", "hybrid_dp+ulysses", "zeppelin_paper", "llama_cp"}) {
+      const method_spec& spec = candidate_named(name);
+      const method_setup setup = setup_for(b, t);
+      const plan p = with_collective_of(spec, partitioner_plan(spec, b, t, method_capacity(setup), setup.metric, &m));
+      const sim_options o = options_for(spec, setup);
+      const std::optional<double> upper = plan_step_upper_bound(p, b, m, t, cost, o);
+      CAPTURE(seed, name, t.num_ranks(), m.heads);
+      if (name == "zeppelin_paper" || name == "llama_cp") {
+        CHECK_FALSE(upper);  // rings, all-gathers, remapping and prioritised engines are not covered
+        continue;
+      }
+      if (!upper) continue;
+      ++covered;
+      const double step = simulate(p, b, t, m, o, cost).step_time_s;
+      CHECK(step <= *upper * (1 + 1e-12));
+      if (name == "ulysses") CHECK(*upper <= 1.05 * step);
+    }
+  }
+  CHECK(covered >= 12);
+}
+
+TEST_CASE("the plan step upper bound declines shared NICs and other executions", "[sim][planner]") {
+  const model_config m = models::llama_3b();
+  const batch b({6000, 3000, 2000});
+  const method_spec& spec = candidate_named("ulysses");
+  for (const topology& t : {clusters::cluster_a(2), clusters::cluster_c(2)}) {
+    const method_setup setup = setup_for(b, t);
+    const plan p = with_collective_of(spec, partitioner_plan(spec, b, t, method_capacity(setup), setup.metric, &m));
+    const sim_cost_model cost = sim_cost_model::for_topology(t);
+    sim_options o = options_for(spec, setup);
+    const bool own_nics = t.num_nics() == t.num_ranks();
+    CHECK(plan_step_upper_bound(p, b, m, t, cost, o).has_value() == own_nics);
+    o.engine = engine_policy::prioritized;
+    CHECK_FALSE(plan_step_upper_bound(p, b, m, t, cost, o));
+    o = options_for(spec, setup);
+    o.router.policy = proxy_router{};
+    CHECK_FALSE(plan_step_upper_bound(p, b, m, t, cost, o));
+  }
+}
+
+TEST_CASE("choose_by_cost certifies a clear Ulysses win and chooses as simulating every candidate does", "[sim][planner]") {
+  const model_config m = model_by_name("7b");
+  const topology t = cluster_by_name("c", 4, 8);
+  const batch b = sample_batch(dataset_by_name("github"), 262144, 1);
+  const method_setup setup = setup_for(b, t);
+  const cost_driven_decision d = choose_by_cost(b, t, m, setup);
+  REQUIRE(d.execution.name == "ulysses");
+  CHECK_FALSE(d.result);  // chosen by its bounds alone
+  const candidate_price& chosen = d.candidates[d.chosen_index];
+  CHECK(chosen.outcome == candidate_outcome::certified);
+  // brute force: every candidate simulated; the certified one is the fastest, and its upper
+  // bound lies between its step and every other candidate's step
+  const sim_cost_model cost = sim_cost_model::for_topology(t);
+  double fastest_other = 1e300, step = 0;
+  for (std::size_t i = 0; i < cost_driven_candidates.size(); ++i) {
+    const method_spec& spec = cost_driven_candidates[i];
+    const plan p = with_collective_of(spec, partitioner_plan(spec, b, t, method_capacity(setup), setup.metric, &m));
+    const double s = simulate(p, b, t, m, options_for(spec, setup), cost).step_time_s;
+    if (i == d.chosen_index) step = s;
+    else fastest_other = std::min(fastest_other, s);
+  }
+  CHECK(step <= chosen.upper_s);
+  CHECK(chosen.upper_s < fastest_other);
+  // plan_by_cost simulates the certified choice
+  const cost_driven_choice c = plan_by_cost(b, t, m, setup);
+  CHECK(c.chosen_index == d.chosen_index);
+  CHECK(c.chosen.result.step_time_s == step);
+  CHECK(c.candidates[c.chosen_index].outcome == candidate_outcome::simulated);
+}
