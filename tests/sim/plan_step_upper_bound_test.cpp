@@ -94,7 +94,7 @@ TEST_CASE("the plan step upper bound is never below the simulated step", "[sim][
       ++covered;
       const double step = simulate(p, b, t, m, o, cost).step_time_s;
       CHECK(step <= *upper * (1 + 1e-12));
-      if (name == "ulysses") CHECK(*upper <= 1.05 * step);
+      CHECK(*upper <= 1.001 * step);  // the chain is what the simulator runs: tight
     }
   }
   CHECK(covered >= 12);

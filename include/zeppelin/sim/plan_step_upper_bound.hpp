@@ -24,14 +24,15 @@
 // Each layer takes at most that (simulate() scales one layer), and the micro-batches and the
 // LM head add up as in simulate().
 // Compute: the lane's launch is priced exactly as the simulator prices it (one causal block per
-// sequence, the lane's heads: sim/detail/attention_call.hpp); the copies that pack, unpack
-// and clear rows are priced at the memory bandwidth for four times the bytes of every buffer
-// they can touch (a copy moves them twice, an add three times; these are under 1 % of a step,
-// so the margin costs little). Flows: per pair and exchange, the
+// sequence, the lane's heads: sim/detail/attention_call.hpp), and the copies that pack, unpack
+// and clear rows as the simulator prices the collective's operations (their bytes read and
+// written at the memory bandwidth; a test checks the sums against the built program). Flows: per pair and exchange, the
 // bytes of the simulator's streams (sim/backend.hpp merges a stage's pieces to one peer by kind
 // of rows: the forward's bundles in and O + LSE home, the backward's bundle + LSE in, dQ and
 // dK/dV home as two flows). Tightness: within 0.1 % of the simulated step for one Ulysses
-// group of balanced members (the bound of the all-to-all and the simulation then agree).
+// group of balanced members (the bound of the all-to-all and the simulation then agree; the
+// result carries a relative 1e-9 for rounding, as the simulator adds the same terms in
+// another order).
 // Cost: O(shards + G^2 per group and micro-batch). Host-only.
 #pragma once
 
@@ -139,8 +140,8 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
   if (!groups) return std::nullopt;
 
   const double bandwidth = view.gpu().memory_bandwidth;
-  // a copy reads and writes its rows, an add reads two: priced at four times the rows' bytes
-  const auto memory_seconds = [&](double bytes) { return bandwidth > 0 ? 4 * bytes / bandwidth : 0.0; };
+  // bytes read plus bytes written, at the memory bandwidth, as the simulator prices them
+  const auto memory_seconds = [&](double bytes) { return bandwidth > 0 ? bytes / bandwidth : 0.0; };
   const auto row = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
   const double linear_flops = linear_forward_flops_per_token(m), head_flops = lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m);
   // ports as the event engine numbers them: per rank NVLink egress and ingress, per NIC send and receive
@@ -160,7 +161,7 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
       const detail::lane_heads lane = detail::lane_of(wire, G, 0);
       const double q = row(row_kind::q, lane.heads), kv = row(row_kind::kv, lane.kv_heads), lse = row(row_kind::lse, lane.heads),
                    dkv = row(row_kind::dkv, lane.kv_heads);
-      const double Q = row(row_kind::q, 0), L = row(row_kind::lse, 0), DKV = row(row_kind::dkv, 0);
+      const double Q = row(row_kind::q, 0), L = row(row_kind::lse, 0);
       // every lane's K/V heads (replicated where lanes share a K/V head), packed or summed at home
       const double lanes_kv = row(row_kind::kv, G * lane.kv_heads), lanes_dkv = row(row_kind::dkv, G * lane.kv_heads);
       double S = 0;
@@ -203,13 +204,17 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
         const double tp = o.tensor_parallel > 1 ? tensor_parallel_collectives_per_layer *
                                                       tensor_parallel_collective_seconds(static_cast<token_count>(mine), m, view, o.tensor_parallel)
                                                 : 0.0;
-        const double f[3] = {memory_seconds(mine * (Q + 2 * lanes_kv)),
-                             memory_seconds(S * (q + 2 * kv) + 2 * S * (q + lse)) + lane_launch.forward_s,
-                             memory_seconds(mine * (Q + L)) + linear + tp};
+        // forward: pack Q, K, V (every lane's heads); unpack the lane's rows, clear and fill
+        // its O and LSE, pack them home; unpack every lane's O and LSE. Backward: pack Q, K, V,
+        // O, dO, LSE; unpack, clear dQ and the dK/dV partials, pack them home; add every lane's
+        // dQ, dK, dV. A copy reads and writes its rows, a clear writes them, an add reads two.
+        const double f[3] = {memory_seconds(2 * mine * (Q + 2 * lanes_kv)),
+                             memory_seconds(2 * S * (q + 2 * kv) + 3 * S * (q + lse)) + lane_launch.forward_s,
+                             memory_seconds(2 * mine * (Q + L)) + linear + tp};
         const double bw[3] = {cost.linear.seconds(2 * mine * linear_flops, view.gpu()) + tp +
-                                  memory_seconds(mine * (3 * Q + 2 * lanes_kv + L) + mine * (Q + 2 * DKV)),
-                              memory_seconds(S * (3 * q + 2 * kv + lse) + 2 * S * (q + 2 * dkv)) + lane_launch.backward_s,
-                              memory_seconds(mine * (Q + lanes_dkv))};
+                                  memory_seconds(2 * mine * (3 * Q + 2 * lanes_kv + L)),
+                              memory_seconds(2 * S * (3 * q + 2 * kv + lse) + 3 * S * (q + 2 * dkv)) + lane_launch.backward_s,
+                              memory_seconds(3 * mine * (Q + 2 * lanes_dkv))};
         for (int k = 0; k < 3; ++k) stretch[0][k] = std::max(stretch[0][k], f[k]), stretch[1][k] = std::max(stretch[1][k], bw[k]);
         head = std::max(head, cost.linear.seconds(mine * head_flops, view.gpu()));
       }
@@ -218,7 +223,8 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
     }
     step += static_cast<double>(m.layers) * (forward + backward) + head;
   }
-  return step;
+  // the simulator sums the same terms in another order: a relative 1e-9 covers the rounding
+  return step * (1 + 1e-9);
 }
 
 ZEPPELIN_NAMESPACE_END
