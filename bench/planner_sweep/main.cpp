@@ -5,9 +5,10 @@
 // lognormal tail) on every topology, it simulates every other method (sim/methods.hpp) and
 // `zeppelin`, and prints per batch the best other method, zeppelin's choice, the ratio of
 // zeppelin's step to the best other (<= 1: never slower), zeppelin's efficiency (perfect-balance
-// bound / step), Zeppelin-as-published's efficiency, and the planner's wall time. The summary
+// bound / step), Zeppelin-as-published's efficiency, and the planner's wall times. The summary
 // gives the worst ratio, how many batches zeppelin loses, the mean and median efficiency of
-// both, and the median planning time.
+// both, and the median times of choosing (choose_by_cost, which may leave its choice
+// unsimulated) and of planning (plan_by_cost, which prices the choice too).
 // Modes: --smoke (two batches, for ctest), --quick (64K and 256K tokens, 2x8 .. 8x8), --full
 // (64K .. 1M tokens, 2x8 .. 16x8). Default model 7B on cluster C (8 H200 and 8 NICs per node).
 // Exit status 1 when zeppelin is slower than another method on some batch.
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -77,7 +79,7 @@ std::vector<batch_shape> shapes(bool adversarial_only) {
 }
 
 struct row {
-  double ratio = 0, efficiency = 0, paper_efficiency = 0, plan_ms = 0;
+  double ratio = 0, efficiency = 0, paper_efficiency = 0, plan_ms = 0, choose_ms = 0;
 };
 
 double median(std::vector<double> v) {
@@ -114,8 +116,8 @@ int main(int argc, char** argv) {
 
     std::printf("model %s, cluster %s; ratio = zeppelin step / best other method's step (<= 1: never slower)\n",
                 m.name.c_str(), cluster_name.c_str());
-    std::printf("%-13s %6s %5s | %-22s %9s | %-22s %9s %7s | %6s %6s %9s\n", "batch", "tokens", "GPUs", "best other", "step ms",
-                "zeppelin's choice", "step ms", "ratio", "eff", "paper", "plan ms");
+    std::printf("%-13s %6s %5s | %-22s %9s | %-22s %9s %7s | %6s %6s %9s %9s\n", "batch", "tokens", "GPUs", "best other", "step ms",
+                "zeppelin's choice", "step ms", "ratio", "eff", "paper", "choose ms", "plan ms");
     std::vector<row> rows;
     for (const batch_shape& shape : all)
       for (const token_count tokens : budgets)
@@ -136,22 +138,26 @@ int main(int argc, char** argv) {
               // refused (program limits) or infeasible: not a competitor on this batch
             }
           }
-          const auto start = std::chrono::steady_clock::now();
+          auto start = std::chrono::steady_clock::now();
+          const cost_driven_decision decision = choose_by_cost(b, t, m, setup);
+          const double choose_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+          start = std::chrono::steady_clock::now();
           const cost_driven_choice choice = plan_by_cost(b, t, m, setup);
           const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+          if (decision.chosen_index != choice.chosen_index) throw std::logic_error("choose_by_cost and plan_by_cost chose differently");
           const sim_result& ours = choice.chosen.result;
-          const row r{ours.step_time_s / best, ours.efficiency, paper, plan_ms};
+          const row r{ours.step_time_s / best, ours.efficiency, paper, plan_ms, choose_ms};
           rows.push_back(r);
-          std::printf("%-13s %5lldK %5d | %-22s %9.1f | %-22s %9.1f %7.4f | %6.3f %6.3f %9.1f\n", shape.name.c_str(),
+          std::printf("%-13s %5lldK %5d | %-22s %9.1f | %-22s %9.1f %7.4f | %6.3f %6.3f %9.2f %9.1f\n", shape.name.c_str(),
                       static_cast<long long>(tokens / 1024), t.num_ranks(), best_name.c_str(), best * 1e3,
-                      choice.chosen.candidate.c_str(), ours.step_time_s * 1e3, r.ratio, r.efficiency, r.paper_efficiency, plan_ms);
+                      choice.chosen.candidate.c_str(), ours.step_time_s * 1e3, r.ratio, r.efficiency, r.paper_efficiency, choose_ms, plan_ms);
           std::fflush(stdout);
         }
 
-    std::vector<double> ratio, eff, paper_eff, plan;
+    std::vector<double> ratio, eff, paper_eff, plan, choose;
     int losses = 0;
     for (const row& r : rows) {
-      ratio.push_back(r.ratio), eff.push_back(r.efficiency), paper_eff.push_back(r.paper_efficiency), plan.push_back(r.plan_ms);
+      ratio.push_back(r.ratio), eff.push_back(r.efficiency), paper_eff.push_back(r.paper_efficiency), plan.push_back(r.plan_ms), choose.push_back(r.choose_ms);
       losses += r.ratio > 1 + 1e-12;
     }
     double mean_eff = 0, mean_paper = 0;
@@ -160,6 +166,8 @@ int main(int argc, char** argv) {
                 *std::max_element(ratio.begin(), ratio.end()), losses);
     std::printf("efficiency: zeppelin mean %.3f median %.3f; zeppelin_paper mean %.3f median %.3f (target: median >= 0.65)\n",
                 mean_eff, median(eff), mean_paper, median(paper_eff));
+    std::printf("choosing time (choose_by_cost, the choice unsimulated where its bounds decide): median %.2f ms, max %.1f ms\n",
+                median(choose), *std::max_element(choose.begin(), choose.end()));
     std::printf("planning time (plan_by_cost, every candidate planned and priced): median %.1f ms, max %.1f ms\n", median(plan),
                 *std::max_element(plan.begin(), plan.end()));
     return losses ? 1 : 0;

@@ -20,8 +20,9 @@
 //      pruned or refused), the chosen candidate and its execution, and per sequence its
 //      micro-batch, group, zone, collective and ranks; with --json the plan's JSON gains
 //      "explain":{"model","chosen","options":{...},"candidates":[{"name","outcome","bound_s",
-//      "step_s","reason"}]}. Without --capacity it plans with the simulate command's capacity
-//      (the batch's mean tokens per GPU plus 1/8). --threads N simulates the candidates on N
+//      "step_s","upper_s","reason"}]} (upper_s: plan_step_upper_bound where the planner asked for
+//      it). Without --capacity it plans with the simulate command's capacity (the batch's mean
+//      tokens per GPU plus 1/8). --threads N simulates the candidates on N
 //      threads (default: every hardware thread; the choice does not depend on it).
 //      --rank R prints rank R's view instead of the summary (core/rank_view.hpp): its shards, and
 //      per group its zone, collective, position, previous and next member, tokens, sequences.
@@ -160,6 +161,7 @@ nlohmann::json explain_json(const zeppelin::cost_driven_choice& c, const zeppeli
   for (const auto& p : c.candidates) {
     nlohmann::json j{{"name", p.name}, {"outcome", zeppelin::to_string(p.outcome)}, {"bound_s", p.bound_s}};
     j["step_s"] = p.outcome == zeppelin::candidate_outcome::simulated ? nlohmann::json(p.step_s) : nlohmann::json();
+    j["upper_s"] = p.upper_s > 0 ? nlohmann::json(p.upper_s) : nlohmann::json();
     j["reason"] = p.reason.empty() ? nlohmann::json() : nlohmann::json(p.reason);
     candidates.push_back(std::move(j));
   }
@@ -202,6 +204,8 @@ void print_explanation(const zeppelin::cost_driven_choice& c, const zeppelin::ba
               c.chosen.candidate.c_str(), std::string(e.partitioner).c_str(), e.routing ? "proxy" : "direct",
               std::string(zeppelin::to_string(e.engine)).c_str(), std::string(zeppelin::to_string(c.options.launch)).c_str(),
               e.remap ? "on" : "off", chosen * 1e3, c.chosen.result.efficiency);
+  if (const double upper = c.candidates[c.chosen_index].upper_s; upper > 0)
+    std::printf("; upper bound %.1f ms (choose_by_cost chooses without simulating when it beats every other bound)", upper * 1e3);
   if (runner_up)
     std::printf("; the next best, %s, takes %.3fx as long", c.candidates[*runner_up].name.c_str(),
                 c.candidates[*runner_up].step_s / chosen);
