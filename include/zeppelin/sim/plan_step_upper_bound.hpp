@@ -29,10 +29,9 @@
 // written at the memory bandwidth; a test checks the sums against the built program). Flows: per pair and exchange, the
 // bytes of the simulator's streams (sim/backend.hpp merges a stage's pieces to one peer by kind
 // of rows: the forward's bundles in and O + LSE home, the backward's bundle + LSE in, dQ and
-// dK/dV home as two flows). Tightness: within 0.1 % of the simulated step for one Ulysses
-// group of balanced members (the bound of the all-to-all and the simulation then agree; the
-// result carries a relative 1e-9 for rounding, as the simulator adds the same terms in
-// another order).
+// dK/dV home as two flows). Tightness: equal to the simulated step to five digits on the
+// plans measured (docs/planner.md); the result carries a relative 1e-9 for rounding, as the
+// simulator adds the same terms in another order.
 // Cost: O(shards + G^2 per group and micro-batch). Host-only.
 #pragma once
 
