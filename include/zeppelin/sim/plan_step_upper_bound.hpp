@@ -10,7 +10,8 @@
 //            rank), and every sequence of a group is whole in it;
 //          - the in-order engine, no remapping, the direct router;
 //          - every rank on a NIC of its own (a shared NIC carries the flows of two ranks, which
-//            may be in different phases).
+//            may be in different phases);
+//          - a program make_program builds (not over program_options' default limits).
 // The program of such a member (program/detail/all_to_all_collective.hpp) is a chain, per pass:
 // compute (pack) -> all-to-all in -> compute (unpack, attention of its lane, pack) -> all-to-all
 // home -> compute (unpack), the linear modules before (backward) or after (forward) it, on one
@@ -42,6 +43,7 @@
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
 #include <zeppelin/cost/link_model.hpp>
+#include <zeppelin/program/build.hpp>
 #include <zeppelin/program/detail/all_to_all_collective.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/sim/cost_model.hpp>
@@ -137,6 +139,13 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
   const wire_format wire = wire_format::for_model(m);
   const auto groups = detail::ulysses_groups_of(p, b, wire);
   if (!groups) return std::nullopt;
+  {  // a program make_program would refuse has no step to bound
+    std::int64_t member_rounds = 0;
+    for (const auto& micro_batch : *groups)
+      for (const detail::ulysses_group& g : micro_batch)
+        member_rounds += detail::member_rounds_of(collective_kind::all_to_all, static_cast<std::int64_t>(g.members.size()), wire);
+    if (member_rounds > program_options{}.max_member_rounds) return std::nullopt;
+  }
 
   const double bandwidth = view.gpu().memory_bandwidth;
   // bytes read plus bytes written, at the memory bandwidth, as the simulator prices them
