@@ -1,5 +1,5 @@
 // bench/planner_sweep: does the cost-driven planner (the `zeppelin` method) ever lose?
-//   planner_sweep [--smoke | --quick | --full] [--model M] [--cluster C]
+//   planner_sweep [--smoke | --quick | --full | --targets] [--model M] [--cluster C]
 // For every batch of a sweep (the Table 2 datasets at several token budgets, and adversarial
 // shapes: one giant sequence among hundreds of tiny ones, one huge sequence, fixed lengths, a
 // lognormal tail) on every topology, it simulates every other method (sim/methods.hpp) and
@@ -10,7 +10,9 @@
 // both, and the median times of choosing (choose_by_cost, which may leave its choice
 // unsimulated) and of planning (plan_by_cost, which prices the choice too).
 // Modes: --smoke (two batches, for ctest), --quick (64K and 256K tokens, 2x8 .. 8x8), --full
-// (64K .. 1M tokens, 2x8 .. 16x8). Default model 7B on cluster C (8 H200 and 8 NICs per node).
+// (64K .. 1M tokens, 2x8 .. 16x8); --targets times choosing and planning at the planning-time
+// targets (GitHub 256K over 32 GPUs: 1 ms; 4M over 1024 GPUs: 20 ms) instead of the sweep.
+// Default model 7B on cluster C (8 H200 and 8 NICs per node).
 // Exit status 1 when zeppelin is slower than another method on some batch.
 #include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
@@ -89,24 +91,64 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The planning-time targets: GitHub batches of 256K tokens on 4 x 8 GPUs (ten seeds,
+// target 1 ms) and of 4M tokens on 128 x 8 GPUs (three seeds, target 20 ms); per seed the time
+// to choose (choose_by_cost) and to plan (plan_by_cost, which also simulates the choice).
+void time_targets(const model_config& m, const std::string& cluster_name) {
+  struct target {
+    token_count tokens;
+    int nodes, seeds;
+    double goal_ms;
+  };
+  std::printf("%-8s %5s %4s | %-22s %-10s %10s %10s\n", "tokens", "GPUs", "seed", "choice", "by", "choose ms", "plan ms");
+  for (const target& x : {target{256 * 1024, 4, 10, 1.0}, target{4 * 1024 * 1024, 128, 3, 20.0}}) {
+    const topology t = cluster_by_name(cluster_name, x.nodes, 8);
+    std::vector<double> choose, plan;
+    for (int seed = 1; seed <= x.seeds; ++seed) {
+      const batch b = sample_batch(dataset_by_name("github"), x.tokens, static_cast<std::uint64_t>(seed));
+      method_setup setup;
+      setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+      auto start = std::chrono::steady_clock::now();
+      const cost_driven_decision d = choose_by_cost(b, t, m, setup);
+      choose.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      start = std::chrono::steady_clock::now();
+      const cost_driven_choice c = plan_by_cost(b, t, m, setup);
+      plan.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      if (c.chosen_index != d.chosen_index) throw std::logic_error("choose_by_cost and plan_by_cost chose differently");
+      std::printf("%7lldK %5d %4d | %-22s %-10s %10.2f %10.1f\n", static_cast<long long>(x.tokens / 1024), t.num_ranks(), seed,
+                  std::string(d.execution.name).c_str(), d.result ? "simulation" : "bounds", choose.back(), plan.back());
+      std::fflush(stdout);
+    }
+    const double worst = *std::max_element(choose.begin(), choose.end());
+    std::printf("  %lldK on %d GPUs: choosing median %.2f ms, max %.2f ms (target %.0f ms: %s); planning median %.1f ms\n",
+                static_cast<long long>(x.tokens / 1024), t.num_ranks(), median(choose), worst, x.goal_ms,
+                worst <= x.goal_ms ? "met" : median(choose) <= x.goal_ms ? "met by the median" : "not met", median(plan));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  enum class mode { smoke, quick, full } md = mode::quick;
+  enum class mode { smoke, quick, full, targets } md = mode::quick;
   std::string model_name = "7b", cluster_name = "c";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--smoke")) md = mode::smoke;
     else if (!std::strcmp(argv[i], "--quick")) md = mode::quick;
     else if (!std::strcmp(argv[i], "--full")) md = mode::full;
+    else if (!std::strcmp(argv[i], "--targets")) md = mode::targets;
     else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model_name = argv[++i];
     else if (!std::strcmp(argv[i], "--cluster") && i + 1 < argc) cluster_name = argv[++i];
     else {
-      std::fprintf(stderr, "usage: planner_sweep [--smoke | --quick | --full] [--model M] [--cluster C]\n");
+      std::fprintf(stderr, "usage: planner_sweep [--smoke | --quick | --full | --targets] [--model M] [--cluster C]\n");
       return 2;
     }
   }
   try {
     const model_config m = model_by_name(model_name);
+    if (md == mode::targets) {
+      time_targets(m, cluster_name);
+      return 0;
+    }
     std::vector<token_count> budgets{64 * 1024, 256 * 1024};
     std::vector<int> node_counts{2, 4, 8};
     if (md == mode::full) budgets = {64 * 1024, 128 * 1024, 256 * 1024, 512 * 1024, 1024 * 1024}, node_counts = {2, 4, 8, 16};
