@@ -47,8 +47,7 @@ TEST_CASE("the flow finish bound is never below the event engine's last arrival"
     const rank_index R = t.num_ranks();
     event_engine e(t);
     std::vector<detail::bounded_flow> flows;
-    std::vector<double> capacity(2 * static_cast<std::size_t>(R) + 2 * static_cast<std::size_t>(t.num_nics()), t.nic_link().bandwidth);
-    std::fill_n(capacity.begin(), 2 * static_cast<std::size_t>(R), t.intra_node_link().bandwidth);
+    const std::vector<double> capacity = detail::port_capacities(t);
     const int n = 1 + static_cast<int>(rng.below(60));
     for (int f = 0; f < n; ++f) {
       const auto s = static_cast<rank_index>(rng.below(static_cast<std::uint64_t>(R)));
@@ -57,8 +56,8 @@ TEST_CASE("the flow finish bound is never below the event engine's last arrival"
       // sizes of one or two kinds per seed, so that small flows leave ports early
       const double bytes = (seed % 3 == 0 ? 1e6 * (1 + static_cast<double>(rng.below(2))) : 1e5 * (1 + static_cast<double>(rng.below(100))));
       e.flow(s, d, bytes, {task_kind::remap}, {});
-      const bool near = t.between(s, d) == link_class::intra_node;
-      flows.push_back({near ? s : 2 * R + t.nic_of(s), near ? R + d : 2 * R + t.num_nics() + t.nic_of(d), bytes,
+      const detail::flow_ports ports = detail::ports_of({s, d, bytes}, t);
+      flows.push_back({static_cast<std::int32_t>(ports.first), static_cast<std::int32_t>(ports.second), bytes,
                        link_model::latency(t.between(s, d), t)});
     }
     const double makespan = e.run().makespan;

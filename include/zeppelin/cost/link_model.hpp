@@ -62,6 +62,15 @@ inline flow_ports ports_of(const link_flow& f, const topology& t) {
   if (c == link_class::intra_node) return {f.source, ranks + f.destination};
   return {2 * ranks + t.nic_of(f.source), 2 * ranks + nics + t.nic_of(f.destination)};
 }
+
+//! The capacity (bytes/s) of every port ports_of() names: the NVLink figure for the GPUs'
+//! egress and ingress, the NIC figure for the NICs' send and receive ports.
+inline std::vector<double> port_capacities(const topology& t) {
+  const auto gpu_ports = 2 * static_cast<std::size_t>(t.num_ranks());
+  std::vector<double> capacity(gpu_ports + 2 * static_cast<std::size_t>(t.num_nics()), t.nic_link().bandwidth);
+  std::fill_n(capacity.begin(), gpu_ports, t.intra_node_link().bandwidth);
+  return capacity;
+}
 }  // namespace detail
 
 //! For each flow, the number of flows (itself included) that share its busier port: the

@@ -174,9 +174,9 @@ class event_engine {
         program_(static_cast<std::size_t>(R_)) {
     ZEPPELIN_EXPECTS(std::isfinite(comm_slowdown) && comm_slowdown >= 0 && comm_slowdown < 1,
                      "the compute slowdown while communicating must lie in [0, 1)", {{"comm_slowdown", comm_slowdown}});
-    // the ports flow() assigns: per rank an NVLink egress and ingress, per NIC a send and a receive port
-    port_capacity_.assign(2 * static_cast<std::size_t>(R_) + 2 * static_cast<std::size_t>(M_), t.nic_link().bandwidth);
-    std::fill_n(port_capacity_.begin(), 2 * static_cast<std::size_t>(R_), t.intra_node_link().bandwidth);
+    // the ports flow() assigns (those of cost/link_model.hpp's ports_of): per rank an NVLink
+    // egress and ingress, per NIC a send and a receive port
+    port_capacity_ = detail::port_capacities(t);
   }
 
   //! A compute task of `seconds` (finite, >= 0) on `rank`. Lower `priority` runs first under

@@ -130,7 +130,6 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
 [[nodiscard]] inline std::optional<double> plan_step_upper_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
                                                                  const sim_cost_model& cost, const sim_options& o) {
   if (o.engine != engine_policy::in_order || o.remap || !std::holds_alternative<direct_router>(o.router.policy)) return std::nullopt;
-  const auto R = static_cast<std::size_t>(view.num_ranks());
   {
     std::vector<char> nic_used(static_cast<std::size_t>(view.num_nics()), 0);
     for (rank_index r = 0; r < view.num_ranks(); ++r)
@@ -152,14 +151,9 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
   const auto memory_seconds = [&](double bytes) { return bandwidth > 0 ? bytes / bandwidth : 0.0; };
   const auto row = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
   const double linear_flops = linear_forward_flops_per_token(m), head_flops = lm_head_flops_per_token(m) + lm_head_backward_flops_per_token(m);
-  // ports as the event engine numbers them: per rank NVLink egress and ingress, per NIC send and receive
-  std::vector<double> capacity(2 * R + 2 * static_cast<std::size_t>(view.num_nics()), view.nic_link().bandwidth);
-  std::fill_n(capacity.begin(), 2 * R, view.intra_node_link().bandwidth);
-  const auto R32 = static_cast<std::int32_t>(R), M32 = view.num_nics();
-
-  const double intra_latency = link_model::latency(link_class::intra_node, view), inter_latency = link_model::latency(link_class::inter_node, view);
-  std::vector<detail::bounded_flow> flows;
-  std::vector<std::int32_t> node, nic;  // [position]: of a group's member
+  // the event engine's ports (cost/link_model.hpp's ports_of) and their capacities
+  const std::vector<double> capacity = detail::port_capacities(view);
+  std::vector<detail::bounded_flow> flows, pairs;  // pairs[i * G + o]: the ports and latency of i -> o
   std::vector<detail::call_item> items;
   double step = 0;
   for (const std::vector<detail::ulysses_group>& micro_batch : *groups) {
@@ -182,18 +176,25 @@ inline std::optional<std::vector<std::vector<ulysses_group>>> ulysses_groups_of(
       const detail::call_cost lane_launch = detail::price_call(items, cost.attention, lane.heads, wire.head_dim);
 
       // the flows of one exchange, (i -> o) for i != o: bytes of the pair, per kind of rows
-      node.resize(g.members.size()), nic.resize(g.members.size());
-      for (std::size_t i = 0; i < g.members.size(); ++i) node[i] = view.node_of(g.members[i]), nic[i] = view.nic_of(g.members[i]);
+      pairs.assign(static_cast<std::size_t>(G) * static_cast<std::size_t>(G), {});
+      for (std::int32_t i = 0; i < G; ++i)
+        for (std::int32_t o = 0; o < G; ++o) {
+          if (i == o) continue;
+          const link_flow pair{g.members[static_cast<std::size_t>(i)], g.members[static_cast<std::size_t>(o)], 1};
+          const detail::flow_ports ports = detail::ports_of(pair, view);
+          pairs[static_cast<std::size_t>(i * G + o)] = {static_cast<std::int32_t>(ports.first), static_cast<std::int32_t>(ports.second), 0,
+                                                        link_model::latency(view.between(pair.source, pair.destination), view)};
+        }
       const auto exchange = [&](auto&& pair_bytes) {
         flows.clear();
         for (std::int32_t i = 0; i < G; ++i)
           for (std::int32_t o = 0; o < G; ++o) {
             if (i == o) continue;
-            const auto a = static_cast<std::size_t>(i), z = static_cast<std::size_t>(o);
-            const bool near = node[a] == node[z];
-            const std::int32_t send = near ? g.members[a] : 2 * R32 + nic[a], receive = near ? R32 + g.members[z] : 2 * R32 + M32 + nic[z];
             for (const double bytes : pair_bytes(i, o))
-              if (bytes > 0) flows.push_back({send, receive, bytes, near ? intra_latency : inter_latency});
+              if (bytes > 0) {
+                detail::bounded_flow& f = flows.emplace_back(pairs[static_cast<std::size_t>(i * G + o)]);
+                f.bytes = bytes;
+              }
           }
         return detail::flows_finish_bound(flows, capacity);
       };

@@ -3,9 +3,9 @@
 //   in : items; key(item) in [0, buckets); scratch storage the caller reuses across calls
 //   out: items in key order; starts[k] .. starts[k + 1] the run of key k (buckets + 1 entries)
 // O(items + buckets); stable_sort_by_key picks it where the keys' span is small. Why: validate,
-// the planner's launch-set bound and the simulator's streams of pieces group up to millions of
-// items by a dense index (sequence, group, ring origin, micro-batch, rank); a comparison sort
-// pays a log factor for an order the keys already give.
+// the planner's launch-set and flow bounds and the simulator's streams of pieces group up to
+// millions of items by a dense index (sequence, group, ring origin, micro-batch, rank, port); a
+// comparison sort pays a log factor for an order the keys already give.
 // Host code, nvcc-safe.
 #pragma once
 

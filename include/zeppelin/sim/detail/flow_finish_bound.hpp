@@ -21,11 +21,11 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/detail/counting_sort.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -42,78 +42,66 @@ struct bounded_flow {
 //! See the file comment. 0 for no flows.
 [[nodiscard]] inline double flows_finish_bound(std::span<const bounded_flow> flows, std::span<const double> capacity) {
   if (flows.empty()) return 0;
-  std::vector<std::int32_t> on_port(capacity.size(), 0);
-  for (const bounded_flow& f : flows) ++on_port[static_cast<std::size_t>(f.send_port)], ++on_port[static_cast<std::size_t>(f.receive_port)];
-  const auto share = [&](std::int32_t p, double n) { return capacity[static_cast<std::size_t>(p)] / n; };
+  // (port, flow) for both ports of every flow, grouped by port: [on[p], on[p + 1]) are p's flows
+  std::vector<std::pair<std::int32_t, std::int32_t>> crossing, scratch;
+  std::vector<std::size_t> on;
+  crossing.reserve(2 * flows.size());
+  for (std::size_t i = 0; i < flows.size(); ++i)
+    for (const std::int32_t p : {flows[i].send_port, flows[i].receive_port}) crossing.emplace_back(p, static_cast<std::int32_t>(i));
+  stable_counting_sort(crossing, capacity.size(), [](const auto& x) { return static_cast<std::size_t>(x.first); }, scratch, on);
+  const auto flows_on = [&](std::int32_t p) { return static_cast<std::int32_t>(on[static_cast<std::size_t>(p) + 1] - on[static_cast<std::size_t>(p)]); };
+  const auto share = [&](std::int32_t p, std::int32_t n) { return capacity[static_cast<std::size_t>(p)] / std::max(1, n); };
   // (1): every flow of the set on both its ports for as long as it runs
   std::vector<double> first(flows.size());
   for (std::size_t i = 0; i < flows.size(); ++i) {
     const bounded_flow& f = flows[i];
-    first[i] = f.bytes / std::min(share(f.send_port, on_port[static_cast<std::size_t>(f.send_port)]),
-                                  share(f.receive_port, on_port[static_cast<std::size_t>(f.receive_port)]));
+    first[i] = f.bytes / std::min(share(f.send_port, flows_on(f.send_port)), share(f.receive_port, flows_on(f.receive_port)));
   }
-  // per port, the (1) bounds of its flows ascending, as runs (value rounded up, flows in it);
-  // a port whose bounds all lie within the rounding is one run, found without sorting
-  std::vector<double> low(capacity.size(), std::numeric_limits<double>::infinity()), high(capacity.size(), 0.0);
-  for (std::size_t i = 0; i < flows.size(); ++i)
-    for (const std::int32_t p : {flows[i].send_port, flows[i].receive_port}) {
-      low[static_cast<std::size_t>(p)] = std::min(low[static_cast<std::size_t>(p)], first[i]);
-      high[static_cast<std::size_t>(p)] = std::max(high[static_cast<std::size_t>(p)], first[i]);
-    }
-  const auto one_run = [&](std::int32_t p) { return high[static_cast<std::size_t>(p)] <= low[static_cast<std::size_t>(p)] * (1 + 1e-3); };
-  std::vector<std::size_t> start(capacity.size() + 1, 0);
-  for (std::size_t p = 0; p < capacity.size(); ++p)
-    start[p + 1] = start[p] + (one_run(static_cast<std::int32_t>(p)) ? 0 : static_cast<std::size_t>(on_port[p]));
-  std::vector<double> ends(start.back());
-  std::vector<std::size_t> fill(start.begin(), start.end() - 1);
-  for (std::size_t i = 0; i < flows.size(); ++i)
-    for (const std::int32_t p : {flows[i].send_port, flows[i].receive_port})
-      if (!one_run(p)) ends[fill[static_cast<std::size_t>(p)]++] = first[i];
-  std::vector<std::pair<double, std::int32_t>> runs;  // per port in [run_start[p], run_start[p + 1])
+  // per port, the (1) bounds of its flows ascending, as runs (value rounded up, flows in it)
+  std::vector<std::pair<double, std::int32_t>> runs;  // port p's in [run_start[p], run_start[p + 1])
   std::vector<std::size_t> run_start(capacity.size() + 1, 0);
+  std::vector<double> ends;
   for (std::size_t p = 0; p < capacity.size(); ++p) {
-    if (one_run(static_cast<std::int32_t>(p))) {
-      if (on_port[p] > 0) runs.emplace_back(high[p], on_port[p]);
-      run_start[p + 1] = runs.size();
-      continue;
-    }
-    const auto b = ends.begin() + static_cast<std::ptrdiff_t>(start[p]), e = ends.begin() + static_cast<std::ptrdiff_t>(start[p + 1]);
-    std::sort(b, e);
-    for (auto it = b; it != e;) {
+    ends.clear();
+    for (std::size_t k = on[p]; k < on[p + 1]; ++k) ends.push_back(first[static_cast<std::size_t>(crossing[k].second)]);
+    if (!std::is_sorted(ends.begin(), ends.end())) std::sort(ends.begin(), ends.end());  // often equal: an all-to-all's
+    for (auto it = ends.begin(); it != ends.end();) {
       auto last = it;
-      while (last + 1 != e && *(last + 1) <= *it * (1 + 1e-3)) ++last;
+      while (last + 1 != ends.end() && *(last + 1) <= *it * (1 + 1e-3)) ++last;
       runs.emplace_back(*last, static_cast<std::int32_t>(last - it + 1));
       it = last + 1;
     }
     run_start[p + 1] = runs.size();
   }
-  // (2): per flow, integrate its rate as the runs of its two ports end (a flow whose ports are
-  // one run each keeps (1): no flow leaves either port before it)
+  // (2): per flow, integrate its rate as the runs of its two ports end (where each port is one
+  // run, no flow leaves it before this one: (1) stands)
+  const auto one_run = [&](std::int32_t p) { return run_start[static_cast<std::size_t>(p) + 1] - run_start[static_cast<std::size_t>(p)] == 1; };
   double latest = 0;
   for (std::size_t i = 0; i < flows.size(); ++i) {
     const bounded_flow& f = flows[i];
-    double finish = first[i];
-    if (!one_run(f.send_port) || !one_run(f.receive_port)) {
-      const std::int32_t ports[2] = {f.send_port, f.receive_port};
-      std::size_t at[2], stop[2];
-      std::int32_t left[2];
-      for (int k = 0; k < 2; ++k) {
-        const auto p = static_cast<std::size_t>(ports[k]);
-        at[k] = run_start[p], stop[k] = run_start[p + 1], left[k] = on_port[p];
+    if (one_run(f.send_port) && one_run(f.receive_port)) {
+      latest = std::max(latest, first[i] + f.latency);
+      continue;
+    }
+    const std::int32_t ports[2] = {f.send_port, f.receive_port};
+    std::size_t at[2], stop[2];
+    std::int32_t left[2];
+    for (int k = 0; k < 2; ++k) {
+      const auto p = static_cast<std::size_t>(ports[k]);
+      at[k] = run_start[p], stop[k] = run_start[p + 1], left[k] = flows_on(ports[k]);
+    }
+    double now = 0, done = 0, finish = first[i];
+    while (true) {
+      const double rate = std::min(share(ports[0], left[0]), share(ports[1], left[1]));
+      const double next = std::min(at[0] < stop[0] ? runs[at[0]].first : finish, at[1] < stop[1] ? runs[at[1]].first : finish);
+      if (next >= finish || done + rate * (next - now) >= f.bytes) {
+        finish = std::min(finish, now + (f.bytes - done) / rate);
+        break;
       }
-      double now = 0, done = 0;
-      while (true) {
-        const double rate = std::min(share(ports[0], std::max(1, left[0])), share(ports[1], std::max(1, left[1])));
-        const double next = std::min(at[0] < stop[0] ? runs[at[0]].first : finish, at[1] < stop[1] ? runs[at[1]].first : finish);
-        if (done + rate * (next - now) >= f.bytes || next >= finish) {
-          finish = std::min(finish, now + (f.bytes - done) / rate);
-          break;
-        }
-        done += rate * (next - now);
-        now = next;
-        for (int k = 0; k < 2; ++k)
-          while (at[k] < stop[k] && runs[at[k]].first <= now) left[k] -= runs[at[k]++].second;
-      }
+      done += rate * (next - now);
+      now = next;
+      for (int k = 0; k < 2; ++k)
+        while (at[k] < stop[k] && runs[at[k]].first <= now) left[k] -= runs[at[k]++].second;
     }
     latest = std::max(latest, finish + f.latency);
   }
