@@ -16,7 +16,7 @@ def dense_reference(q, k, v, cu, scale=0.0):
     for b, e in zip(cu.tolist(), cu.tolist()[1:]):
         qs, ks, vs = q[b:e], k[b:e].repeat_interleave(heads // kv_heads, 1), v[b:e].repeat_interleave(heads // kv_heads, 1)
         s = torch.einsum("ihd,jhd->hij", qs, ks) * scale
-        mask = torch.ones(e - b, e - b, dtype=torch.bool).triu(1)
+        mask = torch.ones(e - b, e - b, dtype=torch.bool, device=q.device).triu(1)
         p = s.masked_fill(mask, float("-inf")).softmax(-1)
         outs.append(torch.einsum("hij,jhd->ihd", p, vs))
     return torch.cat(outs)
