@@ -24,8 +24,10 @@
 // All-to-all (Ulysses, Ulysses x ring) groups run as their program says: Q, K, V (backward also
 // O, dO, LSE) packed into head lanes by head operations, launches with the lanes' head counts
 // over the lanes' arenas, O and LSE (backward dQ, dK, dV) unpacked into the rank's tensors (see
-// cuda/executor/device_backend.hpp for how lanes map onto the kernels). That path has been
-// compiled but not yet run on a GPU.
+// cuda/executor/device_backend.hpp for how lanes map onto the kernels).
+// Timing: forward() and backward() take an optional device_timeline
+// (cuda/executor/device_timeline.hpp) that gets timing events around every attention launch
+// and exchange of the pass; exec/overlap.hpp turns them into the exposed wait per rank.
 // Plan check, as in the host engine (exec/attention_engine.hpp, exec/plan_agreement.hpp): the
 // first pass the engine runs on a rank exchanges its plan_identity (16 bytes, one group
 // labelled "plan fingerprint check" on c.stream()) and throws plan_mismatch before any round
@@ -49,6 +51,7 @@
 #include <zeppelin/cuda/error.hpp>
 #include <zeppelin/cuda/executor/device_backend.hpp>
 #include <zeppelin/cuda/executor/device_staging.hpp>
+#include <zeppelin/cuda/executor/device_timeline.hpp>
 #include <zeppelin/cuda/executor/launch_csr.hpp>
 #include <zeppelin/cuda/executor/row_ops.hpp>
 #include <zeppelin/cuda/stream_set.hpp>
@@ -148,7 +151,8 @@ class device_attention_engine {
   //! Forward on the calling rank; every rank of c calls it. Enqueued on `stream`. Throws
   //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree.
   template <device_communicator C>
-  void forward(C& c, const device_forward_io& io, cudaStream_t stream, execution_record* record = nullptr) const {
+  void forward(C& c, const device_forward_io& io, cudaStream_t stream, execution_record* record = nullptr,
+               device_timeline* timeline = nullptr) const {
     const rank_index me = check_rank(c);
     agree(c);
     const auto n = static_cast<std::size_t>(rows(me));
@@ -158,14 +162,15 @@ class device_attention_engine {
     ZEPPELIN_CUDA_CHECK(device::fill_f32(io.lse, -INFINITY, static_cast<std::int64_t>(n) * dims_.heads, stream));
     device_tensors t;
     t.q = io.q, t.k = io.k, t.v = io.v, t.o_acc = o_acc.as<float>(), t.lse = io.lse, t.rows = static_cast<std::int64_t>(n);
-    run(c, pass_kind::forward, t, stream, record);
+    run(c, pass_kind::forward, t, stream, record, timeline);
     ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.o, o_acc.as<float>(), static_cast<std::int64_t>(qn), type_, stream));
   }
 
   //! Backward on the calling rank; every rank of c calls it. Enqueued on `stream`. Throws
   //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree.
   template <device_communicator C>
-  void backward(C& c, const device_backward_io& io, cudaStream_t stream, execution_record* record = nullptr) const {
+  void backward(C& c, const device_backward_io& io, cudaStream_t stream, execution_record* record = nullptr,
+                device_timeline* timeline = nullptr) const {
     const rank_index me = check_rank(c);
     agree(c);
     const auto n = static_cast<std::size_t>(rows(me));
@@ -190,7 +195,7 @@ class device_attention_engine {
     device_tensors t;
     t.q = io.q, t.k = io.k, t.v = io.v, t.global_o = io.o, t.d_o = io.d_o, t.global_lse = io.lse, t.delta = delta.as<float>();
     t.dq_acc = dq.as<float>(), t.dk_acc = dk.as<float>(), t.dv_acc = dv.as<float>(), t.rows = static_cast<std::int64_t>(n);
-    run(c, pass_kind::backward, t, stream, record);
+    run(c, pass_kind::backward, t, stream, record, timeline);
     ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dq, dq.as<float>(), static_cast<std::int64_t>(qn), type_, stream));
     ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dk, dk.as<float>(), static_cast<std::int64_t>(kn), type_, stream));
     ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dv, dv.as<float>(), static_cast<std::int64_t>(kn), type_, stream));
@@ -243,11 +248,11 @@ class device_attention_engine {
     agreement_.set_checked(me);
   }
   template <class C>
-  void run(C& c, pass_kind pass, const device_tensors& t, cudaStream_t stream, execution_record* record) const {
+  void run(C& c, pass_kind pass, const device_tensors& t, cudaStream_t stream, execution_record* record, device_timeline* timeline) const {
     const auto& desc = descriptors_.at(static_cast<std::size_t>(c.rank()));
     device::device_memory uploaded(desc.size(), stream);
     if (!desc.empty()) ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(uploaded.get(), desc.data(), desc.size(), cudaMemcpyHostToDevice, stream));
-    device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, uploaded.as<std::byte>(), record);
+    device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, uploaded.as<std::byte>(), record, {}, timeline);
     run_pass(program_, pass, backend, [](const program_segment& s) { return s.kind == segment_kind::attention; });
   }
 

@@ -4,7 +4,8 @@
 //   in : the program, the pass, the rank's device communicator (its stream() is the
 //        communication stream), the caller's stream, the rank's device tensors
 //        (device_tensors), the launches' CSR descriptors already on the device, an optional
-//        execution record
+//        execution record, an optional timeline (cuda/executor/device_timeline.hpp: timing
+//        events around every attention launch and exchange)
 //   out: everything enqueued; the caller's stream is ordered after all of it when the last
 //        segment ends. Nothing blocks the host.
 // Streams: program stream s runs on the caller's stream when the program has one compute
@@ -37,7 +38,7 @@
 // (attention_backward_preprocess) into a per-stream scratch. Launches over the rank's own
 // query-side tensors with every head (ring and all-gather collectives, local sequences) use the
 // rank's LSE and the engine's delta in place. The head operations and the launches over lanes
-// have been compiled but not yet run on a GPU.
+// ran on an H100 against the single-GPU reference (tests/gpu/device_ulysses_test.cpp).
 // Rows and types: K, V, Q, dO, the backward's global O and arenas of kv, q and qkv rows hold the
 // element type; LSE and dkv rows fp32 (the rank's LSE tensor head-major [heads][rows], LSE
 // arenas row-major); the rank's O (forward) and dQ accumulators fp32. A launch's O arena
@@ -63,6 +64,7 @@
 #include <zeppelin/cuda/dtype.hpp>
 #include <zeppelin/cuda/error.hpp>
 #include <zeppelin/cuda/executor/device_staging.hpp>
+#include <zeppelin/cuda/executor/device_timeline.hpp>
 #include <zeppelin/cuda/executor/launch_csr.hpp>
 #include <zeppelin/cuda/executor/row_ops.hpp>
 #include <zeppelin/cuda/lse_merge.hpp>
@@ -112,12 +114,14 @@ class device_backend {
  public:
   //! `csr[l]`: the CSR arrays of launch l (every launch of this rank), at byte offsets of
   //! `descriptors` (this rank's descriptor buffer, already on the device). `step`, when
-  //! given, labels every phase in communicator errors instead of phase_label().
+  //! given, labels every phase in communicator errors instead of phase_label(). `timeline`,
+  //! when given, gets a span per attention launch and exchange.
   device_backend(const execution_program& prog, pass_kind pass, C& c, cudaStream_t stream, const attention_dims& dims,
                  device::dtype type, const device_tensors& t, const std::vector<device::launch_csr>& csr, const std::byte* descriptors,
-                 execution_record* record = nullptr, std::string_view step = {})
+                 execution_record* record = nullptr, std::string_view step = {}, device_timeline* timeline = nullptr)
       : prog_(prog), pass_(pass), c_(c), caller_(stream), dims_(dims), type_(type), t_(t), csr_(csr), desc_(descriptors),
-        record_(record), step_(step), me_(c.rank()), arenas_of_(prog.pass(pass).at(static_cast<std::size_t>(me_)).arenas) {
+        record_(record), timeline_(timeline), step_(step), me_(c.rank()),
+        arenas_of_(prog.pass(pass).at(static_cast<std::size_t>(me_)).arenas) {
     const rank_pass& mine = prog.pass(pass).at(static_cast<std::size_t>(me_));
     fp32_arena_.assign(arenas_of_.size(), 0);
     // the launches: their fp32 O (forward) or dQ (backward) arenas, and the scratch they need
@@ -186,7 +190,14 @@ class device_backend {
     const cudaStream_t s = streams_.at(static_cast<std::size_t>(op.stream));
     if (pending_ >= 0 && std::find(op.after.begin(), op.after.end(), pending_) != op.after.end()) post_exchange();
     for (const std::int32_t a : op.after) events_[static_cast<std::size_t>(a)].wait_on(s);
+    const auto* launch = timeline_ ? std::get_if<run_attention>(&op.body) : nullptr;
+    std::size_t span = 0;
+    if (launch) {
+      const program_launch& l = prog_.launches.at(static_cast<std::size_t>(launch->launch));
+      span = timeline_->open(timed_kind::launch, l.level, l.round, op.stream, s);
+    }
     std::visit([&](const auto& body) { run(body, s, static_cast<std::size_t>(op.stream)); }, op.body);
+    if (launch) timeline_->close(span, s);
     if (waited_[static_cast<std::size_t>(index)]) events_[static_cast<std::size_t>(index)].record(s);
   }
 
@@ -211,6 +222,7 @@ class device_backend {
     const program_op& op = segment_->ops.at(index);
     const program_phase& ph = prog_.phases.at(static_cast<std::size_t>(std::get<exchange_phase>(op.body).phase));
     for (const std::int32_t a : op.after) events_[static_cast<std::size_t>(a)].wait_on(c_.stream());
+    const std::size_t span = timeline_ ? timeline_->open(timed_kind::exchange, ph.level, ph.round, -1, c_.stream()) : 0;
     std::vector<std::span<const std::byte>> send(ph.payloads.size());
     std::vector<std::span<std::byte>> recv(ph.payloads.size());
     for (std::size_t i = 0; i < ph.payloads.size(); ++i) {
@@ -222,6 +234,7 @@ class device_backend {
     exchange_pieces(c_, std::span<const transfer>(ph.payloads.items()), std::span<const transfer>(ph.pieces.items()),
                     std::span<const std::span<const std::byte>>(send), std::span<const std::span<std::byte>>(recv),
                     step_.empty() ? phase_label(prog_, ph) : step_, device_staging{});
+    if (timeline_) timeline_->close(span, c_.stream());
     if (waited_[index]) events_[index].record(c_.stream());
     if (record_)
       for (const transfer& piece : ph.pieces)
@@ -574,6 +587,7 @@ class device_backend {
   const std::vector<device::launch_csr>& csr_;
   const std::byte* desc_;
   execution_record* record_;
+  device_timeline* timeline_;
   std::string step_;
   rank_index me_;
   const std::vector<arena>& arenas_of_;  //!< this rank's arenas in the program (read there, not copied)
