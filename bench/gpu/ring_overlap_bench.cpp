@@ -1,24 +1,28 @@
 // bench/gpu/ring_overlap_bench.cpp
-// One ring step on the device loopback world (N ranks on one GPU): how much of the KV
-// communication of a ring round the device attention engine hides behind the round's compute.
+// How much of a ring's KV communication the device attention engine hides behind compute, per
+// rank and round, read off timing events of the run itself (one run, no subtraction of runs).
 // In:  --ranks R (4) --tokens L (32768, one sequence split by even_split over the R ranks:
 //      zigzag chunks) --heads 16 --kv-heads 4 --head-dim 128 --dtype bf16 --reps 10
-// Out: per configuration, medians over --reps (after 2 warm-ups) of the slowest rank's time:
-//      full      the engine's forward (R rounds: compute overlapped with the KV ring)
-//      compute   the same forward with every phase's pieces removed (compute alone)
-//      comm      the same ring exchanges alone (each round's KV send/receive group)
-//      per step  (full, compute, comm) / R, and hidden = (compute + comm - full) / comm,
-//      the share of the communication hidden behind compute (1 = fully hidden).
-// On one GPU the "links" are device-to-device copies that compete with the kernels for
-// memory bandwidth, so this measures the engine's stream/event structure, not NVLink or IB.
+// Out: for the forward and the backward, per rank and round, medians over --reps (after 2
+//      warm-ups) of
+//        compute   the round's attention launch (from when its stream and data were ready)
+//        exchange  the exchange of that round, posted to done, on the communication stream
+//        exposed   the idle gap before the launch: its start minus the previous launch's stop
+//                  on the same stream (exec/overlap.hpp), i.e. the communication not hidden
+//      and per pass the totals and hidden = 1 - exposed / exchange (the worst rank, and the
+//      median rank), from a device_timeline (cuda/executor/device_timeline.hpp).
+// On one GPU the R ranks share the SMs and the "links" are device-to-device copies that take
+// memory bandwidth from the kernels: this measures the engine's stream and event structure
+// (whether a round's compute ever waits for its data), not NVLink or InfiniBand.
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cuda/device_loopback.hpp>
 #include <zeppelin/cuda/error.hpp>
 #include <zeppelin/cuda/executor/attention_engine.hpp>
+#include <zeppelin/cuda/executor/device_timeline.hpp>
 #include <zeppelin/cuda/stream_set.hpp>
+#include <zeppelin/exec/overlap.hpp>
 #include <zeppelin/partition/even_split.hpp>
-#include <zeppelin/program/build.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -28,8 +32,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace zeppelin;
@@ -56,9 +62,13 @@ options parse(int argc, char** argv) {
     else if (k == "--reps") o.reps = std::atoi(v);
     else if (k == "--dtype") o.type = std::strcmp(v, "fp16") == 0 ? device::dtype::fp16 : device::dtype::bf16;
     else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
+      std::fprintf(stderr, "unknown option %s (expected --ranks --tokens --heads --kv-heads --head-dim --reps --dtype)\n", k.c_str());
       std::exit(2);
     }
+  }
+  if (o.ranks < 2 || o.tokens < o.ranks || o.reps < 1) {
+    std::fprintf(stderr, "need --ranks >= 2, --tokens >= ranks, --reps >= 1 (got %d, %ld, %d)\n", o.ranks, o.tokens, o.reps);
+    std::exit(2);
   }
   return o;
 }
@@ -68,16 +78,30 @@ double median(std::vector<double> x) {
   return x.empty() ? 0 : x[x.size() / 2];
 }
 
-// random 16-bit values in [-1, 1) (never zeros)
+// random 16-bit values of magnitude 0.5 .. 1 and random sign (never zeros)
 void fill_random(void* dst, std::size_t elems, std::uint32_t seed) {
   std::vector<std::uint16_t> h(elems);
   std::uint32_t s = seed * 2654435761u + 1;
   for (auto& e : h) {
     s = s * 1664525u + 1013904223u;
-    e = static_cast<std::uint16_t>(0x3800u | (s >> 22));  // 0.5 .. 1 with random mantissa, sign below
+    e = static_cast<std::uint16_t>(0x3800u | (s >> 22));
     if (s & 0x100u) e |= 0x8000u;
   }
   ZEPPELIN_CUDA_CHECK(cudaMemcpy(dst, h.data(), elems * 2, cudaMemcpyHostToDevice));
+}
+
+// one rank's per-round figures of one rep: round -> (compute, exchange, exposed) ms
+using round_figures = std::map<std::int32_t, std::tuple<double, double, double>>;
+
+round_figures per_round(const std::vector<timed_span>& spans) {
+  round_figures out;
+  const std::vector<double> idle = idle_before(spans);
+  for (std::size_t i = 0; i < spans.size(); ++i) {
+    auto& [compute, exchange, exposed] = out[spans[i].round];
+    (spans[i].kind == timed_kind::exchange ? exchange : compute) += spans[i].duration_ms();
+    exposed += idle[i];
+  }
+  return out;
 }
 
 }  // namespace
@@ -94,77 +118,68 @@ int main(int argc, char** argv) {
   const batch b({static_cast<token_count>(o.tokens)});
   const plan p = even_split{.capacity = b.total_tokens()}.partition(b, topo);
   const attention_dims dims{.heads = o.heads, .kv_heads = o.kv_heads, .head_dim = o.head_dim};
-  const device_attention_engine full(p, b, topo, dims, o.type);
-  // the same program with nothing to move: the engine's compute alone
-  execution_program silent = full.program();
-  for (program_phase& ph : silent.phases) ph.pieces = {};
-  const device_attention_engine compute_only(std::move(silent), dims, o.type);
-  std::int32_t rounds = 1;
-  for (const program_level& lv : full.program().levels) rounds = std::max(rounds, lv.rounds[0]);
-  std::vector<double> t_full, t_compute, t_comm;
-  std::mutex m;
+  const device_attention_engine engine(p, b, topo, dims, o.type);
+  constexpr int passes = 2;  // forward, backward
+  // [pass][rank][rep]: per-round figures
+  std::vector<std::vector<std::vector<round_figures>>> runs(passes, std::vector<std::vector<round_figures>>(static_cast<std::size_t>(o.ranks)));
   std::barrier sync(o.ranks);
   device_loopback_world{.ranks = o.ranks}.run([&](device_loopback_comm& c) {
     const rank_index me = c.rank();
-    const auto n = static_cast<std::size_t>(full.rows(me));
+    const auto n = static_cast<std::size_t>(engine.rows(me));
     const std::size_t qn = n * static_cast<std::size_t>(dims.q_row()), kn = n * static_cast<std::size_t>(dims.kv_row());
-    void *q, *k, *v, *out;
-    float* lse;
-    ZEPPELIN_CUDA_CHECK(cudaMalloc(&q, qn * 2));
-    ZEPPELIN_CUDA_CHECK(cudaMalloc(&k, kn * 2));
-    ZEPPELIN_CUDA_CHECK(cudaMalloc(&v, kn * 2));
-    ZEPPELIN_CUDA_CHECK(cudaMalloc(&out, qn * 2));
-    ZEPPELIN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&lse), n * static_cast<std::size_t>(dims.heads) * sizeof(float)));
-    fill_random(q, qn, 1 + static_cast<std::uint32_t>(me));
-    fill_random(k, kn, 100 + static_cast<std::uint32_t>(me));
-    fill_random(v, kn, 200 + static_cast<std::uint32_t>(me));
-    // the ring exchange alone: KV of this rank's size, R - 1 rounds of one group each
-    const std::size_t kv_bytes = 2 * kn * 2;
-    device::device_memory a(kv_bytes, c.compute_stream()), bb(kv_bytes, c.compute_stream());
-    ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(c.compute_stream()));
     const cudaStream_t s = c.compute_stream();
-    const device_forward_io io{q, k, v, out, lse};
-    const auto timed = [&](auto&& body) {
-      sync.arrive_and_wait();
-      const device::cuda_event start(true), stop(true);
-      start.record(s);
-      body();
-      device::stream_wait(s, c.stream());
-      stop.record(s);
-      stop.synchronize();
-      return static_cast<double>(device::cuda_event::elapsed_ms(start, stop));
-    };
-    const auto ring_only = [&] {
-      const rank_index R = c.size();
-      for (std::int32_t r = 0; r + 1 < rounds; ++r) {
-        device::stream_wait(c.stream(), s);
-        c.group_start();
-        c.send(std::span<const std::byte>(static_cast<const std::byte*>(a.get()), kv_bytes), (me + 1) % R);
-        c.recv(std::span<std::byte>(static_cast<std::byte*>(bb.get()), kv_bytes), (me - 1 + R) % R);
-        c.group_end("ring only");
-        device::stream_wait(s, c.stream());
-      }
-    };
-    for (int rep = 0; rep < o.reps + 2; ++rep) {
-      const double f = timed([&] { full.forward(c, io, s); });
-      const double x = timed([&] { compute_only.forward(c, io, s); });
-      const double y = timed(ring_only);
-      if (rep < 2) continue;
-      std::lock_guard lock(m);
-      const auto at = static_cast<std::size_t>(rep - 2);
-      for (const auto& [vec, val] : {std::pair{&t_full, f}, std::pair{&t_compute, x}, std::pair{&t_comm, y}}) {
-        if (vec->size() <= at) vec->push_back(val);
-        else (*vec)[at] = std::max((*vec)[at], val);  // the slowest rank
-      }
-    }
+    device::device_memory q(qn * 2, s), k(kn * 2, s), v(kn * 2, s), out(qn * 2, s), d_o(qn * 2, s), dq(qn * 2, s), dk(kn * 2, s),
+        dv(kn * 2, s), lse(n * static_cast<std::size_t>(dims.heads) * sizeof(float), s);
     ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
-    for (void* ptr : {q, k, v, out, static_cast<void*>(lse)}) ZEPPELIN_CUDA_CHECK(cudaFree(ptr));
+    const auto seed = static_cast<std::uint32_t>(me);
+    fill_random(q.get(), qn, 1 + seed);
+    fill_random(k.get(), kn, 100 + seed);
+    fill_random(v.get(), kn, 200 + seed);
+    fill_random(d_o.get(), qn, 300 + seed);
+    const device_forward_io fio{q.get(), k.get(), v.get(), out.get(), lse.as<float>()};
+    const device_backward_io bio{q.get(), k.get(), v.get(), out.get(), d_o.get(), lse.as<float>(), dq.get(), dk.get(), dv.get()};
+    device_timeline timeline;
+    for (int rep = 0; rep < o.reps + 2; ++rep)
+      for (int pass = 0; pass < passes; ++pass) {
+        sync.arrive_and_wait();
+        timeline.clear();
+        if (pass == 0) engine.forward(c, fio, s, nullptr, &timeline);
+        else engine.backward(c, bio, s, nullptr, &timeline);
+        ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+        if (rep >= 2) runs[static_cast<std::size_t>(pass)][static_cast<std::size_t>(me)].push_back(per_round(timeline.read()));
+      }
   });
-  const double f = median(t_full), x = median(t_compute), y = median(t_comm);
-  const double hidden = y > 0 ? std::clamp((x + y - f) / y, 0.0, 1.0) : 1.0;
-  std::printf("ranks tokens heads kv_heads head_dim dtype rounds | full_ms compute_ms comm_ms | step_full step_compute step_comm | hidden\n");
-  std::printf("%d %ld %d %d %d %s %d | %.3f %.3f %.3f | %.3f %.3f %.3f | %.2f\n", o.ranks, o.tokens, o.heads, o.kv_heads,
-              o.head_dim, std::string(device::to_string(o.type)).c_str(), rounds, f, x, y, f / rounds, x / rounds,
-              y / std::max(1, rounds - 1), hidden);
+  std::printf("pass ranks rank round | compute_ms exchange_ms exposed_ms   (medians over %d reps)\n", o.reps);
+  std::vector<std::string> summary;
+  for (int pass = 0; pass < passes; ++pass) {
+    const char* name = pass == 0 ? "fwd" : "bwd";
+    std::vector<double> hidden_of_rank;
+    double compute_total = 0, exchange_total = 0, exposed_total = 0;
+    for (int r = 0; r < o.ranks; ++r) {
+      const auto& reps = runs[static_cast<std::size_t>(pass)][static_cast<std::size_t>(r)];
+      overlap_figures rank_total;
+      for (const auto& [round, unused] : reps.front()) {
+        std::vector<double> c, x, e;
+        for (const round_figures& f : reps) {
+          const auto& [ci, xi, ei] = f.at(round);
+          c.push_back(ci), x.push_back(xi), e.push_back(ei);
+        }
+        const double mc = median(c), mx = median(x), me = median(e);
+        rank_total.launch_ms += mc, rank_total.exchange_ms += mx, rank_total.exposed_ms += me;
+        std::printf("%s %d %d %d | %.4f %.4f %.4f\n", name, o.ranks, r, round, mc, mx, me);
+      }
+      hidden_of_rank.push_back(rank_total.hidden());
+      compute_total += rank_total.launch_ms, exchange_total += rank_total.exchange_ms, exposed_total += rank_total.exposed_ms;
+    }
+    const double worst = *std::min_element(hidden_of_rank.begin(), hidden_of_rank.end());
+    char line[256];
+    std::snprintf(line, sizeof line, "%s %d %ld %d %d %d %s | %.3f %.3f %.3f | %.3f %.3f", name, o.ranks, o.tokens / o.ranks, o.heads,
+                  o.kv_heads, o.head_dim, std::string(device::to_string(o.type)).c_str(), compute_total / o.ranks,
+                  exchange_total / o.ranks, exposed_total / o.ranks, worst, median(hidden_of_rank));
+    summary.emplace_back(line);
+  }
+  std::printf("\npass ranks tokens_per_rank heads kv_heads head_dim dtype | compute_ms exchange_ms exposed_ms (per rank, summed over "
+              "rounds) | hidden_worst_rank hidden_median_rank\n");
+  for (const std::string& l : summary) std::printf("%s\n", l.c_str());
   return 0;
 }

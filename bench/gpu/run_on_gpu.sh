@@ -1,21 +1,72 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: build the kernels, the [gpu] tests and the bench for sm_90, run
-# the tests (plain, then under compute-sanitizer memcheck), the benches, PyTorch's flash
-# attention on the same shapes, and the check of dumped outputs against PyTorch.
-# Usage (repository root): bench/gpu/run_on_gpu.sh [OUT_DIR]   (logs and tables land there)
+# One call on a GPU machine: build the kernels, the [gpu] tests, the benches and the C ABI
+# library for sm_90 (or use binaries built elsewhere), run the tests (plain, then under
+# compute-sanitizer memcheck as ctest's gpu.memcheck and gpu.memcheck.nccl do), the PyTorch
+# binding's CUDA tests, the attention bench, PyTorch's flash attention on the same shapes, the
+# check of dumped outputs against PyTorch, and the ring-overlap bench. Each step has a time
+# limit, so one slow step cannot take the others' time.
+# Usage (repository root): bench/gpu/run_on_gpu.sh [OUT_DIR]   (seven logs land there)
+# Environment:
+#   ZEPPELIN_GPU_BUILD  a build directory that already holds tests/gpu/test_gpu,
+#                       bench/gpu/bench_gpu_{attention,ring_overlap} and python/zeppelin_torch
+#                       for this GPU (configured with -DCMAKE_CUDA_ARCHITECTURES=90 on another
+#                       machine, say); default: build here
+#   ZEPPELIN_GPU_MEMCHECK_S  seconds for each memcheck run (default 240)
 set -uo pipefail
 out="${1:-${OUT:-/tmp/zeppelin-gpu}}"
 mkdir -p "$out"
-build=build/gpu
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEPPELIN_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DZEPPELIN_BUILD_EXAMPLES=OFF > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build "$build" --target test_gpu bench_gpu_attention bench_gpu_ring_overlap -j16 > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
-"$build/tests/gpu/test_gpu" "[gpu]" 2>&1 | tee "$out/test_gpu.log" | tail -5
+scratch=$(mktemp -d)
+gpu_state() { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,pstate --format=csv; }
+{
+  date -u; gpu_state
+  nvcc --version | tail -2; python3 -c 'import torch; print("torch", torch.__version__)'
+} > "$out/env.log" 2>&1
+# the NCCL the tests link: the system's, else the first one found (PyTorch ships one)
+if ! ldconfig -p | grep -q libnccl.so.2; then
+  nccl=$(find /usr/local/cuda* /opt /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -1)
+  [[ -n "$nccl" ]] && export LD_LIBRARY_PATH="$(dirname "$nccl")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "libnccl.so.2: ${nccl:-not found}" >> "$out/env.log"
+fi
+build="${ZEPPELIN_GPU_BUILD:-}"
+if [[ -z "$build" ]] || ! "$build/tests/gpu/test_gpu" --help > /dev/null 2>&1; then
+  [[ -n "$build" ]] && echo "prebuilt $build does not run here; building" | tee -a "$out/env.log"
+  build=build/gpu
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEPPELIN_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DZEPPELIN_BUILD_EXAMPLES=OFF -DZEPPELIN_BUILD_BENCH=ON -DZEPPELIN_BUILD_PYTHON=ON > "$scratch/configure.log" 2>&1 \
+    || { tail -30 "$scratch/configure.log"; exit 1; }
+  cmake --build "$build" --target test_gpu bench_gpu_attention bench_gpu_ring_overlap zeppelin_capi -j16 > "$scratch/build.log" 2>&1 \
+    || { tail -50 "$scratch/build.log"; exit 1; }
+fi
+echo "binaries: $build" >> "$out/env.log"
+step() {  # step SECONDS LOG COMMAND...: runs COMMAND under a limit, its output appended to LOG
+  local limit=$1 log=$2; shift 2
+  local start=$SECONDS
+  echo "== $*" >> "$log"
+  timeout "$limit" "$@" >> "$log" 2>&1
+  local rc=$?
+  echo "$(basename "$log") ($1 ${2:-}): exit $rc in $((SECONDS - start)) s" | tee -a "$scratch/steps.log"
+  return $rc
+}
+step 180 "$out/test_gpu.log" "$build/tests/gpu/test_gpu" "[gpu]" --durations yes
+tail -n 3 "$out/test_gpu.log"
+step 120 "$out/python_cuda.log" env PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 \
+  python3 -m pytest -q -p no:cacheprovider python/tests/test_cuda.py
+tail -n 2 "$out/python_cuda.log"
+step 90 "$out/ring_overlap.log" "$build/bench/gpu/bench_gpu_ring_overlap" --ranks 4 --tokens 32768
+step 90 "$out/ring_overlap.log" "$build/bench/gpu/bench_gpu_ring_overlap" --ranks 2 --tokens 16384
+step 90 "$out/ring_overlap.log" "$build/bench/gpu/bench_gpu_ring_overlap" --ranks 8 --tokens 65536
+mkdir -p "$scratch/dump"
+step 150 "$out/bench.log" "$build/bench/gpu/bench_gpu_attention" --shapes "$scratch/shapes.txt" --dump "$scratch/dump"
+step 150 "$out/torch.log" python3 bench/gpu/torch_attention.py bench "$scratch/shapes.txt"
+step 90 "$out/torch.log" python3 bench/gpu/torch_attention.py check "$scratch/dump"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-"$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$build/tests/gpu/test_gpu" "[gpu]" > "$out/memcheck.log" 2>&1
-echo "memcheck exit code: $?"; tail -3 "$out/memcheck.log"
-mkdir -p "$out/dump"
-"$build/bench/gpu/bench_gpu_attention" --shapes "$out/shapes.txt" --csv "$out/zeppelin.csv" --dump "$out/dump" 2>&1 | tee "$out/bench.log"
-python3 bench/gpu/torch_attention.py bench "$out/shapes.txt" 2>&1 | tee "$out/torch_bench.log"
-python3 bench/gpu/torch_attention.py check "$out/dump" 2>&1 | tee "$out/torch_check.log"
-"$build/bench/gpu/bench_gpu_ring_overlap" --ranks 4 --tokens 32768 2>&1 | tee "$out/ring_overlap.log"
+memcheck_s="${ZEPPELIN_GPU_MEMCHECK_S:-240}"
+step "$memcheck_s" "$out/memcheck.log" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$build/tests/gpu/test_gpu" "[gpu]~[nccl]"
+# NCCL's initialisation probes kernels its build has no image of (tests/gpu/CMakeLists.txt)
+step "$memcheck_s" "$out/memcheck.log" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 --report-api-errors no \
+  "$build/tests/gpu/test_gpu" "[gpu][nccl]"
+grep -E "ERROR SUMMARY|LEAK SUMMARY|test cases" "$out/memcheck.log"
+{ echo "== after the runs"; date -u; gpu_state; echo "== steps"; cat "$scratch/steps.log"; } >> "$out/env.log" 2>&1
+echo "== summary"; cat "$scratch/steps.log"
+grep -A3 "^pass ranks tokens_per_rank" "$out/ring_overlap.log"
+cat "$out/bench.log" "$out/torch.log" | grep -vE "^== " | tail -n 45
