@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 using namespace zeppelin_test;
@@ -222,6 +223,20 @@ TEST_CASE("attention facades reject bad parameters without launching", "[gpu][at
   p.kv_heads = 1;
   CHECK_NOTHROW(dev::validate(p));  // zero blocks: a valid no-op
   CHECK(dev::attention_forward(p, nullptr) == cudaSuccess);
+  // the backward adds into its fp32 accumulators two floats at a time
+  dev::attention_backward_params b;
+  static_cast<dev::attention_blocks&>(b) = p;
+  alignas(16) float accumulators[8] = {};
+  b.dq_accum = accumulators, b.dk_accum = accumulators + 2, b.dv_accum = accumulators + 1;
+  try {
+    dev::validate(b);
+    FAIL("validate accepted a dv_accum 4 bytes off an 8-byte boundary");
+  } catch (const zeppelin::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("8-byte aligned") != std::string::npos);
+    CHECK(e.value("address") == 4.0);
+  }
+  b.dv_accum = accumulators + 4;
+  CHECK_NOTHROW(dev::validate(b));
 }
 
 TEST_CASE("attention backward matches the fp64 reference", "[gpu][attention]") {

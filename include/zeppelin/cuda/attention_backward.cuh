@@ -5,17 +5,19 @@
 // Out: dq_accum += scale * dS K (fp32, atomicAdd), dk_accum += scale * dS^T Q and
 //      dv_accum += P^T dO (fp32, exclusive read-modify-write), and/or dk, dv in the dtype.
 // Preprocess: one warp per (row, head), 16-byte loads, delta[h][row] = sum_d dO * O.
-// Main kernel: one CTA of 4 warps per (64-key tile, KV head, block); grid =
-// (ceil(max_seqlen_k / 64), kv_heads, num_blocks). The CTA walks every query head of its GQA
+// Main kernel: one CTA of 8 warps per (128-key tile, KV head, block); grid =
+// (ceil(max_seqlen_k / 128), kv_heads, num_blocks). The CTA walks every query head of its GQA
 // group and every 64-query tile that can see its keys (causal: from the first query whose
 // position reaches the tile's first key). Warp w owns keys 16w..16w+15 and holds their dK and
 // dV accumulators (16 x D fp32 each) in registers for the whole walk. Per query tile:
 //   S^T = K Q^T -> P^T = exp2(S^T * scale * log2 e - LSE * log2 e)   (masked -> 0)
 //   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T (dP^T - delta)          (all per warp, registers)
-//   dK += dS^T Q;  dS^T -> shared memory;  dQ = dS K per warp on 16 query rows -> atomicAdd
+//   dK += dS^T Q;  dS^T -> shared memory;  dQ = dS K, each warp 16 query rows x D/2 columns
+//   over the CTA's 128 keys -> atomicAdd (8-byte reductions on sm_90)
 // The next query tile's Q and dO are fetched with cp.async while dQ is computed. Shared
-// memory: K, V, Q, dO tiles of 64 rows x (D + 8), dS^T 64 x 72, LSE and delta 64 floats each
-// (79.4 KB for D = 128, 45.6 KB for D = 64).
+// memory: K, V tiles of 128 rows and Q, dO tiles of 64 rows x (D + 8), dS^T 128 x 72, LSE and
+// delta 64 floats each (120.5 KB for D = 128, 72.5 KB for D = 64). 128 keys per CTA halve the
+// dQ reductions and the Q / dO loads per FLOP of 64 (the FlashAttention-2 tiling).
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -36,10 +38,15 @@ namespace detail {
 
 template <int HeadDim>
 struct backward_traits {
-  static constexpr int block_m = 64;  // query rows per step of the walk
-  static constexpr int block_n = 64;  // keys per CTA (16 per warp)
+  static constexpr int block_m = 64;   // query rows per step of the walk
+  static constexpr int block_n = 128;  // keys per CTA (16 per warp)
   static constexpr int warps = block_n / 16;
   static constexpr int threads = warps * 32;
+  // dQ of a step: warp w computes query rows 16 (w % dq_row_blocks) .. + 15 of the tile over
+  // the columns of column group w / dq_row_blocks
+  static constexpr int dq_row_blocks = block_m / 16;
+  static constexpr int dq_col_groups = warps / dq_row_blocks;
+  static_assert(warps % dq_row_blocks == 0 && (HeadDim / 16) % dq_col_groups == 0, "dQ split over the warps");
   static constexpr int smem_stride = HeadDim + 8;
   static constexpr int ds_stride = block_m + 8;
   static constexpr std::size_t smem_bytes = std::size_t{2 * block_n + 2 * block_m} * smem_stride * 2 +
@@ -263,17 +270,22 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
     __syncthreads();  // Q, dO, LSE, delta are consumed; dS^T is complete
     if (step + 1 < steps) fetch(step + 1);
 
-    // dQ rows 16w..16w+15 of the tile = dS (16 x BN, from dS^T) K (BN x D), 16 columns at a time.
-    const int q_row0 = m0 + warp * 16 + g;
+    // dQ rows 16b..16b+15 of the tile (b = warp % dq_row_blocks) = dS (16 x BN, from dS^T)
+    // K (BN x D), over this warp's column group, 16 columns at a time.
+    constexpr int dq_steps = D / 16 / traits::dq_col_groups;
+    const int row_block = warp % traits::dq_row_blocks;
+    const int dp0 = warp / traits::dq_row_blocks * dq_steps;
+    const int q_row0 = m0 + row_block * 16 + g;
     float* dq_base = p.dq_accum + (std::int64_t{blk.q_begin} + q_row0) * q_row_stride + std::int64_t{h} * D;
 #pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
+    for (int step_dp = 0; step_dp < dq_steps; ++step_dp) {
+      const int dp = dp0 + step_dp;
       float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         std::uint32_t a[4];
         std::uint32_t r[4];
-        ldmatrix_x4_trans(a, sds + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * SD + warp * 16 + ((lane >> 3) & 1) * 8);
+        ldmatrix_x4_trans(a, sds + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * SD + row_block * 16 + ((lane >> 3) & 1) * 8);
         ldmatrix_x4_trans(r, sk + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + dp * 16 + (lane >> 4) * 8);
         mma_16816<T>(acc[0], a, r[0], r[1]);
         mma_16816<T>(acc[1], a, r[2], r[3]);
@@ -285,8 +297,13 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
         for (int r = 0; r < 2; ++r) {
           if (q_row0 + r * 8 >= blk.q_len) continue;
           float* at = dq_base + std::int64_t{r * 8} * q_row_stride + col;
-          atomicAdd(at, acc[half][2 * r] * p.softmax_scale);
-          atomicAdd(at + 1, acc[half][2 * r + 1] * p.softmax_scale);
+          const float x = acc[half][2 * r] * p.softmax_scale, y = acc[half][2 * r + 1] * p.softmax_scale;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+          atomicAdd(reinterpret_cast<float2*>(at), make_float2(x, y));  // one 8-byte reduction (sm_90+)
+#else
+          atomicAdd(at, x);
+          atomicAdd(at + 1, y);
+#endif
         }
       }
     }

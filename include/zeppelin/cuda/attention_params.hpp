@@ -152,6 +152,9 @@ inline param_problem check_blocks(const attention_blocks& b, std::int32_t max_se
   if (p.num_blocks > 0 && (p.dout == nullptr || p.lse == nullptr || p.delta == nullptr || p.dq_accum == nullptr))
     return {"null dout, lse, delta or dq_accum pointer", "num_blocks", double(p.num_blocks)};
   if (p.lse_stride != 0 && p.lse_stride < p.total_q) return {"lse_stride smaller than total_q", "lse_stride", double(p.lse_stride)};
+  for (const float* ptr : {p.dq_accum, p.dk_accum, p.dv_accum})  // 8-byte reductions and read-modify-writes
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 8 != 0)
+      return {"dq_accum, dk_accum and dv_accum must be 8-byte aligned", "address", double(reinterpret_cast<std::uintptr_t>(ptr) % 8)};
   return {};
 }
 
