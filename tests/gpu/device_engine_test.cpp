@@ -5,12 +5,24 @@
 // launches; and every run's execution record (what the engine moved and launched on every
 // rank) equals the record of the program the host engine and the simulator run for the same
 // plan and options. The all-to-all (Ulysses) collective: device_ulysses_test.cpp.
+// The device timeline (cuda/executor/device_timeline.hpp): a ring of 4 ranks, forward and
+// backward with and without one; with one, every attention launch and exchange of the rank's
+// pass has a span with its level and round, spans on one stream follow stream order, and the
+// outputs are those of the run without one.
 #include "distributed_support.hpp"
 
+#include <zeppelin/cuda/executor/device_timeline.hpp>
+#include <zeppelin/exec/overlap.hpp>
+#include <zeppelin/partition/even_split.hpp>
 #include <zeppelin/program/record.hpp>
 #include <zeppelin/route/proxy.hpp>
 
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
 #include <utility>
+#include <variant>
 #include <vector>
 
 using namespace zeppelin;
@@ -88,5 +100,102 @@ TEST_CASE("device engine: proxy routing (no fallback to direct) gives the same r
     CHECK(proxied);
     check_against_reference(got, ref, b);
     check_record(got, p, b, t, o);
+  }
+}
+
+TEST_CASE("device timeline: a span per launch and exchange in stream order and outputs unchanged", "[gpu][executor][timeline]") {
+  ZEPPELIN_REQUIRE_GPU();
+  const topology t = test_topology(1, 4);
+  const batch b({3000, 700});
+  const plan p = even_split{.capacity = b.total_tokens()}.partition(b, t);
+  const attention_dims dims{.heads = 4, .kv_heads = 2, .head_dim = 64};
+  const device_attention_engine engine(p, b, t, dims, device::dtype::fp16);
+  const execution_program& prog = engine.program();
+  struct rank_result {
+    std::vector<std::uint16_t> o_plain, o_timed, dq_plain, dq_timed;
+    std::vector<timed_span> fwd, bwd;
+  };
+  std::vector<rank_result> results(4);
+  std::mutex m;
+  device_loopback_world{.ranks = 4}.run([&](device_loopback_comm& c) {
+    const rank_index me = c.rank();
+    const cudaStream_t s = c.compute_stream();
+    const auto n = static_cast<std::size_t>(engine.rows(me));
+    const auto qn = n * static_cast<std::size_t>(dims.q_row()), kn = n * static_cast<std::size_t>(dims.kv_row());
+    random_generator rng(77, static_cast<std::uint64_t>(me));
+    const auto random_bits = [&](std::size_t count) {
+      std::vector<std::uint16_t> x(count);
+      for (auto& e : x) e = to_bits(static_cast<float>(2 * rng.uniform() - 1), device::dtype::fp16);
+      return x;
+    };
+    device_buffer<std::uint16_t> q(random_bits(qn)), k(random_bits(kn)), v(random_bits(kn)), d_o(random_bits(qn));
+    device_buffer<std::uint16_t> o(qn), dq(qn), dk(kn), dv(kn);
+    device_buffer<float> lse(n * static_cast<std::size_t>(dims.heads));
+    const device_forward_io fio{q.get(), k.get(), v.get(), o.get(), lse.get()};
+    const device_backward_io bio{q.get(), k.get(), v.get(), o.get(), d_o.get(), lse.get(), dq.get(), dk.get(), dv.get()};
+    rank_result r;
+    engine.forward(c, fio, s);
+    engine.backward(c, bio, s);
+    ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+    r.o_plain = o.download(), r.dq_plain = dq.download();
+    device_timeline forward, backward;
+    engine.forward(c, fio, s, nullptr, &forward);
+    engine.backward(c, bio, s, nullptr, &backward);
+    ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+    r.o_timed = o.download(), r.dq_timed = dq.download();
+    r.fwd = forward.read(), r.bwd = backward.read();
+    std::lock_guard lock(m);
+    results[static_cast<std::size_t>(me)] = std::move(r);
+  });
+  for (rank_index me = 0; me < 4; ++me) {
+    const rank_result& r = results[static_cast<std::size_t>(me)];
+    CHECK(r.o_timed == r.o_plain);
+    std::vector<float> plain, timed;
+    for (std::size_t i = 0; i < r.dq_plain.size(); ++i)
+      plain.push_back(from_bits(r.dq_plain[i], device::dtype::fp16)), timed.push_back(from_bits(r.dq_timed[i], device::dtype::fp16));
+    CHECK(max_abs_diff(timed, plain) < 1e-2);  // dQ accumulates with atomics: not bitwise
+    for (const pass_kind pass : {pass_kind::forward, pass_kind::backward}) {
+      const std::vector<timed_span>& spans = pass == pass_kind::forward ? r.fwd : r.bwd;
+      // what the program says this rank launches and exchanges in the pass's attention segments
+      std::multiset<std::pair<std::int32_t, std::int32_t>> launches, exchanges;
+      for (const program_segment& seg : prog.pass(pass).at(static_cast<std::size_t>(me)).segments) {
+        if (seg.kind != segment_kind::attention) continue;
+        for (const program_op& op : seg.ops) {
+          if (const auto* run = std::get_if<run_attention>(&op.body)) {
+            const program_launch& l = prog.launches.at(static_cast<std::size_t>(run->launch));
+            launches.insert({l.level, l.round});
+          } else if (const auto* x = std::get_if<exchange_phase>(&op.body)) {
+            const program_phase& ph = prog.phases.at(static_cast<std::size_t>(x->phase));
+            exchanges.insert({ph.level, ph.round});
+          }
+        }
+      }
+      std::multiset<std::pair<std::int32_t, std::int32_t>> timed_launches, timed_exchanges;
+      std::map<std::int32_t, double> last_stop;
+      for (const timed_span& s : spans) {
+        INFO("rank " << me << " pass " << int(pass) << " level " << s.level << " round " << s.round);
+        CHECK(s.start_ms <= s.stop_ms);
+        if (s.kind == timed_kind::exchange) {
+          CHECK(s.stream == -1);
+          timed_exchanges.insert({s.level, s.round});
+          continue;
+        }
+        timed_launches.insert({s.level, s.round});
+        const auto [it, first] = last_stop.try_emplace(s.stream, s.stop_ms);
+        if (!first) {
+          CHECK(s.start_ms >= it->second - 1e-3);
+          it->second = s.stop_ms;
+        }
+      }
+      CHECK(timed_launches == launches);
+      CHECK(timed_exchanges == exchanges);
+      CHECK(launches.size() == engine.launches(me, pass));
+      CHECK(exchanges.size() >= 3);  // a ring of 4: at least 3 rounds of exchange
+      const overlap_figures f = overlap_of(spans);
+      CHECK(f.launch_ms > 0);
+      CHECK(f.exchange_ms > 0);
+      CHECK(f.hidden() >= 0);
+      CHECK(f.hidden() <= 1);
+    }
   }
 }
