@@ -124,6 +124,13 @@ struct interval_scratch {
 //! interval scheduling, O(n log n)).
 [[nodiscard]] inline double heaviest_disjoint(std::span<const ring_block> blocks, token_range ring_block::*side,
                                               interval_scratch& scratch) {
+  // one or two blocks (most (origin, sequence) pairs of a zigzag round): no sort
+  if (blocks.size() == 1) return blocks[0].x;
+  if (blocks.size() == 2) {
+    const token_range a = blocks[0].*side, b = blocks[1].*side;
+    const bool disjoint = a.end <= b.begin || b.end <= a.begin;
+    return disjoint ? blocks[0].x + blocks[1].x : std::max(blocks[0].x, blocks[1].x);
+  }
   auto& by_end = scratch.by_end;
   by_end.clear();
   for (const ring_block& b : blocks) by_end.push_back({b.*side, b.x});
