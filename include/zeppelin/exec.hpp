@@ -1,7 +1,8 @@
 // zeppelin/exec.hpp
 // All of exec/: attention kernel concept and host kernel, LSE merge, the phase executor, the
 // host backend of the execution program, the attention engine, dispatch and remap
-// executors. Host code; device code includes the nvcc-safe headers one by one.
+// executors, the overlap figures of timed spans. Host code; device code includes the
+// nvcc-safe headers one by one.
 #pragma once
 
 #include <zeppelin/exec/attention_engine.hpp>
@@ -10,6 +11,7 @@
 #include <zeppelin/exec/host_backend.hpp>
 #include <zeppelin/exec/linear_layout.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
+#include <zeppelin/exec/overlap.hpp>
 #include <zeppelin/exec/pipeline_runner.hpp>
 #include <zeppelin/exec/plan_agreement.hpp>
 #include <zeppelin/exec/relayout.hpp>
