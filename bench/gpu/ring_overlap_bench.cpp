@@ -33,9 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 using namespace zeppelin;
@@ -90,19 +88,8 @@ void fill_random(void* dst, std::size_t elems, std::uint32_t seed) {
   ZEPPELIN_CUDA_CHECK(cudaMemcpy(dst, h.data(), elems * 2, cudaMemcpyHostToDevice));
 }
 
-// one rank's per-round figures of one rep: round -> (compute, exchange, exposed) ms
-using round_figures = std::map<std::int32_t, std::tuple<double, double, double>>;
-
-round_figures per_round(const std::vector<timed_span>& spans) {
-  round_figures out;
-  const std::vector<double> idle = idle_before(spans);
-  for (std::size_t i = 0; i < spans.size(); ++i) {
-    auto& [compute, exchange, exposed] = out[spans[i].round];
-    (spans[i].kind == timed_kind::exchange ? exchange : compute) += spans[i].duration_ms();
-    exposed += idle[i];
-  }
-  return out;
-}
+// one rank's per-round figures of one rep (exec/overlap.hpp)
+using round_figures = std::map<std::int32_t, overlap_figures>;
 
 }  // namespace
 
@@ -146,7 +133,7 @@ int main(int argc, char** argv) {
         if (pass == 0) engine.forward(c, fio, s, nullptr, &timeline);
         else engine.backward(c, bio, s, nullptr, &timeline);
         ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
-        if (rep >= 2) runs[static_cast<std::size_t>(pass)][static_cast<std::size_t>(me)].push_back(per_round(timeline.read()));
+        if (rep >= 2) runs[static_cast<std::size_t>(pass)][static_cast<std::size_t>(me)].push_back(overlap_per_round(timeline.read()));
       }
   });
   std::printf("pass ranks rank round | compute_ms exchange_ms exposed_ms   (medians over %d reps)\n", o.reps);
@@ -161,8 +148,8 @@ int main(int argc, char** argv) {
       for (const auto& [round, unused] : reps.front()) {
         std::vector<double> c, x, e;
         for (const round_figures& f : reps) {
-          const auto& [ci, xi, ei] = f.at(round);
-          c.push_back(ci), x.push_back(xi), e.push_back(ei);
+          const overlap_figures& at = f.at(round);
+          c.push_back(at.launch_ms), x.push_back(at.exchange_ms), e.push_back(at.exposed_ms);
         }
         const double mc = median(c), mx = median(x), me = median(e);
         rank_total.launch_ms += mc, rank_total.exchange_ms += mx, rank_total.exposed_ms += me;

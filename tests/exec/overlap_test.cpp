@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 using namespace zeppelin;
@@ -19,6 +20,7 @@ TEST_CASE("overlap_of: exposed wait is the idle time between launches of each st
     const auto streams = static_cast<std::int32_t>(rng.between(1, 3));
     std::vector<std::vector<timed_span>> chains(static_cast<std::size_t>(streams));
     double launch_ms = 0, exposed_ms = 0, exchange_ms = 0;
+    std::map<std::int32_t, double> exposed_in_round;  // launch i of a chain is in round i
     for (std::int32_t s = 0; s < streams; ++s) {
       double clock = rng.uniform();
       const auto n = rng.between(1, 6);
@@ -26,6 +28,7 @@ TEST_CASE("overlap_of: exposed wait is the idle time between launches of each st
         if (i > 0) {
           const double gap = rng.below(3) == 0 ? 0.0 : rng.uniform();
           clock += gap, exposed_ms += gap;
+          exposed_in_round[static_cast<std::int32_t>(i)] += gap;
         }
         const double d = 0.1 + rng.uniform();
         chains[static_cast<std::size_t>(s)].push_back({.kind = timed_kind::launch, .round = static_cast<std::int32_t>(i), .stream = s,
@@ -56,6 +59,12 @@ TEST_CASE("overlap_of: exposed wait is the idle time between launches of each st
     CHECK_THAT(f.exchange_ms, WithinAbs(exchange_ms, 1e-9));
     const double hidden = exchange_ms > 0 ? std::clamp(1 - exposed_ms / exchange_ms, 0.0, 1.0) : 1.0;
     CHECK_THAT(f.hidden(), WithinAbs(hidden, 1e-9));
+    // per round: a launch's idle time in its own round (the exchanges are all in round 0)
+    for (const auto& [round, r] : overlap_per_round(spans)) {
+      CAPTURE(trial, round);
+      CHECK_THAT(r.exposed_ms, WithinAbs(exposed_in_round[round], 1e-9));
+      CHECK(r.launch_ms > 0);
+    }
   }
 }
 

@@ -4,8 +4,8 @@
 //        launches, each on one of its compute streams, and its exchanges on the communication
 //        stream, with start and stop in milliseconds on one clock (device_timeline::read(),
 //        cuda/executor/device_timeline.hpp, or a host clock)
-//   out: idle_before(): per span, its stream's idle time just before it; overlap_of(): the
-//        launches' busy time, the exchanges' time in flight, and the exposed
+//   out: idle_before(): per span, its stream's idle time just before it; overlap_per_round():
+//        the figures below per round; overlap_of(): the launches' busy time, the exchanges' time in flight, and the exposed
 //        wait: over each compute stream, the idle time between consecutive launches (the next
 //        start minus the previous stop, where positive). A launch that needs an exchange's data
 //        starts late by the part of the exchange the compute before it did not cover, so the
@@ -66,15 +66,28 @@ struct overlap_figures {
   return idle;
 }
 
-//! The overlap figures of one rank's spans (see the file comment).
-[[nodiscard]] inline overlap_figures overlap_of(std::span<const timed_span> spans) {
-  overlap_figures f;
+//! The overlap figures of one rank's spans per round (a launch's idle time counts in its
+//! round), ascending by round.
+[[nodiscard]] inline std::map<std::int32_t, overlap_figures> overlap_per_round(std::span<const timed_span> spans) {
+  std::map<std::int32_t, overlap_figures> out;
   const std::vector<double> idle = idle_before(spans);
   for (std::size_t i = 0; i < spans.size(); ++i) {
+    overlap_figures& f = out[spans[i].round];
     (spans[i].kind == timed_kind::exchange ? f.exchange_ms : f.launch_ms) += spans[i].duration_ms();
     f.exposed_ms += idle[i];
   }
-  return f;
+  return out;
+}
+
+//! The overlap figures of one rank's spans (see the file comment): the rounds' summed.
+[[nodiscard]] inline overlap_figures overlap_of(std::span<const timed_span> spans) {
+  overlap_figures total;
+  for (const auto& [round, f] : overlap_per_round(spans)) {
+    total.launch_ms += f.launch_ms;
+    total.exchange_ms += f.exchange_ms;
+    total.exposed_ms += f.exposed_ms;
+  }
+  return total;
 }
 
 ZEPPELIN_NAMESPACE_END

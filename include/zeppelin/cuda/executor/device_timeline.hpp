@@ -56,7 +56,6 @@ class device_timeline {
     }
     return out;
   }
-  [[nodiscard]] std::size_t size() const noexcept { return marks_.size(); }
   void clear() noexcept { marks_.clear(); }
 
  private:
