@@ -154,12 +154,19 @@ struct split_over_two_nodes {
   }
 };
 
-TEST_CASE("an all-gather member's bound adds its gathered bytes to its work", "[sim][planner]") {
+TEST_CASE("an all-gather member's bound adds its gathered and scattered bytes to its work", "[sim][planner]") {
   // LLaMA CP: each member computes its half only after the other half's K/V arrived, in each
-  // pass, so neither part hides the other
+  // pass, and takes in the backward's partials (its reduce-scatter) only after its launch, so
+  // neither part hides the other
   const split_over_two_nodes s(method_spec_of(method_kind::llama_cp), collective_kind::all_gather);
   CHECK(s.bound == Approx(s.work + s.bytes).epsilon(1e-12));
   CHECK(s.bound <= s.step * (1 + 1e-12));
+  const model_config m = models::llama_3b();
+  const topology t = cluster_by_name("c", 2, 1);
+  const bound_prices prices = bound_prices_for(batch({8192}), m, t, sim_cost_model::for_topology(t));
+  const double kv = 2 * static_cast<double>(prices.wire.row_bytes(row_kind::kv)),
+               dkv = 2 * static_cast<double>(prices.wire.row_bytes(row_kind::dkv));
+  CHECK(s.bytes == Approx((4096 * kv + 4096 * kv + 4096 * dkv) * std::max(prices.per_byte_in, prices.per_byte_into_node)).epsilon(1e-12));
 }
 
 TEST_CASE("an all-to-all member's bound chains its lane's rows in, its attention and its outputs home", "[sim][planner]") {
@@ -169,6 +176,56 @@ TEST_CASE("an all-to-all member's bound chains its lane's rows in, its attention
   const split_over_two_nodes s(method_spec_of(method_kind::ulysses), collective_kind::all_to_all);
   CHECK(s.bound == Approx(s.work + s.bytes).epsilon(1e-12));
   CHECK(s.bound <= s.step * (1 + 1e-12));
+}
+
+TEST_CASE("a ring's backward bound counts the dK/dV accumulators its edges carry home", "[sim][planner]") {
+  // TE CP's ring of two: each member takes in the other's K/V in each pass and, in the
+  // backward, the dK/dV accumulators of both halves (the other's, then its own coming home)
+  const split_over_two_nodes s(method_spec_of(method_kind::te_cp), collective_kind::ring);
+  const model_config m = models::llama_3b();
+  const topology t = cluster_by_name("c", 2, 1);
+  const bound_prices prices = bound_prices_for(batch({8192}), m, t, sim_cost_model::for_topology(t));
+  const double kv = 2 * static_cast<double>(prices.wire.row_bytes(row_kind::kv)),
+               dkv = 2 * static_cast<double>(prices.wire.row_bytes(row_kind::dkv));
+  const double per_byte = std::max(prices.per_byte_in, prices.per_byte_into_node);
+  CHECK(s.bytes == Approx((4096 * kv + 4096 * kv + 8192 * dkv) * per_byte).epsilon(1e-12));
+  CHECK(s.bound <= s.step * (1 + 1e-12));
+}
+
+TEST_CASE("a rank's bound counts the compute speed it loses while its bytes come in", "[sim][planner]") {
+  // GitHub 256K over 32 GPUs, seed 19: TE CP + routing's ranks take in 31/32 of every
+  // sequence's K/V and dK/dV while they compute; at the speed lost to SM contention its bound
+  // rises above Ulysses' step, which the planner then chooses without simulating either
+  const model_config m = models::llama_7b();
+  const topology t = clusters::cluster_c(4);
+  const batch b = sample_batch(datasets::github(), 262144, 19);
+  const method_setup setup = setup_for(b, t);
+  const sim_cost_model cost = sim_cost_model::for_topology(t);
+  const bound_prices prices = bound_prices_for(b, m, t, cost);
+  REQUIRE(prices.comm_slowdown == cost.contention.slowdown(t.gpu()));
+  REQUIRE(prices.comm_slowdown > 0);
+  CHECK(bound_prices_for(b, m, t, cost, 2).comm_slowdown == 0);  // a TP collective is not slowed
+  bound_prices uncontended = prices;
+  uncontended.comm_slowdown = 0;
+  double ulysses_step = 0;
+  for (const method_spec& spec : cost_driven_candidates) {
+    CAPTURE(spec.name);
+    const method_run run = run_spec(spec, b, t, m, setup);
+    const linear_layout_kind linear = spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout;
+    const inter_node_path path = inter_node_path_of(options_for(spec, setup).router);
+    const double bound = plan_step_bound(run.layout, prices, linear, path), without = plan_step_bound(run.layout, uncontended, linear, path);
+    CHECK(without <= bound);
+    CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
+    if (spec.kind == method_kind::ulysses) ulysses_step = run.result.step_time_s;
+    if (spec.kind == method_kind::te_cp_routing) {
+      CHECK(without < ulysses_step);
+      CHECK(bound > ulysses_step);
+    }
+  }
+  const cost_driven_decision d = choose_by_cost(b, t, m, setup);
+  CHECK(d.execution.kind == method_kind::ulysses);
+  CHECK_FALSE(d.result.has_value());
+  for (const candidate_price& c : d.candidates) CHECK(c.outcome != candidate_outcome::simulated);
 }
 
 TEST_CASE("the bound of a group that serves several micro-batches counts each one's pairs and bytes in it", "[sim][planner]") {

@@ -163,7 +163,7 @@ struct cost_driven_choice {
   // one before and costing less than the next (and all of them less than the simulation they
   // may spare): every pair at the best rate, O(shards); the busiest rank's launch sets, its own
   // shard pairs; every rank's, all shard pairs
-  const bound_prices tight = bound_prices_for(b, m, view, cost);
+  const bound_prices tight = bound_prices_for(b, m, view, cost, setup.tensor_parallel);
   bound_prices quick = tight, one_rank = tight;
   quick.max_shard_pairs = 0;
   one_rank.priced_ranks = 1;

@@ -23,9 +23,19 @@
 //   Each pair and token is priced as step_lower_bound prices the whole batch (sim/lower_bound.hpp:
 //   exact FLOPs at the tables' best rates), times the slowdown of its launch set's size (at
 //   least 1), so this part is at least step_lower_bound.
+//   - SM contention (sim/sm_contention.hpp): a rank's compute runs at (1 - f) of its speed
+//     while it is an end of a flow in flight, which it is at least for the time B its own
+//     ports take to bring its bytes in (below). With W its work, C its compute's busy time and
+//     o the part of C inside those flows, C = W + f o and the pass lasts at least C + B - o
+//     >= W + f B (o <= B). So a rank, and the mean of an all-to-all group, counts W + f B.
+//     Only without tensor parallelism (bound_prices::comm_slowdown): a TP collective holds
+//     the stream at full speed.
 // Bytes in (forward, then backward; each layer the same), what the collectives must deliver
 // to a member whatever the router does (program/detail/*_collective.hpp):
-//   - ring and all-gather groups: the K and V rows of every other member, in each pass;
+//   - ring and all-gather groups: the K and V rows of every other member, in each pass; in a
+//     ring's backward the dK/dV accumulator of every member, its own coming home last
+//     (program/detail/ring_collective.hpp), in an all-gather's the partials of every member
+//     but its predecessor in the reduce-scatter (program/detail/all_gather_collective.hpp);
 //   - all-to-all groups of Ulysses degree u: from the other members of its subgroup, their
 //     rows of its lane's heads (forward Q, K, V; backward Q, K, V, O, dO, LSE), and from the
 //     u - 1 other lanes its own rows' outputs (forward O, LSE; backward dQ, dK, dV); when the
@@ -47,9 +57,12 @@
 //   unrouted ring's edge between nodes brings all its K/V through one NIC).
 // Serial (all-gather groups): a member computes its group's blocks only once it holds every
 // origin's K and V, after the last gather step (program/detail/all_gather_collective.hpp),
-// and its linear modules follow its attention (forward) or precede the gather (backward, a
-// segment starts after the linear modules); so such a rank needs, one after another, the
-// time to take in the gathered K/V of each pass, its pairs of the group and its linear work.
+// its first reduce-scatter step sends a partial its launch computed (and a rank posts its
+// exchanges one after another, a flow starting once both ends have posted it), and its linear
+// modules follow its attention (forward) or precede the gather (backward, a segment starts
+// after the linear modules); so such a rank needs, one after another, the time to take in the
+// gathered K/V of each pass, its pairs of the group, its linear work and the time to take in
+// the backward's partials.
 // The bytes part is what separates layouts whose work is equally balanced: a million one-token
 // sequences on 64 GPUs cost every layout the same work, and TE CP's rings of 64 the same K/V
 // pass as for long sequences. Cost: O(shards + group members). Host-only.
@@ -118,10 +131,16 @@ struct bound_prices {
   //! pairs of one member instead of all of them, and on a ring whose members are alike it is
   //! the bound of all of them: the cost-driven planner asks for it before the whole one.
   std::size_t priced_ranks = std::numeric_limits<std::size_t>::max();
+  //! The compute speed a rank loses while it is the end of a flow in flight (sim/sm_contention.hpp),
+  //! so at least for as long as its bytes take to come in; 0 where some of its compute tasks
+  //! keep their speed then (tensor-parallel collectives), which voids the argument.
+  double comm_slowdown = 0;
 };
 
+//! The prices of `b` on `view` for executions with `tensor_parallel` GPUs per CP rank (the SM
+//! contention term needs 1).
 [[nodiscard]] inline bound_prices bound_prices_for(const batch& b, const model_config& m, const topology& view,
-                                                   const sim_cost_model& cost) {
+                                                   const sim_cost_model& cost, std::int32_t tensor_parallel = 1) {
   const step_work work = estimate_step_work(b, m, view.gpu(), cost.attention, cost.linear);
   double total_pairs = 0;
   for (const token_count len : b.lengths()) total_pairs += static_cast<double>(causal_pairs(len));
@@ -140,7 +159,8 @@ struct bound_prices {
           .per_byte_nic = static_cast<double>(m.layers) / view.nic_link().bandwidth,
           .nic_of = std::move(nic_of),
           .wire = wire_format::for_model(m),
-          .slowdown = {cost.attention, forward_seconds + backward_seconds > 0 ? forward_seconds / (forward_seconds + backward_seconds) : 1.0}};
+          .slowdown = {cost.attention, forward_seconds + backward_seconds > 0 ? forward_seconds / (forward_seconds + backward_seconds) : 1.0},
+          .comm_slowdown = tensor_parallel == 1 ? cost.contention.slowdown(view.gpu()) : 0.0};
 }
 
 namespace detail {
@@ -153,6 +173,9 @@ struct delivered_bytes {
   //! [rank]: of those, the K/V of all-gather groups (a member computes its group's blocks only
   //! after all of them arrived)
   std::vector<double> gathered_local, gathered_remote;
+  //! [rank]: of those, the dK/dV partials an all-gather group's reduce-scatter brings (a
+  //! member posts it only after its launch)
+  std::vector<double> scattered_local, scattered_remote;
   //! [rank]: of those, what a member of an all-to-all group of Ulysses degree >= 2 takes in
   //! before its lane's attention (the rows of its lane's heads) and after it (its own rows'
   //! outputs of the other lanes)
@@ -167,7 +190,8 @@ struct delivered_bytes {
   std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(p.micro_batches()));
   for (auto& passes : in)
     for (delivered_bytes& d : passes)
-      for (std::vector<double>* v : {&d.local, &d.remote, &d.gathered_local, &d.gathered_remote, &d.lane_local, &d.lane_remote,
+      for (std::vector<double>* v : {&d.local, &d.remote, &d.gathered_local, &d.gathered_remote, &d.scattered_local,
+                                     &d.scattered_remote, &d.lane_local, &d.lane_remote,
                                      &d.home_local, &d.home_remote})
         v->assign(ranks, 0.0);
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
@@ -210,23 +234,32 @@ struct delivered_bytes {
       if (p.groups[g].collective != collective_kind::all_to_all) {
         double total = 0;
         for (const double t : mine) total += t;
-        const double kv = 2 * bytes(row_kind::kv, 0);
-        // every ring edge carries every origin's K/V but its head's into the head: edge i -> i + 1
-        // (forward; the all-gather's backward too) or i + 1 -> i (the ring's backward)
-        const bool reversed_backward = p.groups[g].collective == collective_kind::ring;
+        const double kv = 2 * bytes(row_kind::kv, 0), dkv = 2 * bytes(row_kind::dkv, 0);
         const bool gathered = p.groups[g].collective == collective_kind::all_gather;
-        const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to) {
-          const rank_index a = members[static_cast<std::size_t>(from)], b = members[static_cast<std::size_t>(to)];
-          const double carried = (total - mine[static_cast<std::size_t>(to)]) * kv;
-          const bool near = node_of(a) == node_of(b);
-          (near ? d.local : d.remote)[static_cast<std::size_t>(b)] += carried;
-          if (gathered) (near ? d.gathered_local : d.gathered_remote)[static_cast<std::size_t>(b)] += carried;
+        // `carried` bytes over the edge from position `from` into `to`; an all-gather member's
+        // are gathered before its launch or scattered after it
+        enum class when : std::uint8_t { any, before_launch, after_launch };
+        const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to, double carried, when w) {
+          const auto b = static_cast<std::size_t>(members[static_cast<std::size_t>(to)]);
+          const bool near = node_of(members[static_cast<std::size_t>(from)]) == node_of(static_cast<rank_index>(b));
+          (near ? d.local : d.remote)[b] += carried;
+          if (w == when::before_launch) (near ? d.gathered_local : d.gathered_remote)[b] += carried;
+          if (w == when::after_launch) (near ? d.scattered_local : d.scattered_remote)[b] += carried;
         };
+        const auto others_than = [&](std::int32_t pos) { return total - mine[static_cast<std::size_t>(pos)]; };
+        // every edge i -> i + 1 carries every origin's K/V but its head's into the head
+        // (forward; the all-gather's backward gathers again, then its reduce-scatter carries
+        // every origin's partial dK/dV but its tail's); the ring's backward runs i + 1 -> i,
+        // carrying the K/V and every origin's dK/dV accumulator, the head's own last
         for (std::int32_t i = 0; i < G; ++i) {
           const std::int32_t j = (i + 1) % G;
-          edge(at[0], i, j);
-          if (reversed_backward) edge(at[1], j, i);
-          else edge(at[1], i, j);
+          edge(at[0], i, j, others_than(j) * kv, gathered ? when::before_launch : when::any);
+          if (gathered) {
+            edge(at[1], i, j, others_than(j) * kv, when::before_launch);
+            edge(at[1], i, j, others_than(i) * dkv, when::after_launch);
+          } else {
+            edge(at[1], j, i, others_than(i) * kv + total * dkv, when::any);
+          }
         }
         return;
       }
@@ -371,12 +404,28 @@ struct delivered_bytes {
   const auto node_of = [&](std::size_t r) { return r / per_node; };
   const auto nic_of = [&](std::size_t r) { return prices.nic_of[r]; };
 
+  // the least time one rank's own ports take in `local` bytes from its node and `remote` from
+  // others (it is the destination of a flow in flight all that time), and the least time it
+  // waits for them (a node takes in its remote bytes through its NICs)
+  const auto taking_in = [&](double local, double remote) {
+    const double in = (local + remote) * prices.per_byte_in;
+    return path == inter_node_path::own_nic ? std::max({in, local * prices.per_byte_nvlink, remote * prices.per_byte_nic}) : in;
+  };
+  const auto wait_for = [&](double local, double remote) { return std::max(taking_in(local, remote), remote * prices.per_byte_into_node); };
+
   std::vector<std::int32_t> all_to_all_groups(ranks, 0);  // [rank]: of the micro-batch, with pairs
   double bound = 0;
   for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
     const std::size_t base = static_cast<std::size_t>(mb) * ranks;
+    const auto& passes = bytes_in[static_cast<std::size_t>(mb)];
     const auto linear_work = [&](std::size_t r) { return linear_held[base + r] * per_token; };
-    const auto rank_work = [&](std::size_t r) { return launches.own[base + r] + linear_work(r); };
+    // a rank's work, and the speed its compute loses while its bytes come in (see the file comment)
+    const auto rank_work = [&](std::size_t r) {
+      double receiving = 0;
+      if (prices.comm_slowdown > 0)
+        for (const detail::delivered_bytes& pass : passes) receiving += taking_in(pass.local[r], pass.remote[r]);
+      return launches.own[base + r] + linear_work(r) + prices.comm_slowdown * receiving;
+    };
     double busiest = 0;
     for (std::size_t r = 0; r < ranks; ++r) busiest = std::max(busiest, rank_work(r));
     for (std::size_t g = 0; g < p.groups.size(); ++g) {
@@ -389,7 +438,7 @@ struct delivered_bytes {
       busiest = std::max(busiest, (others + pairs * per_pair) / size);
     }
     double receiving = 0;  // the forward's busiest receiver (rank, node, port), then the backward's
-    for (const detail::delivered_bytes& pass : bytes_in[static_cast<std::size_t>(mb)]) {
+    for (const detail::delivered_bytes& pass : passes) {
       double busiest_port = busiest_sum(pass.remote, node_of) * prices.per_byte_into_node;
       for (std::size_t r = 0; r < ranks; ++r) busiest_port = std::max(busiest_port, (pass.local[r] + pass.remote[r]) * prices.per_byte_in);
       if (path == inter_node_path::own_nic) {
@@ -398,18 +447,14 @@ struct delivered_bytes {
       }
       receiving += busiest_port;
     }
-    // the least time one rank takes in `local` bytes from its node and `remote` from others
-    const auto wait_for = [&](double local, double remote) {
-      const double in = std::max((local + remote) * prices.per_byte_in, remote * prices.per_byte_into_node);
-      return path == inter_node_path::own_nic ? std::max({in, local * prices.per_byte_nvlink, remote * prices.per_byte_nic}) : in;
-    };
-    // an all-gather member: each pass's gathered K/V in, then its group's pairs and its linear work
+    // an all-gather member: each pass's gathered K/V in, then its group's pairs and its linear
+    // work, and the backward's partials in after its launch
     double serial = 0;
-    const auto& passes = bytes_in[static_cast<std::size_t>(mb)];
     for (std::size_t r = 0; r < ranks; ++r) {
       if (launches.gathered[base + r] == 0) continue;
       double waits = 0;
-      for (const detail::delivered_bytes& pass : passes) waits += wait_for(pass.gathered_local[r], pass.gathered_remote[r]);
+      for (const detail::delivered_bytes& pass : passes)
+        waits += wait_for(pass.gathered_local[r], pass.gathered_remote[r]) + wait_for(pass.scattered_local[r], pass.scattered_remote[r]);
       serial = std::max(serial, waits + launches.gathered[base + r] + linear_work(r));
     }
     // an all-to-all member in no other all-to-all group of the micro-batch: per pass its lane's
@@ -440,7 +485,7 @@ struct delivered_bytes {
   return std::max(bound, prices.balanced);
 }
 
-//! plan_step_bound of one plan of `b` on `view`.
+//! plan_step_bound of one plan of `b` on `view`, for executions without tensor parallelism.
 [[nodiscard]] inline double plan_step_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
                                             const sim_cost_model& cost, linear_layout_kind linear,
                                             inter_node_path path = inter_node_path::any_nic_of_node) {
