@@ -1,9 +1,9 @@
 // The upper bounds that let the cost-driven planner choose without simulating its choice:
 // flows_finish_bound (sim/detail/flow_finish_bound.hpp) is never below the event engine's
 // last arrival; plan_step_upper_bound (sim/plan_step_upper_bound.hpp) is never below the
-// simulated step of a plan it covers, is tight for balanced Ulysses and declines what it
-// does not cover; choose_by_cost certifies a Ulysses win at 256K tokens on 32 GPUs and then
-// chooses exactly what simulating every candidate chooses.
+// simulated step of a plan it covers (Ulysses, USP, sequences alone on a rank), is tight and
+// declines what it does not cover; choose_by_cost certifies a Ulysses win at 256K tokens on 32
+// GPUs and then chooses exactly what simulating every candidate chooses, and a USP win on 64.
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
@@ -17,6 +17,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,6 +38,18 @@ const method_spec& candidate_named(std::string_view name) {
   FAIL("no candidate " << name);
   return cost_driven_candidates.front();
 }
+
+// GitHub 256K tokens (a seed) over `nodes` nodes of 8 GPUs, 7B: choose_by_cost's decision.
+struct github_256k_decision {
+  model_config m = model_by_name("7b");
+  topology t;
+  batch b;
+  method_setup setup;
+  cost_driven_decision d;
+  github_256k_decision(int nodes, std::uint64_t seed)
+      : t(cluster_by_name("c", nodes, 8)), b(sample_batch(dataset_by_name("github"), 262144, seed)), setup(setup_for(b, t)),
+        d(choose_by_cost(b, t, m, setup)) {}
+};
 
 }  // namespace
 
@@ -99,6 +112,58 @@ TEST_CASE("the plan step upper bound is never below the simulated step", "[sim][
   CHECK(covered >= 12);
 }
 
+TEST_CASE("the plan step upper bound covers USP groups and sequences alone on a rank", "[sim][planner]") {
+  // few heads over 16 and 32 GPUs: Ulysses of degree 4 (or 8 lanes sharing 2 K/V heads) and a
+  // ring of the subgroups; hybrid DP's groups leave short sequences alone on a rank, some of
+  // them on a rank of a group too (its local level runs after the group's rounds)
+  model_config four_heads = models::llama_3b(), shared_kv = models::llama_3b();
+  four_heads.heads = four_heads.kv_heads = 4;
+  four_heads.hidden = 4 * four_heads.head_dim;
+  shared_kv.heads = 8;
+  shared_kv.kv_heads = 2;
+  shared_kv.hidden = 8 * shared_kv.head_dim;
+  int usp = 0, alone_in_group = 0, covered = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const topology t = seed % 2 ? cluster_by_name("c", 2, 8) : clusters::cluster_c(4);
+    random_generator rng(seed, 47);
+    const token_count tokens = 32768 + static_cast<token_count>(seed) * 4099;
+    const batch b = seed % 3 == 0 ? sample_batch(datasets::prolong64k(), tokens, rng)
+                                  : seed % 3 == 1 ? sample_batch(datasets::github(), tokens, rng) : sample_batch(datasets::arxiv(), tokens, rng);
+    const model_config& m = seed % 4 < 2 ? four_heads : shared_kv;
+    const wire_format wire = wire_format::for_model(m);
+    const sim_cost_model cost = sim_cost_model::for_topology(t);
+    for (const std::string_view name : {"ulysses", "hybrid_dp+ulysses"}) {
+      const method_spec& spec = candidate_named(name);
+      const method_setup setup = setup_for(b, t);
+      const plan p = with_collective_of(spec, partitioner_plan(spec, b, t, method_capacity(setup), setup.metric, &m));
+      const sim_options o = options_for(spec, setup);
+      const std::optional<double> upper = plan_step_upper_bound(p, b, m, t, cost, o);
+      CAPTURE(seed, name, t.num_ranks(), m.heads, m.kv_heads);
+      REQUIRE(upper);
+      ++covered;
+      const double step = simulate(p, b, t, m, o, cost).step_time_s;
+      CHECK(step <= *upper * (1 + 1e-12));
+      // each stretch between exchanges at its slowest member, summed: up to 0.9 % above the
+      // step where members meet different subgroups' keys in a round (rings of 4 and 8)
+      CHECK(*upper <= 1.02 * step);
+      bool ring = false, mixed = false;
+      for (const ring_group& g : p.groups) {
+        const auto G = static_cast<std::int32_t>(g.ranks.size());
+        ring = ring || (G > 1 && detail::ulysses_degree(wire, G) < G);
+      }
+      for (const placement& pl : p.placements) {
+        const bool grouped = std::any_of(pl.shards.begin(), pl.shards.end(), [](const shard& s) { return s.group != no_group; });
+        mixed = mixed || (grouped && std::any_of(pl.shards.begin(), pl.shards.end(), [](const shard& s) { return s.group == no_group; }));
+      }
+      usp += ring;
+      alone_in_group += mixed;
+    }
+  }
+  CHECK(covered == 16);
+  CHECK(usp >= 8);
+  CHECK(alone_in_group >= 1);
+}
+
 TEST_CASE("the plan step upper bound declines shared NICs and other executions", "[sim][planner]") {
   const model_config m = models::llama_3b();
   const batch b({6000, 3000, 2000});
@@ -119,11 +184,7 @@ TEST_CASE("the plan step upper bound declines shared NICs and other executions",
 }
 
 TEST_CASE("choose_by_cost certifies a clear Ulysses win and chooses as simulating every candidate does", "[sim][planner]") {
-  const model_config m = model_by_name("7b");
-  const topology t = cluster_by_name("c", 4, 8);
-  const batch b = sample_batch(dataset_by_name("github"), 262144, 1);
-  const method_setup setup = setup_for(b, t);
-  const cost_driven_decision d = choose_by_cost(b, t, m, setup);
+  const auto& [m, t, b, setup, d] = github_256k_decision(4, 1);
   REQUIRE(d.execution.name == "ulysses");
   CHECK_FALSE(d.result);  // chosen by its bounds alone
   const candidate_price& chosen = d.candidates[d.chosen_index];
@@ -146,4 +207,26 @@ TEST_CASE("choose_by_cost certifies a clear Ulysses win and chooses as simulatin
   CHECK(c.chosen_index == d.chosen_index);
   CHECK(c.chosen.result.step_time_s == step);
   CHECK(c.candidates[c.chosen_index].outcome == candidate_outcome::simulated);
+}
+
+TEST_CASE("choose_by_cost certifies a USP win over 64 GPUs", "[sim][planner]") {
+  // 7B's 32 heads over 64 GPUs: Ulysses of degree 32 and a ring of two subgroups
+  const auto& [m, t, b, setup, d] = github_256k_decision(8, 2);
+  REQUIRE(d.execution.name == "ulysses");
+  REQUIRE(d.layout.groups.size() == 1);
+  REQUIRE(detail::ulysses_degree(wire_format::for_model(m), 64) == 32);
+  CHECK_FALSE(d.result);
+  const candidate_price& chosen = d.candidates[d.chosen_index];
+  CHECK(chosen.outcome == candidate_outcome::certified);
+  for (std::size_t i = 0; i < d.candidates.size(); ++i) {
+    const candidate_price& c = d.candidates[i];
+    if (i == d.chosen_index || c.outcome == candidate_outcome::infeasible) continue;
+    CAPTURE(c.name);
+    CHECK(c.outcome != candidate_outcome::simulated);
+    CHECK(chosen.upper_s < c.bound_s);  // below every rival's lower bound
+  }
+  const cost_driven_choice c = plan_by_cost(b, t, m, setup);
+  CHECK(c.chosen_index == d.chosen_index);
+  CHECK(c.chosen.result.step_time_s <= chosen.upper_s);
+  CHECK(chosen.upper_s <= 1.001 * c.chosen.result.step_time_s);
 }

@@ -26,7 +26,7 @@
 // recorded with the reason and skipped; when no candidate can run, the first one's error is
 // thrown. Deterministic: no clocks, no unordered containers.
 // choose_by_cost stops earlier still: when the candidate next in line has an upper bound
-// (sim/plan_step_upper_bound.hpp: Ulysses plans) below every other candidate's bound, it is
+// (sim/plan_step_upper_bound.hpp: Ulysses and USP plans) below every other candidate's bound, it is
 // chosen unsimulated (outcome certified), the same choice; plan_by_cost is choose_by_cost and
 // then the chosen plan's simulation where it was not simulated.
 // Because the baselines' own (layout, execution) pairs are candidates, the planner's step is
