@@ -210,17 +210,25 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
   };
   // the event engine's ports (cost/link_model.hpp's ports_of) and their capacities
   const std::vector<double> capacity = detail::port_capacities(view);
-  std::vector<detail::bounded_flow> flows;
+  // a group's pairs' ports and latencies, found once: [from * u + to % u] for the all-to-alls
+  // inside subgroups, [G u + from] for the lanes' rings
+  std::vector<detail::bounded_flow> flows, pairs;
+  std::vector<char> paired;
   std::vector<detail::call_item> items;
-  // one exchange's flows, each (from, to, bytes) between positions of the group
+  // one exchange's flows, each (from, to, bytes, its pair's slot) between positions of the group
   const auto exchange_bound = [&](const std::vector<rank_index>& members, auto&& add_flows) {
     flows.clear();
-    add_flows([&](std::int32_t from, std::int32_t to, double bytes) {
+    add_flows([&](std::int32_t from, std::int32_t to, double bytes, std::size_t at) {
       if (from == to || !(bytes > 0)) return;
-      const link_flow pair{members[static_cast<std::size_t>(from)], members[static_cast<std::size_t>(to)], 1};
-      const detail::flow_ports ports = detail::ports_of(pair, view);
-      flows.push_back({static_cast<std::int32_t>(ports.first), static_cast<std::int32_t>(ports.second), bytes,
-                       link_model::latency(view.between(pair.source, pair.destination), view)});
+      if (!paired[at]) {
+        const link_flow pair{members[static_cast<std::size_t>(from)], members[static_cast<std::size_t>(to)], 1};
+        const detail::flow_ports ports = detail::ports_of(pair, view);
+        pairs[at] = {static_cast<std::int32_t>(ports.first), static_cast<std::int32_t>(ports.second), 0,
+                     link_model::latency(view.between(pair.source, pair.destination), view)};
+        paired[at] = 1;
+      }
+      detail::bounded_flow& f = flows.emplace_back(pairs[at]);
+      f.bytes = bytes;
     });
     return detail::flows_finish_bound(flows, capacity);
   };
@@ -239,6 +247,8 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
       const double lanes_kv = row(row_kind::kv, u * lane.kv_heads), lanes_dkv = row(row_kind::dkv, u * lane.kv_heads);
       const auto own = [&](std::int32_t p) { return g.own[static_cast<std::size_t>(p)]; };
       const auto sub = [&](std::int32_t i) { return ((i % r) + r) % r; };
+      pairs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(u + 1));
+      paired.assign(pairs.size(), 0);
       std::vector<double> S(static_cast<std::size_t>(r), 0.0);  // [subgroup]: its tokens
       for (std::int32_t p = 0; p < G; ++p) S[static_cast<std::size_t>(p / u)] += own(p);
       double total = 0;
@@ -284,14 +294,16 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
             for (std::int32_t from = first; from < first + u; ++from)
               for (std::int32_t to = first; to < first + u; ++to)
                 if (from != to)
-                  for (const double bytes : pair_bytes(from, to)) add(from, to, bytes);
+                  for (const double bytes : pair_bytes(from, to))
+                    add(from, to, bytes, static_cast<std::size_t>(from) * static_cast<std::size_t>(u) + static_cast<std::size_t>(to % u));
         });
       };
       // member (i, j) sends member (i + 1, j) the rows of subgroup `passed(i)`, `per_row` bytes each
       const auto lane_ring = [&](auto&& passed, double per_row) {
         return exchange_bound(g.members, [&](auto&& add) {
           for (std::int32_t from = 0; from < G; ++from)
-            add(from, sub(from / u + 1) * u + from % u, tokens_of(passed(from / u)) * per_row);
+            add(from, sub(from / u + 1) * u + from % u, tokens_of(passed(from / u)) * per_row,
+                static_cast<std::size_t>(G) * static_cast<std::size_t>(u) + static_cast<std::size_t>(from));
         });
       };
       using two = std::array<double, 2>;
