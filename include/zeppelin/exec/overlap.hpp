@@ -5,12 +5,13 @@
 //        stream, with start and stop in milliseconds on one clock (device_timeline::read(),
 //        cuda/executor/device_timeline.hpp, or a host clock)
 //   out: idle_before(): per span, its stream's idle time just before it; overlap_per_round():
-//        the figures below per round; overlap_of(): the launches' busy time, the exchanges' time in flight, and the exposed
-//        wait: over each compute stream, the idle time between consecutive launches (the next
-//        start minus the previous stop, where positive). A launch that needs an exchange's data
-//        starts late by the part of the exchange the compute before it did not cover, so the
-//        exposed wait is the communication left unhidden, plus whatever else ran between the
-//        launches on that stream, plus the host's enqueueing where it fell behind the device.
+//        the figures below per round; overlap_of(): the launches' busy time, the exchanges'
+//        time in flight, and the exposed wait: over each compute stream, the idle time between
+//        consecutive launches (the next start minus the previous stop, where positive). A
+//        launch that needs an exchange's data starts late by the part of the exchange the
+//        compute before it did not cover, so the exposed wait is the communication left
+//        unhidden, plus whatever else ran between the launches on that stream, plus the host's
+//        enqueueing where it fell behind the device.
 //        hidden() = 1 - exposed / exchange time, clamped to [0, 1] (1 without exchanges).
 // Host code, nvcc-safe.
 #pragma once

@@ -414,37 +414,37 @@ struct delivered_bytes {
   const auto wait_for = [&](double local, double remote) { return std::max(taking_in(local, remote), remote * prices.per_byte_into_node); };
 
   std::vector<std::int32_t> all_to_all_groups(ranks, 0);  // [rank]: of the micro-batch, with pairs
+  std::vector<double> rank_work(ranks);                   // [rank]: of the micro-batch
   double bound = 0;
   for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
     const std::size_t base = static_cast<std::size_t>(mb) * ranks;
     const auto& passes = bytes_in[static_cast<std::size_t>(mb)];
     const auto linear_work = [&](std::size_t r) { return linear_held[base + r] * per_token; };
-    // a rank's work, and the speed its compute loses while its bytes come in (see the file comment)
-    const auto rank_work = [&](std::size_t r) {
+    // per rank, its work and the speed its compute loses while its bytes come in (see the file
+    // comment), once per micro-batch: the busiest rank and every all-to-all group read it
+    for (std::size_t r = 0; r < ranks; ++r) {
       double receiving = 0;
       if (prices.comm_slowdown > 0)
         for (const detail::delivered_bytes& pass : passes) receiving += taking_in(pass.local[r], pass.remote[r]);
-      return launches.own[base + r] + linear_work(r) + prices.comm_slowdown * receiving;
-    };
+      rank_work[r] = launches.own[base + r] + linear_work(r) + prices.comm_slowdown * receiving;
+    }
     double busiest = 0;
-    for (std::size_t r = 0; r < ranks; ++r) busiest = std::max(busiest, rank_work(r));
+    for (const double w : rank_work) busiest = std::max(busiest, w);
     for (std::size_t g = 0; g < p.groups.size(); ++g) {
       const double pairs = group_pairs[static_cast<std::size_t>(mb) * p.groups.size() + g];
       if (pairs == 0) continue;
       const auto& members = p.groups[g].ranks;
       double others = 0;
-      for (const rank_index r : members) others += rank_work(static_cast<std::size_t>(r));
+      for (const rank_index r : members) others += rank_work[static_cast<std::size_t>(r)];
       const double size = static_cast<double>(members.size());
       busiest = std::max(busiest, (others + pairs * per_pair) / size);
     }
     double receiving = 0;  // the forward's busiest receiver (rank, node, port), then the backward's
     for (const detail::delivered_bytes& pass : passes) {
       double busiest_port = busiest_sum(pass.remote, node_of) * prices.per_byte_into_node;
-      for (std::size_t r = 0; r < ranks; ++r) busiest_port = std::max(busiest_port, (pass.local[r] + pass.remote[r]) * prices.per_byte_in);
-      if (path == inter_node_path::own_nic) {
-        busiest_port = std::max(busiest_port, *std::max_element(pass.local.begin(), pass.local.end()) * prices.per_byte_nvlink);
-        busiest_port = std::max(busiest_port, busiest_sum(pass.remote, nic_of) * prices.per_byte_nic);
-      }
+      for (std::size_t r = 0; r < ranks; ++r) busiest_port = std::max(busiest_port, taking_in(pass.local[r], pass.remote[r]));
+      // under the direct router the GPUs mapped to one NIC share its receive port
+      if (path == inter_node_path::own_nic) busiest_port = std::max(busiest_port, busiest_sum(pass.remote, nic_of) * prices.per_byte_nic);
       receiving += busiest_port;
     }
     // an all-gather member: each pass's gathered K/V in, then its group's pairs and its linear

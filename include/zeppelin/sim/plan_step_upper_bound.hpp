@@ -215,6 +215,17 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
   std::vector<detail::bounded_flow> flows, pairs;
   std::vector<char> paired;
   std::vector<detail::call_item> items;
+  // a rank's local level: one launch of the whole sequences it holds alone, every head
+  struct local_level {
+    detail::call_cost call;
+    double tokens = 0;
+  };
+  const auto local_level_of = [&](const std::vector<sequence_index>& sequences) {
+    local_level out;
+    for (const sequence_index s : sequences) out.tokens += static_cast<double>(b.length(s));
+    if (!sequences.empty()) out.call = detail::whole_sequences_call(b, sequences, cost.attention, wire.heads, wire.head_dim, items);
+    return out;
+  };
   // one exchange's flows, each (from, to, bytes, its pair's slot) between positions of the group
   const auto exchange_bound = [&](const std::vector<rank_index>& members, auto&& add_flows) {
     flows.clear();
@@ -331,11 +342,8 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
         const double mine = own(x), Si = tokens_of(i);
         const auto& rounds = launch[static_cast<std::size_t>(i)];
         // its sequences alone, launched after the group's work; its linear modules take both
-        const std::vector<sequence_index>& alone = g.alone[static_cast<std::size_t>(x)];
-        double linear_tokens = mine;
-        for (const sequence_index s : alone) linear_tokens += static_cast<double>(b.length(s));
-        const detail::call_cost local =
-            alone.empty() ? detail::call_cost{} : detail::whole_sequences_call(b, alone, cost.attention, wire.heads, wire.head_dim, items);
+        const local_level local = local_level_of(g.alone[static_cast<std::size_t>(x)]);
+        const double linear_tokens = mine + local.tokens;
         const double tp = tp_of(linear_tokens);
         // forward
         longest(forward_stretch, 0, memory_seconds(2 * mine * (Q + 2 * lanes_kv)));
@@ -346,7 +354,7 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
           longest(forward_stretch, static_cast<std::size_t>(k) + 1, seconds);
         }
         longest(forward_stretch, static_cast<std::size_t>(r) + 1,
-                memory_seconds(2 * mine * (Q + L)) + local.forward_s + linear_of(linear_tokens) + tp);
+                memory_seconds(2 * mine * (Q + L)) + local.call.forward_s + linear_of(linear_tokens) + tp);
         // backward
         longest(backward_stretch, 0, linear_backward_of(linear_tokens) + tp + memory_seconds(2 * mine * (3 * Q + 2 * lanes_kv + L)));
         for (std::int32_t k = 0; k < r; ++k) {
@@ -360,7 +368,7 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
           if (t + 2 == r) seconds += memory_seconds(2 * Si * (q + 2 * dkv));
           longest(backward_stretch, static_cast<std::size_t>(r + t) + 1, seconds);
         }
-        longest(backward_stretch, 2 * static_cast<std::size_t>(r), memory_seconds(3 * mine * (Q + 2 * lanes_dkv)) + local.backward_s);
+        longest(backward_stretch, 2 * static_cast<std::size_t>(r), memory_seconds(3 * mine * (Q + 2 * lanes_dkv)) + local.call.backward_s);
         head = std::max(head, cost.linear.seconds(linear_tokens * head_flops, view.gpu()));
       }
       double forward_compute = 0, backward_compute = 0;
@@ -371,13 +379,11 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
     }
     // a rank holding only whole sequences alone: one launch of them, no communication
     for (const auto& [rank, sequences] : micro_batch.local) {
-      double mine = 0;
-      for (const sequence_index s : sequences) mine += static_cast<double>(b.length(s));
-      const detail::call_cost call = detail::whole_sequences_call(b, sequences, cost.attention, wire.heads, wire.head_dim, items);
-      const double tp = tp_of(mine);
-      forward = std::max(forward, call.forward_s + linear_of(mine) + tp);
-      backward = std::max(backward, linear_backward_of(mine) + tp + call.backward_s);
-      head = std::max(head, cost.linear.seconds(mine * head_flops, view.gpu()));
+      const local_level local = local_level_of(sequences);
+      const double tp = tp_of(local.tokens);
+      forward = std::max(forward, local.call.forward_s + linear_of(local.tokens) + tp);
+      backward = std::max(backward, linear_backward_of(local.tokens) + tp + local.call.backward_s);
+      head = std::max(head, cost.linear.seconds(local.tokens * head_flops, view.gpu()));
     }
     step += static_cast<double>(m.layers) * (forward + backward) + head;
   }
