@@ -223,6 +223,23 @@ TEST_CASE("attention facades reject bad parameters without launching", "[gpu][at
   p.kv_heads = 1;
   CHECK_NOTHROW(dev::validate(p));  // zero blocks: a valid no-op
   CHECK(dev::attention_forward(p, nullptr) == cudaSuccess);
+  // the forward's epilogue stores O in 16-byte chunks and fp32 O in float pairs
+  alignas(16) std::uint16_t o_bits[16] = {};
+  alignas(16) float o_f32[4] = {};
+  p.o = o_bits + 4;
+  try {
+    dev::validate(p);
+    FAIL("validate accepted an o 8 bytes off a 16-byte boundary");
+  } catch (const zeppelin::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("o must be 16-byte aligned") != std::string::npos);
+    CHECK(e.value("address") == 8.0);
+  }
+  p.o = o_bits + 8;
+  p.o_f32 = o_f32 + 1;
+  CHECK_THROWS_WITH(dev::validate(p), Catch::Contains("o_f32 must be 8-byte aligned"));
+  p.o_f32 = o_f32 + 2;
+  CHECK_NOTHROW(dev::validate(p));
+  p.o = nullptr, p.o_f32 = nullptr;
   // the backward adds into its fp32 accumulators two floats at a time
   dev::attention_backward_params b;
   static_cast<dev::attention_blocks&>(b) = p;

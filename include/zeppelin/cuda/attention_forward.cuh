@@ -3,15 +3,19 @@
 // In:  attention_forward_params (attention_params.hpp): Q [total_q][heads][D], K/V
 //      [total_k][kv_heads][D] (bf16 | fp16), CSR blocks with positions and masks.
 // Out: O [total_q][heads][D] (input dtype and/or fp32), LSE [heads][lse_stride] (natural log).
-// Work decomposition: one CTA of 8 warps per (128-query tile, head, block); grid =
-// (ceil(max_seqlen_q / 128), heads, num_blocks), query tiles walked last-first so that the
-// longest causal rows start first. Warp w owns query rows 16w..16w+15 of the tile and keeps
-// its Q fragments and its O accumulator (16 x D fp32) in registers. K/V tiles of 64 keys are
-// streamed through shared memory with cp.async: V_j loads during S = Q K_j^T, K_{j+1} during
-// the softmax and O += P V_j. S and P stay in registers (the S accumulator fragment is the A
-// fragment of P V). Online softmax in fp32 with exp2 and scale * log2(e); LSE is written in
-// natural log: (m * scale * log2 e + log2 l) * ln 2. Shared memory: (128 + 2 * 64) rows of
-// D + 8 elements (69.6 KB for D = 128, 36.9 KB for D = 64).
+// Work decomposition (the FlashAttention-2 tiling): one CTA of 4 warps per (128-query tile,
+// head, block), two CTAs per SM; grid = (ceil(max_seqlen_q / 128), heads, num_blocks), query
+// tiles walked last-first so that the longest causal rows start first. Warp w owns query rows
+// 32w..32w+31 as two m16 atoms, so every K or V fragment read from shared memory feeds two
+// MMAs; its O accumulator (32 x D fp32) stays in registers, and its Q fragments are re-read
+// from shared memory per K tile (registers hold the two atoms' O and S instead). K/V tiles of
+// 64 keys are streamed through shared memory with cp.async: V_j loads during S = Q K_j^T,
+// K_{j+1} during the softmax and O += P V_j. S and P stay in registers (the S accumulator
+// fragment is the A fragment of P V). Online softmax in fp32 with the SFU's exp2 and
+// scale * log2(e); LSE is written in natural log: (m * scale * log2 e + log2 l) * ln 2. The
+// epilogue stages O in the dtype through the Q tile's shared memory, so that every thread
+// stores 16 contiguous bytes (o 16-byte aligned, o_f32 8-byte aligned). Shared memory:
+// (128 + 2 * 64) rows of D + 8 elements (69.6 KB for D = 128, 36.9 KB for D = 64).
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -34,8 +38,11 @@ template <int HeadDim>
 struct forward_traits {
   static constexpr int block_m = 128;  // query rows per CTA: K/V tiles are reused by 128 rows
   static constexpr int block_n = 64;   // keys per K/V tile
-  static constexpr int warps = block_m / 16;
+  static constexpr int warp_rows = 32;  // query rows per warp: two m16 atoms share each K / V fragment
+  static constexpr int atoms = warp_rows / 16;
+  static constexpr int warps = block_m / warp_rows;
   static constexpr int threads = warps * 32;
+  static constexpr int min_ctas_per_sm = 2;  // 4 warps each; registers allow two CTAs
   static constexpr int smem_stride = HeadDim + 8;
   static constexpr std::size_t smem_bytes = std::size_t{block_m + 2 * block_n} * smem_stride * 2;
 };
@@ -44,13 +51,14 @@ inline constexpr float log2e = 1.4426950408889634f;
 inline constexpr float ln2 = 0.6931471805599453f;
 
 template <dtype T, int D>
-__global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads)
+__global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads, forward_traits<D>::min_ctas_per_sm)
     attention_forward_kernel(const attention_forward_params p) {
   using traits = forward_traits<D>;
   using E = cuda_type_t<T>;
   constexpr int BM = traits::block_m;
   constexpr int BN = traits::block_n;
   constexpr int S = traits::smem_stride;
+  constexpr int MI = traits::atoms;
   constexpr int threads = traits::threads;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -86,13 +94,26 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads)
   const int g = lane >> 2;
   const int t = lane & 3;
   const float scale_log2 = p.softmax_scale * log2e;
+  const int warp_row0 = m0 + warp * traits::warp_rows;
+  const bool causal = blk.mask == block_mask::causal;
+  // This lane's ldmatrix row addresses (bytes, shared state space) at fragment (0, 0) of the
+  // warp's Q rows, of K (non-transposed B) and of V (transposed B).
+  constexpr int row_bytes = S * 2;
+  const std::uint32_t q_frag = smem_address(sq) + ((warp * traits::warp_rows + (lane & 15)) * S + (lane >> 4) * 8) * 2;
+  const std::uint32_t k_frag = smem_address(sk) + (((lane & 7) + (lane >> 4) * 8) * S + ((lane >> 3) & 1) * 8) * 2;
+  const std::uint32_t v_frag = smem_address(sv) + (((lane & 7) + ((lane >> 3) & 1) * 8) * S + (lane >> 4) * 8) * 2;
 
-  float o[D / 8][4];
+  // Atom i of the warp covers query rows warp_row0 + 16 i + g (r = 0) and + 8 (r = 1).
+  float o[MI][D / 8][4];
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};
-  std::uint32_t qf[D / 16][4];
+  for (int i = 0; i < MI; ++i) {
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) o[i][d][0] = o[i][d][1] = o[i][d][2] = o[i][d][3] = 0.0f;
+  }
+  float row_max[MI][2];
+  float row_sum[MI][2];
+#pragma unroll
+  for (int i = 0; i < MI; ++i) row_max[i][0] = row_max[i][1] = -INFINITY, row_sum[i][0] = row_sum[i][1] = 0.0f;
 
   if (n_tiles > 0) {
     load_tile_async<BM, D, S, threads>(sq, q_base, q_row_stride, rows);
@@ -108,22 +129,29 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads)
     cp_async_wait<1>();  // Q and K_n have landed (V_n may still be in flight)
     __syncthreads();
 
-    if (n == 0) {
+    // S = Q K_n^T: each K fragment feeds both atoms; Q fragments come from shared memory
+    // (keeping them in registers would leave no room for the two atoms' O accumulators).
+    float s[MI][BN / 8][4];
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) ldmatrix_x4(qf[kk], sq + (warp * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+    for (int i = 0; i < MI; ++i) {
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;
     }
-
-    float s[BN / 8][4];
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t qf[MI][4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        ldmatrix_x4(qf[i], q_frag + i * 16 * row_bytes + kk * 32);
 #pragma unroll
       for (int np = 0; np < BN / 16; ++np) {
         std::uint32_t r[4];
-        ldmatrix_x4(r, sk + (np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma_16816<T>(s[2 * np], qf[kk], r[0], r[1]);
-        mma_16816<T>(s[2 * np + 1], qf[kk], r[2], r[3]);
+        ldmatrix_x4(r, k_frag + np * 16 * row_bytes + kk * 32);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+          mma_16816<T>(s[i][2 * np], qf[i], r[0], r[1]);
+          mma_16816<T>(s[i][2 * np + 1], qf[i], r[2], r[3]);
+        }
       }
     }
 
@@ -132,83 +160,113 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads)
       load_tile_async<BN, D, S, threads>(sk, k_base + (n0 + BN) * kv_row_stride, kv_row_stride, min(BN, blk.k_len - n0 - BN));
     cp_async_commit();  // possibly empty: keeps the group count uniform
 
-    // Mask: keys past the block, and (causal) keys after the query. Warp-uniform test.
-    const int warp_row0 = m0 + warp * 16;
-    const bool causal = blk.mask == block_mask::causal;
-    if (n0 + BN > blk.k_len || (causal && n0 + BN - 1 > warp_row0 + blk.delta)) {
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
+    for (int i = 0; i < MI; ++i) {
+      // Mask: keys past the block, and (causal) keys after the query. Warp-uniform test.
+      const int atom_row0 = warp_row0 + i * 16;
+      if (n0 + BN > blk.k_len || (causal && n0 + BN - 1 > atom_row0 + blk.delta)) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = warp_row0 + g + (e >> 1) * 8;
-          const int col = n0 + j * 8 + 2 * t + (e & 1);
-          if (col >= blk.k_len || (causal && col > row + blk.delta)) s[j][e] = -INFINITY;
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = atom_row0 + g + (e >> 1) * 8;
+            const int col = n0 + j * 8 + 2 * t + (e & 1);
+            if (col >= blk.k_len || (causal && col > row + blk.delta)) s[i][j][e] = -INFINITY;
+          }
         }
       }
-    }
 
-    // Online softmax over rows g (r = 0) and g + 8 (r = 1).
+      // Online softmax over rows g (r = 0) and g + 8 (r = 1) of the atom.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
+      for (int r = 0; r < 2; ++r) {
+        float mx = row_max[i][r];
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * r], s[j][2 * r + 1]));
-      mx = quad_max(mx);
-      const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
-      const float correction = exp2f(row_max[r] * scale_log2 - m_scaled);
-      row_max[r] = mx;
-      row_sum[r] *= correction;
+        for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[i][j][2 * r], s[i][j][2 * r + 1]));
+        mx = quad_max(mx);
+        const float m_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+        const float correction = exp2_approx(row_max[i][r] * scale_log2 - m_scaled);
+        row_max[i][r] = mx;
+        row_sum[i][r] *= correction;
 #pragma unroll
-      for (int d = 0; d < D / 8; ++d) {
-        o[d][2 * r] *= correction;
-        o[d][2 * r + 1] *= correction;
-      }
+        for (int d = 0; d < D / 8; ++d) {
+          o[i][d][2 * r] *= correction;
+          o[i][d][2 * r + 1] *= correction;
+        }
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        s[j][2 * r] = exp2f(fmaf(s[j][2 * r], scale_log2, -m_scaled));
-        s[j][2 * r + 1] = exp2f(fmaf(s[j][2 * r + 1], scale_log2, -m_scaled));
-        row_sum[r] += s[j][2 * r] + s[j][2 * r + 1];
+        for (int j = 0; j < BN / 8; ++j) {
+          s[i][j][2 * r] = exp2_approx(fmaf(s[i][j][2 * r], scale_log2, -m_scaled));
+          s[i][j][2 * r + 1] = exp2_approx(fmaf(s[i][j][2 * r + 1], scale_log2, -m_scaled));
+          row_sum[i][r] += s[i][j][2 * r] + s[i][j][2 * r + 1];
+        }
       }
     }
 
     cp_async_wait<1>();  // V_n has landed (K_{n+1} may still be in flight)
     __syncthreads();
 
+    // O += P V_n: the S accumulator fragment is the A fragment of P; each V fragment feeds
+    // both atoms.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      const std::uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                  pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      std::uint32_t a[MI][4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        a[i][0] = pack2<T>(s[i][2 * kk][0], s[i][2 * kk][1]);
+        a[i][1] = pack2<T>(s[i][2 * kk][2], s[i][2 * kk][3]);
+        a[i][2] = pack2<T>(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+        a[i][3] = pack2<T>(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         std::uint32_t r[4];
-        ldmatrix_x4_trans(r, sv + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + dp * 16 + (lane >> 4) * 8);
-        mma_16816<T>(o[2 * dp], a, r[0], r[1]);
-        mma_16816<T>(o[2 * dp + 1], a, r[2], r[3]);
+        ldmatrix_x4_trans(r, v_frag + kk * 16 * row_bytes + dp * 32);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+          mma_16816<T>(o[i][2 * dp], a[i], r[0], r[1]);
+          mma_16816<T>(o[i][2 * dp + 1], a[i], r[2], r[3]);
+        }
       }
     }
   }
   cp_async_wait<0>();
 
-  // Epilogue: normalise, write O (dtype and/or fp32) and LSE.
+  // Epilogue: normalise; O in the input dtype goes through shared memory (the Q tile, no
+  // longer read) so that each thread stores 16 contiguous bytes; fp32 O and LSE go directly.
   const std::int64_t lse_stride = p.lse_stride != 0 ? p.lse_stride : p.total_q;
+  __syncthreads();  // every warp is done reading sq and sv
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(row_sum[r]);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int row = m0 + warp * 16 + g + r * 8;
-    if (row >= blk.q_len) continue;
-    const std::int64_t token = std::int64_t{blk.q_begin} + row;
-    const std::int64_t base = (token * p.heads + h) * D;
+  for (int i = 0; i < MI; ++i) {
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      const int col = d * 8 + 2 * t;
-      const float v0 = o[d][2 * r] * inv;
-      const float v1 = o[d][2 * r + 1] * inv;
-      if (p.o != nullptr) *reinterpret_cast<std::uint32_t*>(static_cast<E*>(p.o) + base + col) = pack2<T>(v0, v1);
-      if (p.o_f32 != nullptr) *reinterpret_cast<float2*>(p.o_f32 + base + col) = make_float2(v0, v1);
+    for (int r = 0; r < 2; ++r) {
+      const float l = quad_sum(row_sum[i][r]);
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int tile_row = warp * traits::warp_rows + i * 16 + g + r * 8;
+      const int row = m0 + tile_row;
+      const std::int64_t token = std::int64_t{blk.q_begin} + row;
+      const bool inside = row < blk.q_len;
+#pragma unroll
+      for (int d = 0; d < D / 8; ++d) {
+        const int col = d * 8 + 2 * t;
+        const float v0 = o[i][d][2 * r] * inv;
+        const float v1 = o[i][d][2 * r + 1] * inv;
+        *reinterpret_cast<std::uint32_t*>(sq + tile_row * S + col) = pack2<T>(v0, v1);
+        if (p.o_f32 != nullptr && inside)
+          *reinterpret_cast<float2*>(p.o_f32 + (token * p.heads + h) * D + col) = make_float2(v0, v1);
+      }
+      if (p.lse != nullptr && t == 0 && inside)
+        p.lse[std::int64_t{h} * lse_stride + token] = l > 0.0f ? (row_max[i][r] * scale_log2 + log2f(l)) * ln2 : -INFINITY;
     }
-    if (p.lse != nullptr && t == 0)
-      p.lse[std::int64_t{h} * lse_stride + token] = l > 0.0f ? (row_max[r] * scale_log2 + log2f(l)) * ln2 : -INFINITY;
+  }
+  if (p.o != nullptr) {
+    __syncthreads();  // the O tile is complete in sq
+    constexpr int chunks_per_row = D / 8;
+    E* o_base = static_cast<E*>(p.o) + (std::int64_t{blk.q_begin} + m0) * q_row_stride + std::int64_t{h} * D;
+#pragma unroll
+    for (int c = static_cast<int>(threadIdx.x); c < BM * chunks_per_row; c += threads) {
+      const int row = c / chunks_per_row;
+      const int col = (c % chunks_per_row) * 8;
+      if (row < rows) *reinterpret_cast<uint4*>(o_base + row * q_row_stride + col) = *reinterpret_cast<const uint4*>(sq + row * S + col);
+    }
   }
 }
 

@@ -142,6 +142,10 @@ inline param_problem check_blocks(const attention_blocks& b, std::int32_t max_se
     return problem;
   if (p.lse != nullptr && p.lse_stride != 0 && p.lse_stride < p.total_q)
     return {"lse_stride smaller than total_q", "lse_stride", double(p.lse_stride)};
+  if (reinterpret_cast<std::uintptr_t>(p.o) % 16 != 0)  // the epilogue stores 16-byte chunks
+    return {"o must be 16-byte aligned", "address", double(reinterpret_cast<std::uintptr_t>(p.o) % 16)};
+  if (reinterpret_cast<std::uintptr_t>(p.o_f32) % 8 != 0)  // and float pairs
+    return {"o_f32 must be 8-byte aligned", "address", double(reinterpret_cast<std::uintptr_t>(p.o_f32) % 8)};
   return {};
 }
 

@@ -5,6 +5,7 @@
 //   ldmatrix_x4 / ldmatrix_x4_trans   four 8x8 b16 tiles from shared memory into registers
 //   mma_16816<T>       D(16x8, fp32) += A(16x16, T, row) * B(16x8, T, col), T = bf16 | fp16
 //   pack2<T>(a, b)     two floats -> one 32-bit register of two T (a in the low half)
+//   exp2_approx(x)     2^x on the SFU
 // Fragment layouts (PTX ISA, "mma.m16n8k16"), lane = 4 * g + t:
 //   A: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
 //   B: b0 = (k = 2t..2t+1, n = g), b1 = (k = 2t+8.., n = g)
@@ -73,6 +74,20 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const v
                : "r"(smem_address(row)));
 }
 
+//! ldmatrix_x4 / ldmatrix_x4_trans at a shared-state-space address (smem_address): one 32-bit
+//! register per lane where a generic pointer takes two, which matters in kernels at the
+//! 255-register limit.
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(row));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(row));
+}
+
 template <dtype T>
 __device__ __forceinline__ void mma_16816(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
   if constexpr (T == dtype::bf16) {
@@ -117,6 +132,13 @@ __device__ __forceinline__ cuda_type_t<T> from_float(float x) {
   } else {
     return __float2half_rn(x);
   }
+}
+
+//! 2^x by the SFU (ex2.approx.ftz: relative error ~2^-22, 2^-inf = +0), the softmax's exponent.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 //! Sum / max over the 4 lanes of a quad (lanes 4g .. 4g+3), the owners of one C-fragment row.
