@@ -8,16 +8,24 @@
 // Main kernel: one CTA of 8 warps per (128-key tile, KV head, block); grid =
 // (ceil(max_seqlen_k / 128), kv_heads, num_blocks). The CTA walks every query head of its GQA
 // group and every 64-query tile that can see its keys (causal: from the first query whose
-// position reaches the tile's first key). Warp w owns keys 16w..16w+15 and holds their dK and
-// dV accumulators (16 x D fp32 each) in registers for the whole walk. Per query tile:
-//   S^T = K Q^T -> P^T = exp2(S^T * scale * log2 e - LSE * log2 e)   (masked -> 0)
+// position reaches the tile's first key), so it owns its keys' dK / dV exclusively. Warp w owns
+// keys 16w..16w+15 and holds their dK and dV accumulators (16 x D fp32 each) in registers for
+// the whole walk. Per step (query head, 64-query tile):
+//   S^T = K Q^T -> P^T = exp2(S^T * scale * log2 e - LSE * log2 e)   (masked -> 0, fp32)
 //   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T (dP^T - delta)          (all per warp, registers)
-//   dK += dS^T Q;  dS^T -> shared memory;  dQ = dS K, each warp 16 query rows x D/2 columns
-//   over the CTA's 128 keys -> atomicAdd (8-byte reductions on sm_90)
-// The next query tile's Q and dO are fetched with cp.async while dQ is computed. Shared
-// memory: K, V tiles of 128 rows and Q, dO tiles of 64 rows x (D + 8), dS^T 128 x 72, LSE and
-// delta 64 floats each (120.5 KB for D = 128, 72.5 KB for D = 64). 128 keys per CTA halve the
-// dQ reductions and the Q / dO loads per FLOP of 64 (the FlashAttention-2 tiling).
+//   dS^T -> shared memory;  dK += dS^T Q;  dQ = dS K, each warp 16 query rows x D/2 columns
+//   over the CTA's 128 keys (each dS^T fragment loaded once for all of the warp's columns)
+//   -> atomicAdd (8-byte reductions on sm_90)
+// Pipeline: Q / dO / LSE / delta are double-buffered. Right after the barrier that publishes
+// step s, the CTA issues the cp.async copies of step s + 1's Q and dO into the other buffer and
+// the global loads of its LSE and delta into registers (stored, as LSE * log2 e with -inf -> +inf
+// and +inf / 0 past the last query, before the mid-step barrier), so the copies overlap all of
+// step s. Two barriers per step: the top one (step data visible; the other buffer and dS^T
+// free) and the mid one (dS^T complete for dQ).
+// Shared memory: K, V tiles of 128 rows and 2 x (Q, dO) tiles of 64 rows, all of D + 8
+// columns; dS^T 128 x 72; 2 x (LSE, delta) of 64 floats (155 KiB for D = 128, under the
+// 163 KiB of sm_80; 91 KiB for D = 64). 128 keys per CTA halve the dQ reductions and the
+// Q / dO loads per FLOP of 64 (the FlashAttention-2 tiling).
 #pragma once
 
 #include <zeppelin/core/config.hpp>
@@ -49,8 +57,9 @@ struct backward_traits {
   static_assert(warps % dq_row_blocks == 0 && (HeadDim / 16) % dq_col_groups == 0, "dQ split over the warps");
   static constexpr int smem_stride = HeadDim + 8;
   static constexpr int ds_stride = block_m + 8;
-  static constexpr std::size_t smem_bytes = std::size_t{2 * block_n + 2 * block_m} * smem_stride * 2 +
-                                            std::size_t{block_n} * ds_stride * 2 + 2 * block_m * sizeof(float);
+  static constexpr int stages = 2;  // Q / dO / LSE / delta buffers: step s + 1 loads during step s
+  static constexpr std::size_t smem_bytes = std::size_t{2 * block_n + stages * 2 * block_m} * smem_stride * 2 +
+                                            std::size_t{block_n} * ds_stride * 2 + std::size_t{stages} * 2 * block_m * sizeof(float);
 };
 
 inline constexpr float bwd_log2e = 1.4426950408889634f;
@@ -92,15 +101,17 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
   constexpr int S = traits::smem_stride;
   constexpr int SD = traits::ds_stride;
   constexpr int threads = traits::threads;
+  constexpr int stages = traits::stages;
+  static_assert(stages == 2, "the walk alternates between two Q / dO buffers");
+  static_assert(BM <= threads, "one thread per query row loads LSE and delta");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   E* sk = reinterpret_cast<E*>(smem_raw);
   E* sv = sk + BN * S;
-  E* sq = sv + BN * S;
-  E* sdo = sq + BM * S;
-  E* sds = sdo + BM * S;  // dS^T [key][query]
-  float* s_lse = reinterpret_cast<float*>(sds + BN * SD);  // LSE * log2 e; +inf = row contributes nothing
-  float* s_delta = s_lse + BM;
+  E* sqdo = sv + BN * S;                                 // [stage][Q | dO][BM][S]
+  E* sds = sqdo + stages * 2 * BM * S;                   // dS^T [key][query]
+  float* s_lse = reinterpret_cast<float*>(sds + BN * SD);  // [stage][BM], LSE * log2 e; +inf = row contributes nothing
+  float* s_delta = s_lse + stages * BM;                  // [stage][BM]
 
   const int kvh = static_cast<int>(blockIdx.y);
   const block_info blk = load_block_info(p.cu_seqlens_q, p.cu_seqlens_k, p.q_offset, p.k_offset, p.masks, p.mask,
@@ -129,39 +140,56 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
   const std::int64_t lse_stride = p.lse_stride != 0 ? p.lse_stride : p.total_q;
   const std::int64_t kv_offset = (std::int64_t{blk.k_begin} + n0) * kv_row_stride + std::int64_t{kvh} * D;
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
   const int g = lane >> 2;
   const int t = lane & 3;
   const float scale_log2 = p.softmax_scale * bwd_log2e;
 
-  // Loads Q, dO (async) and LSE, delta (plain) of walk step `step` into shared memory.
-  auto fetch = [&](int step) {
-    const int h = kvh * group + step / tiles_per_head;
-    const int m0 = (m_lo + step % tiles_per_head) * BM;
+  // Walk step -> (query head, first query row of the tile).
+  auto head_of = [&](int step) { return kvh * group + step / tiles_per_head; };
+  auto m0_of = [&](int step) { return (m_lo + step % tiles_per_head) * BM; };
+
+  // Q and dO of walk step `step` -> buffer `stage` (cp.async, one committed group).
+  auto fetch_tiles = [&](int step, int stage) {
+    const int h = head_of(step);
+    const int m0 = m0_of(step);
     const int rows = min(BM, blk.q_len - m0);
     const std::int64_t q_offset = (std::int64_t{blk.q_begin} + m0) * q_row_stride + std::int64_t{h} * D;
+    E* sq = sqdo + stage * 2 * BM * S;
     load_tile_async<BM, D, S, threads>(sq, static_cast<const E*>(p.q) + q_offset, q_row_stride, rows);
-    load_tile_async<BM, D, S, threads>(sdo, static_cast<const E*>(p.dout) + q_offset, q_row_stride, rows);
+    load_tile_async<BM, D, S, threads>(sq + BM * S, static_cast<const E*>(p.dout) + q_offset, q_row_stride, rows);
     cp_async_commit();
-    for (int i = static_cast<int>(threadIdx.x); i < BM; i += threads) {
-      float lse = INFINITY;
-      float delta = 0.0f;
-      if (i < rows) {
-        const std::int64_t at = std::int64_t{h} * lse_stride + blk.q_begin + m0 + i;
-        const float l = p.lse[at];
-        lse = l == -INFINITY ? INFINITY : l * bwd_log2e;  // a row that saw no key has P = 0
-        delta = p.delta[at];
-      }
-      s_lse[i] = lse;
-      s_delta[i] = delta;
+  };
+  // Raw LSE and delta of query row `tid` of walk step `step` (threads tid < BM); rows past the
+  // end read as LSE = +inf, delta = 0.
+  auto load_stats = [&](int step, float& lse, float& delta) {
+    lse = INFINITY;
+    delta = 0.0f;
+    const int m0 = m0_of(step);
+    if (tid < BM && m0 + tid < blk.q_len) {
+      const std::int64_t at = std::int64_t{head_of(step)} * lse_stride + blk.q_begin + m0 + tid;
+      lse = p.lse[at];
+      delta = p.delta[at];
+    }
+  };
+  auto store_stats = [&](int stage, float lse, float delta) {
+    if (tid < BM) {
+      s_lse[stage * BM + tid] = lse == -INFINITY ? INFINITY : lse * bwd_log2e;  // a row that saw no key has P = 0
+      s_delta[stage * BM + tid] = delta;
     }
   };
 
   load_tile_async<BN, D, S, threads>(sk, static_cast<const E*>(p.k) + kv_offset, kv_row_stride, keys);
   load_tile_async<BN, D, S, threads>(sv, static_cast<const E*>(p.v) + kv_offset, kv_row_stride, keys);
   cp_async_commit();
-  if (steps > 0) fetch(0);
+  if (steps > 0) {
+    fetch_tiles(0, 0);
+    float lse, delta;
+    load_stats(0, lse, delta);
+    store_stats(0, lse, delta);
+  }
 
   float dk[D / 8][4];
   float dv[D / 8][4];
@@ -172,10 +200,27 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
   }
 
   for (int step = 0; step < steps; ++step) {
-    const int h = kvh * group + step / tiles_per_head;
-    const int m0 = (m_lo + step % tiles_per_head) * BM;
+    const int stage = step & 1;
+    const int h = head_of(step);
+    const int m0 = m0_of(step);
+    const E* sq = sqdo + stage * 2 * BM * S;
+    const E* sdo = sq + BM * S;
+    const float* lse_s = s_lse + stage * BM;
+    const float* delta_s = s_delta + stage * BM;
     cp_async_wait<0>();
-    __syncthreads();  // Q, dO, LSE, delta of this step are visible; dS^T of the last step is consumed
+    // Q, dO, LSE, delta of this step are visible; every warp is done with the last step (its
+    // buffer, the other stage, and dS^T are free).
+    __syncthreads();
+
+    // Prefetch the next step into the other stage: the copies overlap this whole step. LSE and
+    // delta travel in registers and are stored before the mid-step barrier.
+    const bool has_next = step + 1 < steps;
+    float next_lse = INFINITY;
+    float next_delta = 0.0f;
+    if (has_next) {
+      fetch_tiles(step + 1, stage ^ 1);
+      load_stats(step + 1, next_lse, next_delta);
+    }
 
     // S^T = K Q^T for this warp's 16 keys x BM queries.
     float pt[BM / 8][4];
@@ -204,7 +249,7 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
       for (int e = 0; e < 4; ++e) {
         const int key = warp_key0 + g + (e >> 1) * 8;
         const int query = m0 + j * 8 + 2 * t + (e & 1);
-        float value = exp2f(fmaf(pt[j][e], scale_log2, -s_lse[j * 8 + 2 * t + (e & 1)]));
+        float value = exp2f(fmaf(pt[j][e], scale_log2, -lse_s[j * 8 + 2 * t + (e & 1)]));
         if (need_mask && (key >= blk.k_len || (causal && key > query + blk.delta))) value = 0.0f;
         pt[j][e] = value;
       }
@@ -224,26 +269,28 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
       }
     }
 
-    // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) in place.
-    float ds[BM / 8][4];
+    // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) in place of P^T (fp32 P, as in FlashAttention-2).
+    {
+      float dpt[BM / 8][4];
 #pragma unroll
-    for (int j = 0; j < BM / 8; ++j) ds[j][0] = ds[j][1] = ds[j][2] = ds[j][3] = 0.0f;
+      for (int j = 0; j < BM / 8; ++j) dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      std::uint32_t a[4];
-      ldmatrix_x4(a, sv + (warp * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
+      for (int kk = 0; kk < D / 16; ++kk) {
+        std::uint32_t a[4];
+        ldmatrix_x4(a, sv + (warp * 16 + (lane & 15)) * S + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
-      for (int np = 0; np < BM / 16; ++np) {
-        std::uint32_t r[4];
-        ldmatrix_x4(r, sdo + (np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma_16816<T>(ds[2 * np], a, r[0], r[1]);
-        mma_16816<T>(ds[2 * np + 1], a, r[2], r[3]);
+        for (int np = 0; np < BM / 16; ++np) {
+          std::uint32_t r[4];
+          ldmatrix_x4(r, sdo + (np * 16 + (lane & 7) + (lane >> 4) * 8) * S + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_16816<T>(dpt[2 * np], a, r[0], r[1]);
+          mma_16816<T>(dpt[2 * np + 1], a, r[2], r[3]);
+        }
       }
-    }
 #pragma unroll
-    for (int j = 0; j < BM / 8; ++j) {
+      for (int j = 0; j < BM / 8; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ds[j][e] = pt[j][e] * (ds[j][e] - s_delta[j * 8 + 2 * t + (e & 1)]);
+        for (int e = 0; e < 4; ++e) pt[j][e] = pt[j][e] * (dpt[j][e] - delta_s[j * 8 + 2 * t + (e & 1)]);
+      }
     }
 
     // dS^T -> shared memory (for dQ), then dK += dS^T Q.
@@ -252,12 +299,12 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         *reinterpret_cast<std::uint32_t*>(sds + (warp * 16 + g + r * 8) * SD + j * 8 + 2 * t) =
-            pack2<T>(ds[j][2 * r], ds[j][2 * r + 1]);
+            pack2<T>(pt[j][2 * r], pt[j][2 * r + 1]);
     }
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {
-      const std::uint32_t a[4] = {pack2<T>(ds[2 * kk][0], ds[2 * kk][1]), pack2<T>(ds[2 * kk][2], ds[2 * kk][3]),
-                                  pack2<T>(ds[2 * kk + 1][0], ds[2 * kk + 1][1]), pack2<T>(ds[2 * kk + 1][2], ds[2 * kk + 1][3])};
+      const std::uint32_t a[4] = {pack2<T>(pt[2 * kk][0], pt[2 * kk][1]), pack2<T>(pt[2 * kk][2], pt[2 * kk][3]),
+                                  pack2<T>(pt[2 * kk + 1][0], pt[2 * kk + 1][1]), pack2<T>(pt[2 * kk + 1][2], pt[2 * kk + 1][3])};
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         std::uint32_t r[4];
@@ -267,37 +314,46 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
       }
     }
 
-    __syncthreads();  // Q, dO, LSE, delta are consumed; dS^T is complete
-    if (step + 1 < steps) fetch(step + 1);
+    // The next step's LSE and delta -> the other stage (read only after the next top barrier).
+    if (has_next) store_stats(stage ^ 1, next_lse, next_delta);
+    __syncthreads();  // dS^T is complete
 
     // dQ rows 16b..16b+15 of the tile (b = warp % dq_row_blocks) = dS (16 x BN, from dS^T)
-    // K (BN x D), over this warp's column group, 16 columns at a time.
+    // K (BN x D), over this warp's column group: each dS fragment is loaded once and feeds all
+    // of the group's 16-column blocks.
     constexpr int dq_steps = D / 16 / traits::dq_col_groups;
     const int row_block = warp % traits::dq_row_blocks;
     const int dp0 = warp / traits::dq_row_blocks * dq_steps;
+    float acc[dq_steps][2][4];
+#pragma unroll
+    for (int s = 0; s < dq_steps; ++s) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) acc[s][half][0] = acc[s][half][1] = acc[s][half][2] = acc[s][half][3] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      std::uint32_t a[4];
+      ldmatrix_x4_trans(a, sds + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * SD + row_block * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int s = 0; s < dq_steps; ++s) {
+        std::uint32_t r[4];
+        ldmatrix_x4_trans(r, sk + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + (dp0 + s) * 16 + (lane >> 4) * 8);
+        mma_16816<T>(acc[s][0], a, r[0], r[1]);
+        mma_16816<T>(acc[s][1], a, r[2], r[3]);
+      }
+    }
     const int q_row0 = m0 + row_block * 16 + g;
     float* dq_base = p.dq_accum + (std::int64_t{blk.q_begin} + q_row0) * q_row_stride + std::int64_t{h} * D;
 #pragma unroll
-    for (int step_dp = 0; step_dp < dq_steps; ++step_dp) {
-      const int dp = dp0 + step_dp;
-      float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        std::uint32_t a[4];
-        std::uint32_t r[4];
-        ldmatrix_x4_trans(a, sds + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * SD + row_block * 16 + ((lane >> 3) & 1) * 8);
-        ldmatrix_x4_trans(r, sk + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * S + dp * 16 + (lane >> 4) * 8);
-        mma_16816<T>(acc[0], a, r[0], r[1]);
-        mma_16816<T>(acc[1], a, r[2], r[3]);
-      }
+    for (int s = 0; s < dq_steps; ++s) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int col = dp * 16 + half * 8 + 2 * t;
+        const int col = (dp0 + s) * 16 + half * 8 + 2 * t;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if (q_row0 + r * 8 >= blk.q_len) continue;
           float* at = dq_base + std::int64_t{r * 8} * q_row_stride + col;
-          const float x = acc[half][2 * r] * p.softmax_scale, y = acc[half][2 * r + 1] * p.softmax_scale;
+          const float x = acc[s][half][2 * r] * p.softmax_scale, y = acc[s][half][2 * r + 1] * p.softmax_scale;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
           atomicAdd(reinterpret_cast<float2*>(at), make_float2(x, y));  // one 8-byte reduction (sm_90+)
 #else
