@@ -117,3 +117,19 @@ TEST_CASE("causal_pairs is additive and exact near 2^31 positions", "[cost][caus
   REQUIRE(causal_pairs(token_count{0}) == 0);
   REQUIRE(causal_pairs(token_count{-3}) == 0);
 }
+
+TEST_CASE("causal_pairs_from_start equals the pairs against keys from the sequence's start", "[cost][causal_pairs]") {
+  zeppelin::random_generator rng(0x5AA7, 2);
+  constexpr token_count top = (token_count{1} << 31) - 1;
+  for (int trial = 0; trial < 4000; ++trial) {
+    // small ranges (the per-row oracle), then ranges near 2^31 (no overflow), empty and reversed ones
+    const bool large = trial % 2 == 1;
+    const token_count begin = large ? rng.between(top - (token_count{1} << 20), top) : rng.between(0, 3000);
+    const token_count end = trial % 7 == 0 ? begin - rng.between(0, 5) : begin + rng.between(0, large ? top - begin : 3000);
+    const token_range q{begin, end};
+    INFO("q=[" << q.begin << "," << q.end << ")");
+    REQUIRE(causal_pairs_from_start(q) == causal_pairs(q, token_range{0, q.end}));
+    if (!large) REQUIRE(causal_pairs_from_start(q) == per_row_pairs(q, token_range{0, q.end}));
+    if (q.end <= q.begin) REQUIRE(causal_pairs_from_start(q) == 0);
+  }
+}

@@ -1,7 +1,8 @@
 // zeppelin/cost/causal_pairs.hpp
 // Exact count of causal (query, key) pairs between two token ranges of ONE sequence:
 //   pairs(Q, K) = #{ (q, k) : q in [Q.begin, Q.end), k in [K.begin, K.end), k <= q }
-// O(1) closed form, no loops. Also the full (unmasked) count |Q| * |K|.
+// O(1) closed form, no loops. Also the full (unmasked) count |Q| * |K|, and the pairs of Q
+// against every earlier key of its sequence.
 // nvcc-safe: ZEPPELIN_HOST_DEVICE constexpr.
 #pragma once
 
@@ -35,6 +36,13 @@ ZEPPELIN_HOST_DEVICE constexpr std::int64_t causal_pairs(token_range q, token_ra
 //! Causal pairs of a whole sequence of `length` tokens: length * (length + 1) / 2.
 ZEPPELIN_HOST_DEVICE constexpr std::int64_t causal_pairs(token_count length) noexcept {
   return length > 0 ? length * (length + 1) / 2 : 0;
+}
+
+//! Causal pairs of queries `q` against every earlier key of their sequence, causal_pairs(q,
+//! [0, q.end)), as T(q.end) - T(q.begin) with T(n) = n (n + 1) / 2: what a shard's queries
+//! compute wherever its keys come from, priced per shard by the planner's bounds.
+ZEPPELIN_HOST_DEVICE constexpr std::int64_t causal_pairs_from_start(token_range q) noexcept {
+  return q.empty() ? 0 : causal_pairs(q.end) - causal_pairs(q.begin);
 }
 
 //! Pairs of an unmasked block: |q| * |k|.

@@ -96,7 +96,7 @@ struct per_document_sharding {
     for (int r = 0; r < cp; ++r)
       for (const token_count n : documents) {
         detail::zigzag_ranges(n, cp, r, ranges);
-        for (const token_range q : ranges) out[static_cast<std::size_t>(r)].push_back({q.size(), causal_pairs(q, token_range{0, q.end})});
+        for (const token_range q : ranges) out[static_cast<std::size_t>(r)].push_back({q.size(), causal_pairs_from_start(q)});
       }
     return out;
   }
@@ -127,7 +127,7 @@ struct padding_free_sharding {
         for (std::size_t i = 0; i < mine.size();) {
           token_range q = mine[i];
           for (++i; i < mine.size() && mine[i].begin == q.end; ++i) q.end = mine[i].end;
-          out[static_cast<std::size_t>(r)].push_back({q.size(), causal_pairs(q, token_range{0, q.end})});
+          out[static_cast<std::size_t>(r)].push_back({q.size(), causal_pairs_from_start(q)});
         }
       }
     }

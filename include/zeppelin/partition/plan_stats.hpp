@@ -85,7 +85,7 @@ struct plan_stats {
     auto& st = out.ranks[static_cast<std::size_t>(r)];
     for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards) {
       st.tokens += s.range.size();
-      st.causal_pairs += causal_pairs(s.range, token_range{0, s.range.end});
+      st.causal_pairs += causal_pairs_from_start(s.range);
       const zone_kind z = s.group == no_group ? zone_kind::local : p.groups[static_cast<std::size_t>(s.group)].zone;
       st.zone_tokens[static_cast<std::size_t>(z)] += s.range.size();
       if (s.group != no_group) held[{s.group, s.micro_batch}][r] += s.range.size();

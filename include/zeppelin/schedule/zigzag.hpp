@@ -82,7 +82,7 @@ ZEPPELIN_HOST_DEVICE constexpr token_count zigzag_tokens(token_count length, std
 //! tokens: its queries (head and tail) against every earlier key of the sequence.
 ZEPPELIN_HOST_DEVICE constexpr std::int64_t zigzag_pairs(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
   const zigzag_pair z = zigzag_chunks(length, group_size, position);
-  return causal_pairs(z.head, token_range{0, z.head.end}) + causal_pairs(z.tail, token_range{0, z.tail.end});
+  return causal_pairs_from_start(z.head) + causal_pairs_from_start(z.tail);
 }
 
 //! The positions of a zigzag over G ranks that hold one token more than the others: a cyclic

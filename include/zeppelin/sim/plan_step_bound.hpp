@@ -218,17 +218,47 @@ struct delivered_bytes {
   const auto share_of = [&](std::size_t node) {
     return *std::lower_bound(on_node.begin(), on_node.end(), node, [](const node_share& a, std::size_t n) { return a.node < n; });
   };
-  std::vector<std::int32_t> micro_batches;  // that a group's shards belong to: it may serve several, one after another
+  // one pass over the shards: per (group, micro-batch) a group serves (it may serve several, one
+  // after another), the tokens of each member, summed in each rank's shard order
+  struct served {
+    std::int32_t micro_batch;
+    std::size_t tokens;  // offset of its members' tokens in `tokens_of`
+  };
+  std::vector<std::vector<served>> serves(p.groups.size());
+  std::vector<double> tokens_of;
+  std::vector<std::pair<group_index, std::int32_t>> positions;  // the rank's (group, position in it) seen so far
+  constexpr std::size_t nowhere = std::numeric_limits<std::size_t>::max();
+  for (std::size_t r = 0; r < ranks; ++r) {
+    positions.clear();
+    // consecutive shards mostly share a (group, micro-batch): its member's slot in `tokens_of`
+    group_index group = no_group;
+    std::int32_t micro_batch = -1;
+    std::size_t slot = nowhere;
+    for (const shard& s : p.placements[r].shards) {
+      if (s.group != group || s.micro_batch != micro_batch) {
+        group = s.group, micro_batch = s.micro_batch, slot = nowhere;
+        if (group == no_group || p.groups[static_cast<std::size_t>(group)].ranks.size() < 2) continue;
+        const auto& members = p.groups[static_cast<std::size_t>(group)].ranks;
+        auto known = std::find_if(positions.begin(), positions.end(), [&](const auto& x) { return x.first == group; });
+        if (known == positions.end()) {
+          const auto at = std::find(members.begin(), members.end(), static_cast<rank_index>(r)) - members.begin();
+          known = positions.insert(positions.end(), {group, static_cast<std::int32_t>(at)});
+        }
+        auto& list = serves[static_cast<std::size_t>(group)];
+        auto it = std::find_if(list.begin(), list.end(), [&](const served& x) { return x.micro_batch == micro_batch; });
+        if (it == list.end()) {
+          it = list.insert(list.end(), {micro_batch, tokens_of.size()});
+          tokens_of.resize(tokens_of.size() + members.size(), 0.0);
+        }
+        slot = it->tokens + static_cast<std::size_t>(known->second);
+      }
+      if (slot != nowhere) tokens_of[slot] += static_cast<double>(s.range.size());
+    }
+  }
   for (std::size_t g = 0; g < p.groups.size(); ++g) {
     const auto& members = p.groups[g].ranks;
     const auto G = static_cast<std::int32_t>(members.size());
     if (G < 2) continue;
-    micro_batches.clear();
-    for (const rank_index r : members)
-      for (const shard& s : p.placements[static_cast<std::size_t>(r)].shards)
-        if (s.group == static_cast<std::int32_t>(g) &&
-            std::find(micro_batches.begin(), micro_batches.end(), s.micro_batch) == micro_batches.end())
-          micro_batches.push_back(s.micro_batch);
     // what the group's collective delivers in one micro-batch, for the tokens `mine` of it
     const auto deliver = [&](std::array<delivered_bytes, 2>& at) {
       if (p.groups[g].collective != collective_kind::all_to_all) {
@@ -314,12 +344,10 @@ struct delivered_bytes {
         }
       }
     };
-    for (const std::int32_t micro_batch : micro_batches) {
-      mine.assign(members.size(), 0.0);
-      for (std::size_t pos = 0; pos < members.size(); ++pos)
-        for (const shard& s : p.placements[static_cast<std::size_t>(members[pos])].shards)
-          if (s.group == static_cast<std::int32_t>(g) && s.micro_batch == micro_batch) mine[pos] += static_cast<double>(s.range.size());
-      deliver(in[static_cast<std::size_t>(micro_batch)]);
+    for (const served& x : serves[g]) {
+      mine.assign(tokens_of.begin() + static_cast<std::ptrdiff_t>(x.tokens),
+                  tokens_of.begin() + static_cast<std::ptrdiff_t>(x.tokens + members.size()));
+      deliver(in[static_cast<std::size_t>(x.micro_batch)]);
     }
   }
   return in;
@@ -376,12 +404,14 @@ struct delivered_bytes {
   // [micro-batch * groups + group]: the pairs of an all-to-all group in a micro-batch (a group
   // may serve several, one after another)
   std::vector<double> group_pairs(static_cast<std::size_t>(micro_batches) * p.groups.size(), 0.0);
+  std::vector<std::uint8_t> all_to_all(p.groups.size());  // [group], read per shard
+  for (std::size_t g = 0; g < p.groups.size(); ++g) all_to_all[g] = p.groups[g].collective == collective_kind::all_to_all;
   for (std::size_t r = 0; r < ranks; ++r)
     for (const shard& s : p.placements[r].shards) {
       held[static_cast<std::size_t>(s.micro_batch) * ranks + r] += static_cast<double>(s.range.size());
-      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].collective == collective_kind::all_to_all)
+      if (s.group != no_group && all_to_all[static_cast<std::size_t>(s.group)] != 0)
         group_pairs[static_cast<std::size_t>(s.micro_batch) * p.groups.size() + static_cast<std::size_t>(s.group)] +=
-            static_cast<double>(causal_pairs(s.range, token_range{0, s.range.end}));
+            static_cast<double>(causal_pairs_from_start(s.range));
     }
   const std::vector<double> linear_held = detail::linear_tokens(linear, held, ranks);
   // [micro-batch * ranks + rank]: the least seconds of a rank's launches outside all-to-all

@@ -6,7 +6,7 @@
 //        [len - b_i - t_i, len - b_i) taken from the back, h_i + t_i = w_i, with
 //        a_i = sum_{j<i} h_j and b_i = sum_{j<i} t_j (plain zigzag's nesting: position 0
 //        holds the first head and the last tail, position G-1 the middle);
-//        weighted_pairs: the causal pairs each position computes (query_pairs of its chunks).
+//        weighted_pairs: the causal pairs each position computes (causal_pairs_from_start of its chunks).
 // Head/tail rule: h_i = t_i = w_i / 2 for even w_i; for odd w_i the extra token goes to the
 // head when a_i <= b_i, else to the tail, so a_i - b_i stays in {0, 1}.
 // Balance (what "causally balanced" means for unequal shares): the attention work of a rank
@@ -56,14 +56,11 @@ inline std::vector<weighted_chunks> weighted_zigzag(token_count len, std::span<c
   return out;
 }
 
-//! Causal pairs of the queries in `q` against every earlier key of their sequence.
-inline std::int64_t query_pairs(token_range q) noexcept { return causal_pairs(q, token_range{0, q.end}); }
-
 //! Causal pairs of every position of a weighted zigzag.
 inline std::vector<std::int64_t> weighted_pairs(token_count len, std::span<const token_count> shares) {
   const std::vector<weighted_chunks> parts = weighted_zigzag(len, shares);
   std::vector<std::int64_t> out(parts.size());
-  for (std::size_t p = 0; p < parts.size(); ++p) out[p] = query_pairs(parts[p].head) + query_pairs(parts[p].tail);
+  for (std::size_t p = 0; p < parts.size(); ++p) out[p] = causal_pairs_from_start(parts[p].head) + causal_pairs_from_start(parts[p].tail);
   return out;
 }
 

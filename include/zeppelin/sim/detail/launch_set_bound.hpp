@@ -198,10 +198,12 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   launch_seconds out;
   out.own.assign(static_cast<std::size_t>(p.micro_batches()) * ranks, 0.0);
   out.gathered.assign(out.own.size(), 0.0);
-  const auto collective_of = [&](group_index g) { return g == no_group ? collective_kind::ring : p.groups[static_cast<std::size_t>(g)].collective; };
+  std::vector<collective_kind> collectives(p.groups.size());  // [group], read per shard
+  for (std::size_t g = 0; g < p.groups.size(); ++g) collectives[g] = p.groups[g].collective;
+  const auto collective_of = [&](group_index g) { return g == no_group ? collective_kind::ring : collectives[static_cast<std::size_t>(g)]; };
   // a shard's pairs (its queries against every earlier key of its sequence) at the best rate
   const auto at_best_rate = [&](std::int32_t micro_batch, std::size_t rank, group_index g, token_range range) {
-    const double seconds = per_pair * static_cast<double>(causal_pairs(range, token_range{0, range.end}));
+    const double seconds = per_pair * static_cast<double>(causal_pairs_from_start(range));
     const std::size_t at = static_cast<std::size_t>(micro_batch) * ranks + rank;
     out.own[at] += seconds;
     if (collective_of(g) == collective_kind::all_gather) out.gathered[at] += seconds;
