@@ -172,7 +172,7 @@ TEST_CASE("weighted zigzag: tiles the sequence, each rank within one token's mea
             REQUIRE(c.head.size() + c.tail.size() == w[static_cast<std::size_t>(i)]);
             for (token_count x = c.head.begin; x < c.head.end; ++x) ++cover[static_cast<std::size_t>(x)];
             for (token_count x = c.tail.begin; x < c.tail.end; ++x) ++cover[static_cast<std::size_t>(x)];
-            const std::int64_t pairs = detail::query_pairs(c.head) + detail::query_pairs(c.tail);
+            const std::int64_t pairs = causal_pairs_from_start(c.head) + causal_pairs_from_start(c.tail);
             const std::int64_t off = 2 * pairs - w[static_cast<std::size_t>(i)] * (len + 1);
             CHECK((off < 0 ? -off : off) <= len + 1);
           }
