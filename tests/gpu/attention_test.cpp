@@ -203,6 +203,22 @@ TEST_CASE("attention forward with a single mask for all blocks and no positions"
   CHECK(relative_l2(o.download(), ref_o) < forward_tolerance(dtype::bf16));
 }
 
+namespace {
+
+// validate(params) throws naming `message` and the pointer's `address` offset.
+template <class Params>
+void rejects_misalignment(const Params& params, const std::string& message, double address) {
+  try {
+    dev::validate(params);
+    FAIL("validate accepted a pointer " << address << " bytes off its boundary (" << message << ")");
+  } catch (const zeppelin::invalid_argument& e) {
+    CHECK(std::string(e.what()).find(message) != std::string::npos);
+    CHECK(e.value("address") == address);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("attention facades reject bad parameters without launching", "[gpu][attention]") {
   // No device needed: validation happens on the host.
   dev::attention_forward_params p;
@@ -227,16 +243,10 @@ TEST_CASE("attention facades reject bad parameters without launching", "[gpu][at
   alignas(16) std::uint16_t o_bits[16] = {};
   alignas(16) float o_f32[4] = {};
   p.o = o_bits + 4;
-  try {
-    dev::validate(p);
-    FAIL("validate accepted an o 8 bytes off a 16-byte boundary");
-  } catch (const zeppelin::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("o must be 16-byte aligned") != std::string::npos);
-    CHECK(e.value("address") == 8.0);
-  }
+  rejects_misalignment(p, "o must be 16-byte aligned", 8.0);
   p.o = o_bits + 8;
   p.o_f32 = o_f32 + 1;
-  CHECK_THROWS_WITH(dev::validate(p), Catch::Contains("o_f32 must be 8-byte aligned"));
+  rejects_misalignment(p, "o_f32 must be 8-byte aligned", 4.0);
   p.o_f32 = o_f32 + 2;
   CHECK_NOTHROW(dev::validate(p));
   p.o = nullptr, p.o_f32 = nullptr;
@@ -245,13 +255,7 @@ TEST_CASE("attention facades reject bad parameters without launching", "[gpu][at
   static_cast<dev::attention_blocks&>(b) = p;
   alignas(16) float accumulators[8] = {};
   b.dq_accum = accumulators, b.dk_accum = accumulators + 2, b.dv_accum = accumulators + 1;
-  try {
-    dev::validate(b);
-    FAIL("validate accepted a dv_accum 4 bytes off an 8-byte boundary");
-  } catch (const zeppelin::invalid_argument& e) {
-    CHECK(std::string(e.what()).find("8-byte aligned") != std::string::npos);
-    CHECK(e.value("address") == 4.0);
-  }
+  rejects_misalignment(b, "dq_accum, dk_accum and dv_accum must be 8-byte aligned", 4.0);
   b.dv_accum = accumulators + 4;
   CHECK_NOTHROW(dev::validate(b));
 }

@@ -59,33 +59,25 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-//! Lanes 8i..8i+7 give the row addresses of tile i; register i receives tile i
-//! (lane 4g+t holds row g, columns 2t, 2t+1).
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row)));
-}
-
-//! As ldmatrix_x4, transposed: lane 4g+t holds rows 2t, 2t+1 of column g of each tile.
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row)));
-}
-
-//! ldmatrix_x4 / ldmatrix_x4_trans at a shared-state-space address (smem_address): one 32-bit
-//! register per lane where a generic pointer takes two, which matters in kernels at the
-//! 255-register limit.
+//! Lanes 8i..8i+7 give the row addresses of tile i (shared-state-space addresses,
+//! smem_address: one 32-bit register per lane where a generic pointer takes two, which matters
+//! in kernels at the 255-register limit); register i receives tile i (lane 4g+t holds row g,
+//! columns 2t, 2t+1).
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(row));
 }
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row) { ldmatrix_x4(r, smem_address(row)); }
+
+//! As ldmatrix_x4, transposed: lane 4g+t holds rows 2t, 2t+1 of column g of each tile.
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::uint32_t row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(row));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
+  ldmatrix_x4_trans(r, smem_address(row));
 }
 
 template <dtype T>
