@@ -74,6 +74,7 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/layout_totals.hpp>
 #include <zeppelin/cost/step_work.hpp>
 #include <zeppelin/program/detail/all_to_all_collective.hpp>
 #include <zeppelin/program/options.hpp>
@@ -182,12 +183,12 @@ struct delivered_bytes {
   std::vector<double> lane_local, lane_remote, home_local, home_remote;
 };
 
-//! What the collectives of `p` must deliver, [micro-batch][pass] (see the file comment).
-[[nodiscard]] inline std::vector<std::array<delivered_bytes, 2>> collective_bytes_in(const plan& p, const wire_format& wire) {
-  const std::size_t ranks = p.placements.size();
-  const std::int32_t per_node = std::max(1, p.gpus_per_node);
+//! What the collectives of layout `t` must deliver, [micro-batch][pass] (see the file comment).
+[[nodiscard]] inline std::vector<std::array<delivered_bytes, 2>> collective_bytes_in(const layout_totals& t, const wire_format& wire) {
+  const std::size_t ranks = t.ranks;
+  const std::int32_t per_node = std::max(1, t.gpus_per_node);
   const auto node_of = [&](rank_index r) { return static_cast<std::size_t>(r / per_node); };
-  std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(p.micro_batches()));
+  std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(t.micro_batches));
   for (auto& passes : in)
     for (delivered_bytes& d : passes)
       for (std::vector<double>* v : {&d.local, &d.remote, &d.gathered_local, &d.gathered_remote, &d.scattered_local,
@@ -218,54 +219,17 @@ struct delivered_bytes {
   const auto share_of = [&](std::size_t node) {
     return *std::lower_bound(on_node.begin(), on_node.end(), node, [](const node_share& a, std::size_t n) { return a.node < n; });
   };
-  // one pass over the shards: per (group, micro-batch) a group serves (it may serve several, one
-  // after another), the tokens of each member, summed in each rank's shard order
-  struct served {
-    std::int32_t micro_batch;
-    std::size_t tokens;  // offset of its members' tokens in `tokens_of`
-  };
-  std::vector<std::vector<served>> serves(p.groups.size());
-  std::vector<double> tokens_of;
-  std::vector<std::pair<group_index, std::int32_t>> positions;  // the rank's (group, position in it) seen so far
-  constexpr std::size_t nowhere = std::numeric_limits<std::size_t>::max();
-  for (std::size_t r = 0; r < ranks; ++r) {
-    positions.clear();
-    // consecutive shards mostly share a (group, micro-batch): its member's slot in `tokens_of`
-    group_index group = no_group;
-    std::int32_t micro_batch = -1;
-    std::size_t slot = nowhere;
-    for (const shard& s : p.placements[r].shards) {
-      if (s.group != group || s.micro_batch != micro_batch) {
-        group = s.group, micro_batch = s.micro_batch, slot = nowhere;
-        if (group == no_group || p.groups[static_cast<std::size_t>(group)].ranks.size() < 2) continue;
-        const auto& members = p.groups[static_cast<std::size_t>(group)].ranks;
-        auto known = std::find_if(positions.begin(), positions.end(), [&](const auto& x) { return x.first == group; });
-        if (known == positions.end()) {
-          const auto at = std::find(members.begin(), members.end(), static_cast<rank_index>(r)) - members.begin();
-          known = positions.insert(positions.end(), {group, static_cast<std::int32_t>(at)});
-        }
-        auto& list = serves[static_cast<std::size_t>(group)];
-        auto it = std::find_if(list.begin(), list.end(), [&](const served& x) { return x.micro_batch == micro_batch; });
-        if (it == list.end()) {
-          it = list.insert(list.end(), {micro_batch, tokens_of.size()});
-          tokens_of.resize(tokens_of.size() + members.size(), 0.0);
-        }
-        slot = it->tokens + static_cast<std::size_t>(known->second);
-      }
-      if (slot != nowhere) tokens_of[slot] += static_cast<double>(s.range.size());
-    }
-  }
-  for (std::size_t g = 0; g < p.groups.size(); ++g) {
-    const auto& members = p.groups[g].ranks;
+  for (std::size_t g = 0; g < t.groups.size(); ++g) {
+    const auto& members = t.groups[g].ranks;
     const auto G = static_cast<std::int32_t>(members.size());
     if (G < 2) continue;
     // what the group's collective delivers in one micro-batch, for the tokens `mine` of it
     const auto deliver = [&](std::array<delivered_bytes, 2>& at) {
-      if (p.groups[g].collective != collective_kind::all_to_all) {
+      if (t.groups[g].collective != collective_kind::all_to_all) {
         double total = 0;
         for (const double t : mine) total += t;
         const double kv = 2 * bytes(row_kind::kv, 0), dkv = 2 * bytes(row_kind::dkv, 0);
-        const bool gathered = p.groups[g].collective == collective_kind::all_gather;
+        const bool gathered = t.groups[g].collective == collective_kind::all_gather;
         // `carried` bytes over the edge from position `from` into `to`; an all-gather member's
         // are gathered before its launch or scattered after it
         enum class when : std::uint8_t { any, before_launch, after_launch };
@@ -344,9 +308,9 @@ struct delivered_bytes {
         }
       }
     };
-    for (const served& x : serves[g]) {
-      mine.assign(tokens_of.begin() + static_cast<std::ptrdiff_t>(x.tokens),
-                  tokens_of.begin() + static_cast<std::ptrdiff_t>(x.tokens + members.size()));
+    for (const layout_totals::served& x : t.serves[g]) {
+      mine.assign(t.member_tokens.begin() + static_cast<std::ptrdiff_t>(x.first),
+                  t.member_tokens.begin() + static_cast<std::ptrdiff_t>(x.first + members.size()));
       deliver(in[static_cast<std::size_t>(x.micro_batch)]);
     }
   }
@@ -370,11 +334,10 @@ struct delivered_bytes {
 //! The ranks whose launches plan_step_bound prices by launch sets (bound_prices::priced_ranks):
 //! a flag per rank, set for the `priced_ranks` whose attention at the best rate plus linear
 //! work is largest in some micro-batch (ties: the lower rank); empty when that is every rank.
-[[nodiscard]] inline std::vector<std::uint8_t> busiest_at_best_rate(const plan& p, const bound_prices& prices,
-                                                                    const std::vector<double>& linear_held) {
-  const std::size_t ranks = p.placements.size();
+[[nodiscard]] inline std::vector<std::uint8_t> busiest_at_best_rate(const layout_totals& t, const bound_prices& prices,
+                                                                    const launch_seconds& quick, const std::vector<double>& linear_held) {
+  const std::size_t ranks = t.ranks;
   if (prices.priced_ranks >= ranks || prices.max_shard_pairs == 0) return {};
-  const launch_seconds quick = launch_set_seconds(p, prices.per_pair, prices.slowdown, 0);
   std::vector<double> busiest(ranks, 0.0);
   for (std::size_t i = 0; i < quick.own.size(); ++i)
     busiest[i % ranks] = std::max(busiest[i % ranks], quick.own[i] + linear_held[i] * prices.per_token);
@@ -389,36 +352,25 @@ struct delivered_bytes {
   return priced;
 }
 
-}  // namespace detail
 
-//! Seconds no execution of `p` whose bytes from other nodes take `path` can beat, with the
-//! batch's `prices` (see the file comment). `p` must be a valid plan of the batch on its view
-//! (core/validate.hpp).
-[[nodiscard]] inline double plan_step_bound(const plan& p, const bound_prices& prices, linear_layout_kind linear,
-                                            inter_node_path path = inter_node_path::any_nic_of_node) {
+//! The bound of layout `t` with its ranks' launches taking at least `launches` and their linear
+//! modules `linear_held` tokens, [micro-batch * ranks + rank] (see the file comment).
+[[nodiscard]] inline double plan_step_bound(const layout_totals& t, const launch_seconds& launches, const std::vector<double>& linear_held,
+                                            const bound_prices& prices, inter_node_path path) {
   const double per_pair = prices.per_pair, per_token = prices.per_token;
-  const std::size_t ranks = p.placements.size();
-  const std::int32_t micro_batches = p.micro_batches();
-  // [micro-batch * ranks + rank]: the tokens a rank holds
-  std::vector<double> held(static_cast<std::size_t>(micro_batches) * ranks, 0.0);
+  const std::size_t ranks = t.ranks;
+  const std::int32_t micro_batches = t.micro_batches;
   // [micro-batch * groups + group]: the pairs of an all-to-all group in a micro-batch (a group
   // may serve several, one after another)
-  std::vector<double> group_pairs(static_cast<std::size_t>(micro_batches) * p.groups.size(), 0.0);
-  std::vector<std::uint8_t> all_to_all(p.groups.size());  // [group], read per shard
-  for (std::size_t g = 0; g < p.groups.size(); ++g) all_to_all[g] = p.groups[g].collective == collective_kind::all_to_all;
-  for (std::size_t r = 0; r < ranks; ++r)
-    for (const shard& s : p.placements[r].shards) {
-      held[static_cast<std::size_t>(s.micro_batch) * ranks + r] += static_cast<double>(s.range.size());
-      if (s.group != no_group && all_to_all[static_cast<std::size_t>(s.group)] != 0)
-        group_pairs[static_cast<std::size_t>(s.micro_batch) * p.groups.size() + static_cast<std::size_t>(s.group)] +=
-            static_cast<double>(causal_pairs_from_start(s.range));
+  std::vector<double> group_pairs(static_cast<std::size_t>(micro_batches) * t.groups.size(), 0.0);
+  for (std::size_t g = 0; g < t.groups.size(); ++g) {
+    if (t.groups[g].collective != collective_kind::all_to_all) continue;
+    for (const layout_totals::served& x : t.serves[g]) {
+      double& pairs = group_pairs[static_cast<std::size_t>(x.micro_batch) * t.groups.size() + g];
+      for (std::size_t i = 0; i < t.groups[g].ranks.size(); ++i) pairs += t.member_pairs[x.first + i];
     }
-  const std::vector<double> linear_held = detail::linear_tokens(linear, held, ranks);
-  // [micro-batch * ranks + rank]: the least seconds of a rank's launches outside all-to-all
-  // groups, and of those the launches of all-gather groups
-  const detail::launch_seconds launches = detail::launch_set_seconds(p, per_pair, prices.slowdown, prices.max_shard_pairs,
-                                                                     detail::busiest_at_best_rate(p, prices, linear_held));
-  const auto bytes_in = detail::collective_bytes_in(p, prices.wire);
+  }
+  const auto bytes_in = collective_bytes_in(t, prices.wire);
   // the largest sum of `bytes` over the ranks that share a key (a node, a NIC)
   std::vector<double> sums;
   const auto busiest_sum = [&](const std::vector<double>& bytes, const auto& key_of) {
@@ -430,7 +382,7 @@ struct delivered_bytes {
     }
     return sums.empty() ? 0.0 : *std::max_element(sums.begin(), sums.end());
   };
-  const std::size_t per_node = static_cast<std::size_t>(std::max(1, p.gpus_per_node));
+  const std::size_t per_node = static_cast<std::size_t>(std::max(1, t.gpus_per_node));
   const auto node_of = [&](std::size_t r) { return r / per_node; };
   const auto nic_of = [&](std::size_t r) { return prices.nic_of[r]; };
 
@@ -460,10 +412,10 @@ struct delivered_bytes {
     }
     double busiest = 0;
     for (const double w : rank_work) busiest = std::max(busiest, w);
-    for (std::size_t g = 0; g < p.groups.size(); ++g) {
-      const double pairs = group_pairs[static_cast<std::size_t>(mb) * p.groups.size() + g];
+    for (std::size_t g = 0; g < t.groups.size(); ++g) {
+      const double pairs = group_pairs[static_cast<std::size_t>(mb) * t.groups.size() + g];
       if (pairs == 0) continue;
-      const auto& members = p.groups[g].ranks;
+      const auto& members = t.groups[g].ranks;
       double others = 0;
       for (const rank_index r : members) others += rank_work[static_cast<std::size_t>(r)];
       const double size = static_cast<double>(members.size());
@@ -492,12 +444,12 @@ struct delivered_bytes {
     // after (forward) or before (backward) them; the mean over the group's members of that
     // chain, their lanes splitting the group's pairs (the busiest member is at least the mean)
     std::fill(all_to_all_groups.begin(), all_to_all_groups.end(), 0);
-    for (std::size_t g = 0; g < p.groups.size(); ++g)
-      if (group_pairs[static_cast<std::size_t>(mb) * p.groups.size() + g] > 0)
-        for (const rank_index r : p.groups[g].ranks) ++all_to_all_groups[static_cast<std::size_t>(r)];
-    for (std::size_t g = 0; g < p.groups.size(); ++g) {
-      const double pairs = group_pairs[static_cast<std::size_t>(mb) * p.groups.size() + g];
-      const auto& members = p.groups[g].ranks;
+    for (std::size_t g = 0; g < t.groups.size(); ++g)
+      if (group_pairs[static_cast<std::size_t>(mb) * t.groups.size() + g] > 0)
+        for (const rank_index r : t.groups[g].ranks) ++all_to_all_groups[static_cast<std::size_t>(r)];
+    for (std::size_t g = 0; g < t.groups.size(); ++g) {
+      const double pairs = group_pairs[static_cast<std::size_t>(mb) * t.groups.size() + g];
+      const auto& members = t.groups[g].ranks;
       const auto alone = [&](rank_index r) { return all_to_all_groups[static_cast<std::size_t>(r)] == 1; };
       if (pairs == 0 || !std::all_of(members.begin(), members.end(), alone)) continue;
       double chains = 0;
@@ -513,6 +465,33 @@ struct delivered_bytes {
     bound += std::max({busiest, receiving, serial});
   }
   return std::max(bound, prices.balanced);
+}
+
+}  // namespace detail
+
+//! Seconds no execution of a layout whose sums are `t` and whose bytes from other nodes take
+//! `path` can beat, every pair at the best rate (bound_prices::max_shard_pairs is not read: the
+//! launch sets need the shards), with the batch's `prices` (see the file comment).
+[[nodiscard]] inline double plan_step_bound(const layout_totals& t, const bound_prices& prices, linear_layout_kind linear,
+                                            inter_node_path path = inter_node_path::any_nic_of_node) {
+  return detail::plan_step_bound(t, detail::best_rate_seconds(t, prices.per_pair), detail::linear_tokens(linear, t.held, t.ranks),
+                                 prices, path);
+}
+
+//! Seconds no execution of `p` whose bytes from other nodes take `path` can beat, with the
+//! batch's `prices` (see the file comment): the pairs of the busiest prices.priced_ranks ranks
+//! priced by their launch sets where prices.max_shard_pairs allows. `p` must be a valid plan of
+//! the batch on its view (core/validate.hpp).
+[[nodiscard]] inline double plan_step_bound(const plan& p, const bound_prices& prices, linear_layout_kind linear,
+                                            inter_node_path path = inter_node_path::any_nic_of_node) {
+  const layout_totals t = layout_totals_of(p);
+  const std::vector<double> linear_held = detail::linear_tokens(linear, t.held, t.ranks);
+  detail::launch_seconds launches = detail::best_rate_seconds(t, prices.per_pair);
+  if (prices.max_shard_pairs > 0) {
+    const std::vector<std::uint8_t> priced = detail::busiest_at_best_rate(t, prices, launches, linear_held);
+    launches = detail::launch_set_seconds(p, std::move(launches), prices.per_pair, prices.slowdown, prices.max_shard_pairs, priced);
+  }
+  return detail::plan_step_bound(t, launches, linear_held, prices, path);
 }
 
 //! plan_step_bound of one plan of `b` on `view`, for executions without tensor parallelism.

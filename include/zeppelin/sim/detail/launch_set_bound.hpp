@@ -51,6 +51,7 @@
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
+#include <zeppelin/cost/layout_totals.hpp>
 #include <zeppelin/cost/step_work.hpp>
 #include <zeppelin/cost/throughput_table.hpp>
 #include <zeppelin/schedule/block_mask.hpp>
@@ -185,19 +186,43 @@ struct launch_seconds {
 //! memory the pricing takes, about 24 bytes each.
 inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
 
+//! Every rank's launches of layout `t` with every pair at the best rate: `per_pair` seconds
+//! each, pairs of all-to-all groups left out (plan_step_bound spreads a group's pairs over its
+//! members).
+[[nodiscard]] inline launch_seconds best_rate_seconds(const layout_totals& t, double per_pair) {
+  launch_seconds out;
+  std::vector<double> gathered(t.loose_pairs.size(), 0.0);  // pairs, then seconds
+  std::vector<double> own = t.loose_pairs;
+  for (std::size_t g = 0; g < t.groups.size(); ++g) {
+    const collective_kind c = t.groups[g].collective;
+    if (c == collective_kind::all_to_all) continue;
+    const auto& members = t.groups[g].ranks;
+    for (const layout_totals::served& x : t.serves[g])
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const std::size_t at = static_cast<std::size_t>(x.micro_batch) * t.ranks + static_cast<std::size_t>(members[i]);
+        own[at] += t.member_pairs[x.first + i];
+        if (c == collective_kind::all_gather) gathered[at] += t.member_pairs[x.first + i];
+      }
+  }
+  for (double& v : own) v *= per_pair;
+  for (double& v : gathered) v *= per_pair;
+  return {std::move(own), std::move(gathered)};
+}
+
 //! `priced`, when not empty, has one entry per rank: the ranks with a nonzero entry are
-//! priced by their launch sets, the others at the best rate (as with max_shard_pairs 0), so
-//! that bounding one rank of a wide ring costs its own pairs only. Every rank's entry is
-//! still a lower bound: a rank's sets never price its pairs below the best rate.
-[[nodiscard]] inline launch_seconds launch_set_seconds(const plan& p, double per_pair, const launch_slowdown& slowdown,
+//! priced by their launch sets, the others keep their entries of `best` (best_rate_seconds of
+//! the plan), so that bounding one rank of a wide ring costs its own pairs only. Every rank's
+//! entry is still a lower bound: a rank's sets never price its pairs below the best rate.
+[[nodiscard]] inline launch_seconds launch_set_seconds(const plan& p, launch_seconds best, double per_pair, const launch_slowdown& slowdown,
                                                       std::size_t max_shard_pairs, std::span<const std::uint8_t> priced = {}) {
   const std::size_t ranks = p.placements.size();
   ZEPPELIN_EXPECTS(priced.empty() || priced.size() == ranks, "launch_set_seconds: one priced flag per rank",
                    {{"flags", double(priced.size())}, {"ranks", double(ranks)}});
   const auto by_sets = [&](rank_index r) { return priced.empty() || priced[static_cast<std::size_t>(r)] != 0; };
-  launch_seconds out;
-  out.own.assign(static_cast<std::size_t>(p.micro_batches()) * ranks, 0.0);
-  out.gathered.assign(out.own.size(), 0.0);
+  launch_seconds out = std::move(best);
+  if (max_shard_pairs == 0) return out;
+  for (std::size_t at = 0; at < out.own.size(); ++at)
+    if (by_sets(static_cast<rank_index>(at % ranks))) out.own[at] = out.gathered[at] = 0;
   std::vector<collective_kind> collectives(p.groups.size());  // [group], read per shard
   for (std::size_t g = 0; g < p.groups.size(); ++g) collectives[g] = p.groups[g].collective;
   const auto collective_of = [&](group_index g) { return g == no_group ? collective_kind::ring : collectives[static_cast<std::size_t>(g)]; };
@@ -208,12 +233,6 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     out.own[at] += seconds;
     if (collective_of(g) == collective_kind::all_gather) out.gathered[at] += seconds;
   };
-  // the ranks priced at the best rate: one pass over their shards, no sets
-  for (std::size_t r = 0; r < ranks; ++r)
-    if (max_shard_pairs == 0 || !by_sets(static_cast<rank_index>(r)))
-      for (const shard& s : p.placements[r].shards)
-        if (collective_of(s.group) != collective_kind::all_to_all) at_best_rate(s.micro_batch, r, s.group, s.range);
-  if (max_shard_pairs == 0) return out;
   // what a set is made of (see the file comment)
   enum which : std::int32_t { ring_forward = 0, ring_backward = 1, gathered = 2, local = 3 };
   // a level: (micro-batch, zone), the local level's zone -1 (sequences held whole and groups
@@ -430,6 +449,14 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     }
   }
   return out;
+}
+
+
+//! launch_set_seconds from the best rates of `p` (every rank's at the best rate when
+//! max_shard_pairs is 0).
+[[nodiscard]] inline launch_seconds launch_set_seconds(const plan& p, double per_pair, const launch_slowdown& slowdown,
+                                                      std::size_t max_shard_pairs, std::span<const std::uint8_t> priced = {}) {
+  return launch_set_seconds(p, best_rate_seconds(layout_totals_of(p), per_pair), per_pair, slowdown, max_shard_pairs, priced);
 }
 
 }  // namespace detail
