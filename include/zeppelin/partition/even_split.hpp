@@ -18,6 +18,7 @@
 // Throws infeasible when the batch exceeds N * P * L. Host-only.
 #pragma once
 
+#include <zeppelin/partition/detail/cp_zigzag_layout.hpp>
 #include <zeppelin/partition/detail/plan_builder.hpp>
 #include <zeppelin/partition/partitioner.hpp>
 #include <zeppelin/schedule/zigzag.hpp>
@@ -33,23 +34,21 @@ struct even_split {
   //! Tokens a GPU may hold (L).
   token_count capacity = 4096;
 
-  [[nodiscard]] plan partition(const batch& b, const topology& t) const {
-    detail::check_input(b, t, capacity, name);
-    detail::plan_builder out(name, t, capacity);
-    std::vector<rank_index> ring(static_cast<std::size_t>(t.num_ranks()));
-    for (rank_index r = 0; r < t.num_ranks(); ++r) ring[static_cast<std::size_t>(r)] = r;
-    const group_index g = out.group_for(ring);
-    // a sequence of L tokens makes min(L, 2G) non-empty chunks: reserve the average per rank,
-    // not 2 x sequences on every rank (512 GB of address space at 8192 ranks and 1M sequences)
-    std::size_t chunks = 0;
-    for (sequence_index s = 0; s < b.size(); ++s)
-      chunks += static_cast<std::size_t>(std::min<token_count>(b.length(s), 2 * static_cast<token_count>(t.num_ranks())));
-    out.reserve(chunks / static_cast<std::size_t>(t.num_ranks()) + 2);
-    zigzag_dealer dealer(t.num_ranks());
-    for (sequence_index s = 0; s < b.size(); ++s) out.add_zigzag(s, b.length(s), ring, g, 0, dealer.next(b.length(s)));
-    out.require_capacity();
-    return std::move(out).finish();
+  //! What its ring runs.
+  static constexpr collective_kind collective = collective_kind::ring;
+
+  [[nodiscard]] plan partition(const batch& b, const topology& t) const { return partition_into<detail::plan_store>(b, t); }
+
+  //! The plan's layout into a builder's Store (partition/detail/plan_builder.hpp): the plan, or
+  //! its sums alone (layout_totals_store).
+  template <class Store>
+  [[nodiscard]] typename Store::result_type partition_into(const batch& b, const topology& t) const {
+    return layout().template lay_out<Store>(name, b, t, collective);
   }
+
+  //! Its layout (one CP group of all ranks), which even_split, allgather and ulysses share but
+  //! for the collective.
+  [[nodiscard]] detail::cp_zigzag_layout layout() const { return {capacity, 0}; }
   friend bool operator==(const even_split&, const even_split&) = default;
 };
 static_assert(partitioner<even_split>);

@@ -30,10 +30,15 @@ struct per_document {
   //! Ranks per CP group; 0 = all ranks.
   std::int32_t cp_size = 0;
 
-  [[nodiscard]] plan partition(const batch& b, const topology& t) const {
-    return detail::partition_over_cp_groups(
+  [[nodiscard]] plan partition(const batch& b, const topology& t) const { return partition_into<detail::plan_store>(b, t); }
+
+  //! The plan's layout into a builder's Store (partition/detail/plan_builder.hpp): the plan, or
+  //! its sums alone (layout_totals_store).
+  template <class Store>
+  [[nodiscard]] typename Store::result_type partition_into(const batch& b, const topology& t) const {
+    return detail::partition_over_cp_groups<Store>(
         name, b, t, capacity, cp_size, collective_kind::ring, 3,
-        [&](detail::plan_builder& out, const std::vector<rank_index>& ranks, group_index id,
+        [&](auto& out, const std::vector<rank_index>& ranks, group_index id,
             const std::vector<sequence_index>& seqs) {
           const auto C = static_cast<token_count>(ranks.size());
           token_count counter = 0;  // the round-robin dealer of tail tokens

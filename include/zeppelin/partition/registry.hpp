@@ -7,7 +7,8 @@
 //        of hierarchical and micro_batched (hierarchical over the fewest micro-batches that
 //        plan), micro_batched's least number of micro-batches
 //   out: any_partitioner, a std::variant of the configured models; partition(p, b, t) runs
-//        the one it holds and returns its plan (plan.method == the name)
+//        the one it holds and returns its plan (plan.method == the name); partition_totals
+//        only the plan's sums, where the model can lay them out without the shards
 // Settings a model does not read are ignored (cp_size by even_split, hierarchical, hybrid_dp
 // and micro_batched; the metric by all but hierarchical and micro_batched; micro_batches by
 // all but micro_batched). Throws invalid_argument for an unknown name,
@@ -19,6 +20,7 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
+#include <zeppelin/cost/layout_totals.hpp>
 #include <zeppelin/partition/allgather.hpp>
 #include <zeppelin/partition/any_load_metric.hpp>
 #include <zeppelin/partition/even_split.hpp>
@@ -31,6 +33,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -103,6 +106,44 @@ inline constexpr std::array<std::string_view, detail::partitioners.size()> parti
 //! The plan the partitioner held by `p` makes for `b` on `t`.
 [[nodiscard]] inline plan partition(const any_partitioner& p, const batch& b, const topology& t) {
   return std::visit([&](const auto& model) { return model.partition(b, t); }, p);
+}
+
+//! The sums of the plan the partitioner held by `p` makes for `b` on `t` (cost/layout_totals.hpp),
+//! laid out without building its shards, where its model can (partition_into a
+//! layout_totals_store: even_split, allgather, ulysses, per_document); std::nullopt where it
+//! cannot. Throws what partition() throws.
+[[nodiscard]] inline std::optional<layout_totals> partition_totals(const any_partitioner& p, const batch& b, const topology& t) {
+  return std::visit(
+      [&](const auto& model) -> std::optional<layout_totals> {
+        if constexpr (requires { model.template partition_into<detail::layout_totals_store>(b, t); })
+          return model.template partition_into<detail::layout_totals_store>(b, t);
+        else
+          return std::nullopt;
+      },
+      p);
+}
+
+//! Whether the partitioners held by `a` and `b` lay out every batch alike but for the collective
+//! their groups run: equal partitioners, or even_split, allgather and ulysses of one capacity and
+//! CP size (detail/cp_zigzag_layout.hpp).
+[[nodiscard]] inline bool same_layout_but_collective(const any_partitioner& a, const any_partitioner& b) {
+  return a == b || std::visit(
+                       [](const auto& x, const auto& y) {
+                         if constexpr (requires { x.layout() == y.layout(); }) return x.layout() == y.layout();
+                         else return false;
+                       },
+                       a, b);
+}
+
+//! The collective every group of the partitioner held by `p` runs, where it gives all of them
+//! one (std::nullopt where its groups differ: hierarchical, hybrid_dp).
+[[nodiscard]] inline std::optional<collective_kind> collective_of(const any_partitioner& p) {
+  return std::visit(
+      [](const auto& model) -> std::optional<collective_kind> {
+        if constexpr (requires { std::decay_t<decltype(model)>::collective; }) return std::decay_t<decltype(model)>::collective;
+        else return std::nullopt;
+      },
+      p);
 }
 
 //! The name of the partitioner held by `p` (plan.method of its plans).

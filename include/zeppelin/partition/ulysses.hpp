@@ -21,7 +21,7 @@
 // sequence no group can take). Host-only.
 #pragma once
 
-#include <zeppelin/partition/detail/cp_groups.hpp>
+#include <zeppelin/partition/detail/cp_zigzag_layout.hpp>
 #include <zeppelin/partition/detail/plan_builder.hpp>
 #include <zeppelin/partition/partitioner.hpp>
 #include <zeppelin/schedule/zigzag.hpp>
@@ -39,14 +39,20 @@ struct ulysses {
   //! Ranks per sequence-parallel group; 0 = all ranks.
   std::int32_t cp_size = 0;
 
-  [[nodiscard]] plan partition(const batch& b, const topology& t) const {
-    return detail::partition_over_cp_groups(
-        name, b, t, capacity, cp_size, collective_kind::all_to_all, 1,
-        [&](detail::plan_builder& out, const std::vector<rank_index>& ranks, group_index id, const std::vector<sequence_index>& seqs) {
-          zigzag_dealer dealer(static_cast<std::int32_t>(ranks.size()));
-          for (const sequence_index s : seqs) out.add_zigzag(s, b.length(s), ranks, id, 0, dealer.next(b.length(s)));
-        });
+  //! What its groups run.
+  static constexpr collective_kind collective = collective_kind::all_to_all;
+
+  [[nodiscard]] plan partition(const batch& b, const topology& t) const { return partition_into<detail::plan_store>(b, t); }
+
+  //! The plan's layout into a builder's Store (partition/detail/plan_builder.hpp): the plan, or
+  //! its sums alone (layout_totals_store).
+  template <class Store>
+  [[nodiscard]] typename Store::result_type partition_into(const batch& b, const topology& t) const {
+    return layout().template lay_out<Store>(name, b, t, collective);
   }
+
+  //! Its layout, which even_split, allgather and ulysses share but for the collective.
+  [[nodiscard]] detail::cp_zigzag_layout layout() const { return {capacity, cp_size}; }
   friend bool operator==(const ulysses&, const ulysses&) = default;
 };
 static_assert(partitioner<ulysses>);

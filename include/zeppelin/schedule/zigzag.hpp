@@ -35,11 +35,24 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
+//! A sequence of `length` tokens cut into `chunks` near-equal chunks, its division done once:
+//! chunk c is [boundary(c), boundary(c + 1)) (see chunk_range).
+struct near_equal_split {
+  token_count n, q, s;
+  ZEPPELIN_HOST_DEVICE constexpr near_equal_split(token_count length, std::int32_t chunks) noexcept
+      : n(chunks), q(length / chunks), s(length % chunks) {}
+  //! Start of chunk c (0 <= c <= chunks; c == chunks gives the length).
+  ZEPPELIN_HOST_DEVICE constexpr token_count boundary(std::int32_t c) const noexcept {
+    const token_count x = c;
+    const token_count extra = 2 * s <= n ? (x < s ? x : s) : (x > n - s ? x - (n - s) : 0);
+    return x * q + extra;
+  }
+  ZEPPELIN_HOST_DEVICE constexpr token_range chunk(std::int32_t c) const noexcept { return token_range{boundary(c), boundary(c + 1)}; }
+};
+
 //! Start of chunk c (0 <= c <= chunks; c == chunks gives `length`) of the near-equal split used by chunk_range.
 ZEPPELIN_HOST_DEVICE constexpr token_count chunk_boundary(token_count length, std::int32_t chunks, std::int32_t c) noexcept {
-  const token_count n = chunks, q = length / n, s = length % n, x = c;
-  const token_count extra = 2 * s <= n ? (x < s ? x : s) : (x > n - s ? x - (n - s) : 0);
-  return x * q + extra;
+  return near_equal_split(length, chunks).boundary(c);
 }
 
 //! Boundaries of chunk c of a sequence of `length` tokens cut into `chunks` near-equal chunks: [b(c), b(c+1));
@@ -47,7 +60,7 @@ ZEPPELIN_HOST_DEVICE constexpr token_count chunk_boundary(token_count length, st
 //! last otherwise (the causally best placement for zigzag, see the file comment); any length >= 1, chunks >= 1
 //! (empty chunks when length < chunks).
 ZEPPELIN_HOST_DEVICE constexpr token_range chunk_range(token_count length, std::int32_t chunks, std::int32_t c) noexcept {
-  return token_range{chunk_boundary(length, chunks, c), chunk_boundary(length, chunks, c + 1)};
+  return near_equal_split(length, chunks).chunk(c);
 }
 
 //! The two chunks rank position i (0 <= i < G) of a ring of G ranks owns under zigzag: chunk i and chunk 2G-1-i of 2G chunks.
@@ -56,11 +69,20 @@ struct zigzag_pair {
   friend constexpr bool operator==(const zigzag_pair&, const zigzag_pair&) = default;
 };
 
+//! The zigzag of one sequence over a group of `group_size` ranks, its division done once: at(p)
+//! is zigzag_chunks(length, group_size, p) (a layout deals a sequence over every position).
+struct zigzag_split {
+  near_equal_split chunks;
+  ZEPPELIN_HOST_DEVICE constexpr zigzag_split(token_count length, std::int32_t group_size) noexcept : chunks(length, 2 * group_size) {}
+  ZEPPELIN_HOST_DEVICE constexpr zigzag_pair at(std::int32_t position) const noexcept {
+    return zigzag_pair{chunks.chunk(position), chunks.chunk(static_cast<std::int32_t>(chunks.n) - 1 - position)};
+  }
+};
+
 //! Zigzag chunks of ring position `position` of a group of `group_size` ranks (no range checks; see
 //! zigzag_chunks_checked). head precedes tail; they touch (head.end == tail.begin) only at position G-1.
 ZEPPELIN_HOST_DEVICE constexpr zigzag_pair zigzag_chunks(token_count length, std::int32_t group_size, std::int32_t position) noexcept {
-  const std::int32_t chunks = 2 * group_size;
-  return zigzag_pair{chunk_range(length, chunks, position), chunk_range(length, chunks, chunks - 1 - position)};
+  return zigzag_split(length, group_size).at(position);
 }
 
 //! The proven bound on max_i pairs(i) - min_i pairs(i) over the G positions of a zigzag split of `length`

@@ -177,28 +177,43 @@ struct method_run {
   return static_cast<token_count>(per_rank);
 }
 
+//! `groups` with every group that spans ranks running `c`.
+inline void set_collective(std::vector<ring_group>& groups, collective_kind c) {
+  for (ring_group& g : groups)
+    if (g.zone != zone_kind::local) g.collective = c;
+}
+
+//! `groups` with every group that spans ranks running spec.collective, when the spec names one.
+inline void set_collective_of(const method_spec& spec, std::vector<ring_group>& groups) {
+  if (spec.collective) set_collective(groups, *spec.collective);
+}
+
 //! `p` with every group that spans ranks running spec.collective, when the spec names one.
 [[nodiscard]] inline plan with_collective_of(const method_spec& spec, plan p) {
-  if (spec.collective)
-    for (ring_group& g : p.groups)
-      if (g.zone != zone_kind::local) g.collective = *spec.collective;
+  set_collective_of(spec, p.groups);
   return p;
 }
 
-//! The plan `spec`'s partitioner makes for `b` on the CP view `view` with `capacity` tokens per
-//! rank, its groups running the partitioner's own collectives; the cost-model metric prices
-//! model `m`'s heads (32 x 128 when none is given) on view.gpu().
+//! The partitioner `spec` names, for the CP view `view` with `capacity` tokens per rank; the
+//! cost-model metric prices model `m`'s heads (32 x 128 when none is given) on view.gpu().
 //! Throws invalid_argument for the cost-driven `zeppelin`, whose partitioner depends on the
 //! batch (plan it with sim/cost_driven_planner.hpp).
-[[nodiscard]] inline plan partitioner_plan(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
-                                           load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
+[[nodiscard]] inline any_partitioner partitioner_of(const method_spec& spec, const topology& view, token_count capacity,
+                                                    load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
   ZEPPELIN_EXPECTS(spec.kind != method_kind::zeppelin,
                    "the zeppelin method chooses its layout per batch by cost: plan it with plan_by_cost "
                    "(sim/cost_driven_planner.hpp) or run it with run_method",
                    {});
   const partitioner_settings settings{
       .capacity = capacity, .cp_size = 0, .metric = make_load_metric(metric, view.gpu(), m ? m->heads : 32, m ? m->head_dim : 128)};
-  return partition(partitioner_by_name(spec.partitioner, settings), b, view);
+  return partitioner_by_name(spec.partitioner, settings);
+}
+
+//! The plan `spec`'s partitioner (partitioner_of) makes for `b` on `view`, its groups running
+//! the partitioner's own collectives.
+[[nodiscard]] inline plan partitioner_plan(const method_spec& spec, const batch& b, const topology& view, token_count capacity,
+                                           load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
+  return partition(partitioner_of(spec, view, capacity, metric, m), b, view);
 }
 
 //! The plan `spec` makes: partitioner_plan with its groups running spec.collective when it

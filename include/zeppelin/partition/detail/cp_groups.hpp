@@ -1,5 +1,5 @@
 // zeppelin/partition/detail/cp_groups.hpp
-// Context-parallel groups for the flat CP baselines (allgather, per_document).
+// Context-parallel groups for the flat CP baselines (allgather, ulysses, per_document).
 //   in : batch, topology, cp_size (0: every rank), capacity
 //   out: the CP groups (consecutive node-major ranks [g * cp, (g + 1) * cp)) and, per group,
 //        the sequences it runs. With one group every sequence goes to it. With several (data
@@ -74,18 +74,19 @@ inline cp_assignment assign_cp_groups(const batch& b, const topology& t, std::in
   return a;
 }
 
-//! The frame of the CP-group partitioners (allgather, per_document): checks the input, deals
-//! the sequences to CP groups, calls lay_out(builder, group_ranks, group_id, sequences) once
-//! per group to place that group's sequences, checks capacity and returns the plan. Every
-//! group runs `collective`; ranges_per_sequence sizes the builder's reservation (ranges a
-//! sequence adds per rank).
-template <class LayOut>
-[[nodiscard]] plan partition_over_cp_groups(std::string_view name, const batch& b, const topology& t,
-                                            token_count capacity, std::int32_t cp_size, collective_kind collective,
-                                            std::size_t ranges_per_sequence, LayOut&& lay_out) {
+//! The frame of a CP-group partitioner that lays out its groups' sequences its own way
+//! (per_document; the zigzag ones share detail/cp_zigzag_layout.hpp): checks the input, deals
+//! the sequences to CP groups, calls lay_out(builder, group_ranks, group_id,
+//! sequences) once per group to place that group's sequences, checks capacity and returns
+//! what the builder's Store makes (the plan, or its sums). Every group runs `collective`;
+//! ranges_per_sequence sizes the builder's reservation (ranges a sequence adds per rank).
+template <class Store, class LayOut>
+[[nodiscard]] typename Store::result_type partition_over_cp_groups(std::string_view name, const batch& b, const topology& t,
+                                                                   token_count capacity, std::int32_t cp_size, collective_kind collective,
+                                                                   std::size_t ranges_per_sequence, LayOut&& lay_out) {
   check_input(b, t, capacity, name);
   const cp_assignment a = assign_cp_groups(b, t, cp_size, capacity, name);
-  plan_builder out(name, t, capacity);
+  basic_plan_builder<Store> out(name, t, capacity);
   std::size_t most = 0;
   for (const auto& seqs : a.sequences) most = std::max(most, seqs.size());
   out.reserve(ranges_per_sequence * most);
