@@ -92,6 +92,40 @@ TEST_CASE("the plan step bound never exceeds the simulated step", "[sim][planner
   }
 }
 
+TEST_CASE("the first bound of a layout's sums equals its plan's, streamed or summed from the shards", "[sim][planner]") {
+  // the planner bounds even_split, allgather and ulysses from sums laid out without shards,
+  // shared among the three with each one's collective: the same bound as their plans give
+  const model_config m = models::llama_3b();
+  int streamed = 0;
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const topology t = small_cluster(seed);
+    const batch b = sampled_batch(seed, 8 * 4096 + static_cast<token_count>(seed) * 733);
+    const method_setup setup = setup_for(b, t);
+    const sim_cost_model cost = sim_cost_model::for_topology(t);
+    bound_prices quick = bound_prices_for(b, m, t, cost);
+    quick.max_shard_pairs = 0;
+    const any_partitioner ring = partitioner_of(method_spec_of(method_kind::te_cp), t, method_capacity(setup));
+    const std::optional<layout_totals> shared = partition_totals(ring, b, t);
+    REQUIRE(shared.has_value());
+    for (const method_spec& spec : cost_driven_candidates) {
+      CAPTURE(seed, spec.name);
+      const plan p = partition_for(spec, b, t, method_capacity(setup), setup.metric, &m);
+      const linear_layout_kind linear = spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout;
+      const inter_node_path path = inter_node_path_of(options_for(spec, setup).router);
+      const double of_plan = plan_step_bound(p, quick, linear, path);
+      CHECK(plan_step_bound(layout_totals_of(p), quick, linear, path) == of_plan);
+      const any_partitioner own = partitioner_of(spec, t, method_capacity(setup), setup.metric, &m);
+      if (!same_layout_but_collective(own, ring)) continue;
+      ++streamed;
+      layout_totals sums = *shared;
+      set_collective(sums.groups, *collective_of(own));
+      set_collective_of(spec, sums.groups);
+      CHECK(plan_step_bound(sums, quick, linear, path) == of_plan);
+    }
+  }
+  CHECK(streamed == 8 * 4);  // ulysses, llama_cp, te_cp+routing, te_cp
+}
+
 TEST_CASE("the plan step bound counts the bytes the collectives deliver, and stays below the step", "[sim][planner]") {
   // short sequences every layout balances equally: work alone bounds every candidate alike;
   // the K/V that TE CP's and LLaMA CP's rings pass around, and Ulysses' all-to-all, lift theirs

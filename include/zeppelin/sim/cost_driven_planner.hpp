@@ -10,11 +10,15 @@
 //        needs (sim_options: routing, engine, launches, remapping) and, per candidate, the
 //        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
 //        duplicate).
-// Search: every candidate is partitioned (microseconds; candidates that share a partitioner
-// share its plan, each running its own collective) and bounded by plan_step_bound
-// (sim/plan_step_bound.hpp) with every pair at the best rate, O(shards); a candidate whose
-// plan and execution equal an earlier candidate's is recorded as its duplicate and not
-// simulated; candidates are taken in
+// Search: every candidate is laid out and bounded by plan_step_bound (sim/plan_step_bound.hpp)
+// with every pair at the best rate. Candidates whose partitioners lay out alike share one layout,
+// each running its own collective (the same partitioner; even_split, allgather and ulysses,
+// partition/registry.hpp same_layout_but_collective); where the partitioner lays out only the
+// plan's sums (partition_totals: the zigzag baselines, 375K shards at 4M tokens over 1024 GPUs)
+// the first bound reads them, O(ranks + groups), and the plan is made only when a later stage
+// needs its shards; else the plan is made and bounded, O(shards). A candidate whose plan and
+// execution equal an earlier candidate's (compared once both plans exist) is recorded as its
+// duplicate and not simulated; candidates are taken in
 // increasing order of bound (ties: candidate order): one bounded only at the best rate is
 // bounded again with the launch sets of its busiest rank (its shard pairs: the calls a ring's
 // rounds make can be small and slow), then of every rank (O(shard pairs)), going back in line
@@ -26,8 +30,9 @@
 // recorded with the reason and skipped; when no candidate can run, the first one's error is
 // thrown. Deterministic: no clocks, no unordered containers.
 // choose_by_cost stops earlier still: when the candidate next in line has an upper bound
-// (sim/plan_step_upper_bound.hpp: Ulysses and USP plans) below every other candidate's bound, it is
-// chosen unsimulated (outcome certified), the same choice; plan_by_cost is choose_by_cost and
+// (sim/plan_step_upper_bound.hpp: Ulysses and USP plans; the looser, cheaper one first, then the
+// tight one) below every other candidate's bound, it is chosen unsimulated (outcome certified),
+// the same choice; plan_by_cost is choose_by_cost and
 // then the chosen plan's simulation where it was not simulated.
 // Because the baselines' own (layout, execution) pairs are candidates, the planner's step is
 // never above theirs under the same cost model. Host-only.
@@ -161,59 +166,117 @@ struct cost_driven_choice {
   std::vector<std::optional<plan>> layouts(candidates.size());
   // once per batch, not per candidate. The bounds a candidate goes through, each at least the
   // one before and costing less than the next (and all of them less than the simulation they
-  // may spare): every pair at the best rate, O(shards); the busiest rank's launch sets, its own
-  // shard pairs; every rank's, all shard pairs
+  // may spare): every pair at the best rate, O(shards), or O(ranks + groups) from the sums of a
+  // layout laid out without its shards; the busiest rank's launch sets, its own shard pairs;
+  // every rank's, all shard pairs
   const bound_prices tight = bound_prices_for(b, m, view, cost, setup.tensor_parallel);
   bound_prices quick = tight, one_rank = tight;
   quick.max_shard_pairs = 0;
   one_rank.priced_ranks = 1;
   const std::array<const bound_prices*, 3> stages{&quick, &one_rank, &tight};
-  const auto bound_of = [&](std::size_t i, const bound_prices& unit) {
-    const method_spec& spec = candidates[i];
-    return plan_step_bound(*layouts[i], unit, spec.remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout,
-                           inter_node_path_of(options_for(spec, setup).router));
+  const auto linear_of = [&](std::size_t i) {
+    return candidates[i].remap ? linear_layout_kind::token_balanced : linear_layout_kind::attention_layout;
   };
+  const auto path_of = [&](std::size_t i) { return inter_node_path_of(options_for(candidates[i], setup).router); };
   std::optional<std::exception_ptr> first_error;
-  std::vector<std::optional<plan>> partitioned(candidates.size());  // at a partitioner's first candidate: its plan
+  // candidates whose partitioners lay out alike (the same partitioner, or even_split, allgather
+  // and ulysses: same_layout_but_collective) share that layout, each with its own collective:
+  // each layout is made once per call. At a layout's first candidate: its plan, or, where the
+  // partitioner lays out the plan's sums without the shards (partition_totals), those sums; the
+  // plan then comes when a candidate of it needs a later stage (most are pruned before)
+  std::vector<std::optional<any_partitioner>> partitioners(candidates.size());
+  std::vector<std::size_t> first_of(candidates.size());
+  std::vector<std::optional<plan>> partitioned(candidates.size());
+  std::vector<std::optional<layout_totals>> summed(candidates.size());
+  // the groups of candidate i on its layout's groups: its partitioner's collective where the
+  // layout's first candidate has another partitioner, then its spec's
+  const auto set_collectives = [&](std::size_t i, std::vector<ring_group>& groups) {
+    const std::size_t f = first_of[i];
+    if (!(*partitioners[i] == *partitioners[f]))
+      if (const std::optional<collective_kind> own = collective_of(*partitioners[i])) set_collective(groups, *own);
+    set_collective_of(candidates[i], groups);
+  };
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const method_spec& spec = candidates[i];
-    ZEPPELIN_EXPECTS(spec.kind != method_kind::zeppelin, "the cost-driven planner cannot be its own candidate",
+    ZEPPELIN_EXPECTS(candidates[i].kind != method_kind::zeppelin, "the cost-driven planner cannot be its own candidate",
                      {{"candidate", double(i)}});
+    prices[i].name = std::string(candidates[i].name);
+    try {
+      partitioners[i] = partitioner_of(candidates[i], view, capacity, setup.metric, &m);
+    } catch (const error& e) {
+      prices[i].reason = e.what();
+      if (!first_error) first_error = std::current_exception();
+    }
+    first_of[i] = i;
+    for (std::size_t j = 0; j < i && partitioners[i]; ++j)
+      if (partitioners[j] && same_layout_but_collective(*partitioners[j], *partitioners[i])) {
+        first_of[i] = j;
+        break;
+      }
+  }
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (!partitioners[i]) continue;
     candidate_price& price = prices[i];
-    price.name = std::string(spec.name);
-    // candidates sharing a partitioner share its plan (each with its own collective): each
-    // partitioner runs once per call, and its last candidate takes the plan rather than a copy
-    const auto same_partitioner = [&](const method_spec& c) { return c.partitioner == spec.partitioner; };
-    const auto first = static_cast<std::size_t>(
-        std::find_if(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(i), same_partitioner) - candidates.begin());
-    const bool last = std::none_of(candidates.begin() + static_cast<std::ptrdiff_t>(i) + 1, candidates.end(), same_partitioner);
-    if (first < i && !partitioned[first]) {
+    const std::size_t first = first_of[i];
+    bool last = true;  // no later candidate shares the layout
+    for (std::size_t j = i + 1; j < candidates.size() && last; ++j) last = !partitioners[j] || first_of[j] != first;
+    if (first < i && !partitioned[first] && !summed[first]) {
       price.reason = prices[first].reason;  // the partitioner refused the batch
       continue;
     }
     try {
-      if (first == i) partitioned[i] = partitioner_plan(spec, b, view, capacity, setup.metric, &m);
-      layouts[i] = with_collective_of(spec, last ? std::move(*partitioned[first]) : *partitioned[first]);
-      price.bound_s = bound_of(i, *stages.front());
+      if (first == i) {
+        summed[i] = partition_totals(*partitioners[i], b, view);
+        if (!summed[i]) partitioned[i] = partition(*partitioners[i], b, view);
+      }
+      if (summed[first]) {
+        layout_totals sums = *summed[first];
+        set_collectives(i, sums.groups);
+        price.bound_s = plan_step_bound(sums, quick, linear_of(i), path_of(i));
+      } else {  // its last candidate takes the plan rather than a copy
+        layouts[i] = last ? std::move(*partitioned[first]) : *partitioned[first];
+        if (last) partitioned[first].reset();
+        set_collectives(i, layouts[i]->groups);
+        price.bound_s = plan_step_bound(*layouts[i], quick, linear_of(i), path_of(i));
+      }
     } catch (const error& e) {
       price.reason = e.what();
       if (!first_error) first_error = std::current_exception();
     }
   }
-
-  partitioned.clear();
+  summed.clear();
 
   // a candidate whose plan and execution an earlier one already has costs the same step: it is
-  // not simulated again (e.g. a micro-batched planner whose batch fits one pass)
+  // not simulated again (e.g. a micro-batched planner whose batch fits one pass). Compared when
+  // its plan exists: here, or when a layout laid out as sums gets its plan (then against the
+  // earlier candidates that have theirs)
   std::vector<std::size_t> duplicate_of(candidates.size(), candidates.size());
-  for (std::size_t i = 0; i < candidates.size(); ++i)
-    for (std::size_t j = 0; j < i && layouts[i]; ++j)
+  const auto is_duplicate = [&](std::size_t i) {
+    for (std::size_t j = 0; j < i; ++j)
       if (layouts[j] && same_execution(candidates[i], candidates[j]) && same_layout(*layouts[i], *layouts[j])) {
         prices[i].outcome = candidate_outcome::duplicate;
         prices[i].reason = "the plan and execution of " + prices[j].name;
         duplicate_of[i] = j;
         layouts[i].reset();
+        return true;
       }
+    return false;
+  };
+  std::vector<std::uint8_t> pending(candidates.size(), 0);  // [candidate]: bounded, its plan not yet made
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (layouts[i]) is_duplicate(i);
+    else pending[i] = prices[i].reason.empty();
+  // the plan of a pending candidate (its partitioner run once for all its candidates); false when
+  // it is an earlier candidate's duplicate
+  const auto make_plan = [&](std::size_t i) {
+    if (!pending[i]) return true;
+    pending[i] = 0;
+    const std::size_t f = first_of[i];
+    if (!partitioned[f]) partitioned[f] = partition(*partitioners[f], b, view);
+    layouts[i] = *partitioned[f];
+    set_collectives(i, layouts[i]->groups);
+    return !is_duplicate(i);
+  };
+  const auto bound_of = [&](std::size_t i, const bound_prices& unit) { return plan_step_bound(*layouts[i], unit, linear_of(i), path_of(i)); };
 
   // candidates are priced without traces or records; the chosen one is simulated again with
   // them when the setup asks (the same step: the simulator is deterministic)
@@ -228,7 +291,7 @@ struct cost_driven_choice {
   std::priority_queue<queued, std::vector<queued>, std::greater<>> queue;
   std::vector<std::size_t> stage(candidates.size(), 0);  // [candidate]: the last stage that bounded it
   for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (layouts[i]) queue.emplace(prices[i].bound_s, i);
+    if (layouts[i] || pending[i]) queue.emplace(prices[i].bound_s, i);
 
   std::optional<std::size_t> best;
   std::optional<sim_result> best_result;
@@ -243,6 +306,7 @@ struct cost_driven_choice {
       continue;
     }
     if (stage[i] + 1 < stages.size()) {
+      if (!make_plan(i)) continue;
       price.bound_s = std::max(price.bound_s, bound_of(i, *stages[++stage[i]]));
       queue.emplace(price.bound_s, i);
       continue;
@@ -250,25 +314,29 @@ struct cost_driven_choice {
     // chosen unsimulated when its upper bound is below every other candidate's bound (ties: the
     // earlier candidate) and no simulated step beats it: the others are bounded further first,
     // cheapest stage first, while that can still certify it
-    if (!best) {
+    // (the looser upper bound first: a third of the cost, and it mostly certifies)
+    bool certified = false;
+    for (const fair_share_bound shares : {fair_share_bound::all_flows_stay, fair_share_bound::done_flows_leave}) {
+      if (best || certified) break;
       const std::optional<double> upper =
-          plan_step_upper_bound(*layouts[i], b, m, view, cost, options_for(candidates[i], pricing));
-      if (upper) {
-        price.upper_s = *upper;
-        const auto beaten = [&](const queued& q) { return q.first > *upper || (q.first == *upper && q.second > i); };
-        while (!queue.empty() && !beaten(queue.top()) && stage[queue.top().second] + 1 < stages.size()) {
-          const std::size_t j = queue.top().second;
-          queue.pop();
-          prices[j].bound_s = std::max(prices[j].bound_s, bound_of(j, *stages[++stage[j]]));
-          queue.emplace(prices[j].bound_s, j);
-        }
-        if (queue.empty() || beaten(queue.top())) {
-          price.outcome = candidate_outcome::certified;
-          best = i;
-          while (!queue.empty()) prices[queue.top().second].outcome = candidate_outcome::pruned, queue.pop();
-          break;
-        }
+          plan_step_upper_bound(*layouts[i], b, m, view, cost, options_for(candidates[i], pricing), shares);
+      if (!upper) break;  // none exists for this plan or execution
+      price.upper_s = *upper;
+      const auto beaten = [&](const queued& q) { return q.first > *upper || (q.first == *upper && q.second > i); };
+      while (!queue.empty() && !beaten(queue.top()) && stage[queue.top().second] + 1 < stages.size()) {
+        const std::size_t j = queue.top().second;
+        queue.pop();
+        if (!make_plan(j)) continue;
+        prices[j].bound_s = std::max(prices[j].bound_s, bound_of(j, *stages[++stage[j]]));
+        queue.emplace(prices[j].bound_s, j);
       }
+      certified = queue.empty() || beaten(queue.top());
+    }
+    if (certified) {
+      price.outcome = candidate_outcome::certified;
+      best = i;
+      while (!queue.empty()) prices[queue.top().second].outcome = candidate_outcome::pruned, queue.pop();
+      break;
     }
     try {
       sim_result r = simulate(*layouts[i], b, view, m, options_for(candidates[i], pricing), cost);

@@ -42,7 +42,9 @@
 // of two subgroups on the plans measured, up to 0.9 % above it for rings of 4 and 8
 // (docs/planner.md); the result carries a relative 1e-9 for rounding, as the simulator adds
 // the same terms in another order.
-// Cost: O(shards log shards + G^2 per group and micro-batch + the blocks of its rounds). Host-only.
+// Cost: O(shards log shards + G^2 per group and micro-batch + the blocks of its rounds), the
+// exchanges' part (most of it at 1024 GPUs) about a third with fair_share_bound::all_flows_stay.
+// Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
@@ -174,9 +176,12 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
 
 }  // namespace detail
 
-//! See the file comment. Throws what the cost model's tables throw for a bad model.
+//! See the file comment; `shares` chooses the exchanges' bound (sim/detail/flow_finish_bound.hpp:
+//! all_flows_stay is about a third of its cost and a few per cent looser). Throws what the cost
+//! model's tables throw for a bad model.
 [[nodiscard]] inline std::optional<double> plan_step_upper_bound(const plan& p, const batch& b, const model_config& m, const topology& view,
-                                                                 const sim_cost_model& cost, const sim_options& o) {
+                                                                 const sim_cost_model& cost, const sim_options& o,
+                                                                 fair_share_bound shares = fair_share_bound::done_flows_leave) {
   if (o.engine != engine_policy::in_order || o.remap || !std::holds_alternative<direct_router>(o.router.policy)) return std::nullopt;
   {
     std::vector<char> nic_used(static_cast<std::size_t>(view.num_nics()), 0);
@@ -241,7 +246,7 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
       detail::bounded_flow& f = flows.emplace_back(pairs[at]);
       f.bytes = bytes;
     });
-    return detail::flows_finish_bound(flows, capacity);
+    return detail::flows_finish_bound(flows, capacity, shares);
   };
 
   double step = 0;
