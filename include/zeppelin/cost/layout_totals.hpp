@@ -62,9 +62,8 @@ struct layout_totals {
   //! Adds shard `s` of rank `r`; `position` is r's index in s.group's ranks, or -1 when the
   //! caller does not know it (found by a search, remembered for the rank's next shards).
   void add(rank_index r, std::int32_t position, const shard& s) {
-    ZEPPELIN_EXPECTS(r >= 0 && static_cast<std::size_t>(r) < ranks && s.micro_batch >= 0,
-                     "layout_totals: a shard's rank must be below the ranks and its micro-batch non-negative",
-                     {{"rank", double(r)}, {"ranks", double(ranks)}, {"micro_batch", double(s.micro_batch)}});
+    if (r < 0 || static_cast<std::size_t>(r) >= ranks || s.micro_batch < 0) [[unlikely]]
+      refuse_rank(r, s.micro_batch);
     std::size_t slot = 0;
     if (s.group != no_group) {  // first, so that a refused shard changes nothing
       // shards come group by group (a zigzag deals a sequence over every member of its group);
@@ -72,9 +71,8 @@ struct layout_totals {
       // 8-byte load stalls on the shard's two 4-byte stores, half the time of a 4M-token layout
       const std::uint64_t key = key_of(s.group, s.micro_batch);
       const bool entering = key != last_key_;
-      if (entering)
-        ZEPPELIN_EXPECTS(s.group >= 0 && static_cast<std::size_t>(s.group) < groups.size(), "layout_totals: a shard names an unknown group",
-                         {{"group", double(s.group)}, {"groups", double(groups.size())}});
+      if (entering && (s.group < 0 || static_cast<std::size_t>(s.group) >= groups.size())) [[unlikely]]
+        refuse_group(s.group);
       if (position < 0) position = !entering && r == last_rank_ ? last_position_ : position_of(r, s.group);
       if (entering) enter(s.group, s.micro_batch, key);
       last_rank_ = r, last_position_ = position;
@@ -94,6 +92,15 @@ struct layout_totals {
   }
 
  private:
+  // the refusals, out of add's way (its hot path stays small enough to inline)
+  [[noreturn]] void refuse_rank(rank_index r, std::int32_t micro_batch) const {
+    ZEPPELIN_THROW(invalid_argument, "layout_totals: a shard's rank must be below the ranks and its micro-batch non-negative",
+                   {{"rank", double(r)}, {"ranks", double(ranks)}, {"micro_batch", double(micro_batch)}});
+  }
+  [[noreturn]] void refuse_group(group_index g) const {
+    ZEPPELIN_THROW(invalid_argument, "layout_totals: a shard names an unknown group", {{"group", double(g)}, {"groups", double(groups.size())}});
+  }
+
   void grow(std::int32_t micro_batch) {
     micro_batches = micro_batch + 1;
     held.resize(static_cast<std::size_t>(micro_batches) * ranks, 0.0);
