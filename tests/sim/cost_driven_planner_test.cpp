@@ -126,6 +126,26 @@ TEST_CASE("the first bound of a layout's sums equals its plan's, streamed or sum
   CHECK(streamed == 8 * 4);  // ulysses, llama_cp, te_cp+routing, te_cp
 }
 
+TEST_CASE("a candidate laid out as sums still finds the later candidates that duplicate it", "[sim][planner]") {
+  // one sequence: hybrid DP gives it every GPU, so hybrid DP + Ulysses runs Ulysses' plan; once
+  // Ulysses' plan is made (its first bound came from sums) the duplicate leaves the queue, and
+  // Ulysses' upper bound, below every other bound, certifies it
+  const model_config m = model_by_name("7b");
+  const topology t = cluster_by_name("c", 4, 8);
+  const batch b({65536});
+  const cost_driven_decision d = choose_by_cost(b, t, m, setup_for(b, t));
+  REQUIRE(d.execution.name == "ulysses");
+  CHECK_FALSE(d.result);
+  const auto price_of = [&](std::string_view name) {
+    return *std::find_if(d.candidates.begin(), d.candidates.end(), [&](const candidate_price& c) { return c.name == name; });
+  };
+  CHECK(price_of("ulysses").outcome == candidate_outcome::certified);
+  const candidate_price twin = price_of("hybrid_dp+ulysses");
+  CHECK(twin.outcome == candidate_outcome::duplicate);
+  CHECK(twin.reason == "the plan and execution of ulysses");
+  CHECK(twin.bound_s == price_of("ulysses").bound_s);
+}
+
 TEST_CASE("the plan step bound counts the bytes the collectives deliver, and stays below the step", "[sim][planner]") {
   // short sequences every layout balances equally: work alone bounds every candidate alike;
   // the K/V that TE CP's and LLaMA CP's rings pass around, and Ulysses' all-to-all, lift theirs

@@ -246,17 +246,24 @@ struct cost_driven_choice {
   summed.clear();
 
   // a candidate whose plan and execution an earlier one already has costs the same step: it is
-  // not simulated again (e.g. a micro-batched planner whose batch fits one pass). Compared when
-  // its plan exists: here, or when a layout laid out as sums gets its plan (then against the
-  // earlier candidates that have theirs)
+  // not simulated again (e.g. a micro-batched planner whose batch fits one pass; hybrid DP +
+  // Ulysses giving one sequence every GPU, as Ulysses does). Compared once both plans exist:
+  // here, and when a layout laid out as sums gets its plan (against the candidates before it,
+  // and the later ones it makes duplicates, which leave the queue)
   std::vector<std::size_t> duplicate_of(candidates.size(), candidates.size());
+  const auto mark_duplicate = [&](std::size_t later, std::size_t earlier) {
+    prices[later].outcome = candidate_outcome::duplicate;
+    prices[later].reason = "the plan and execution of " + prices[earlier].name;
+    duplicate_of[later] = earlier;
+    layouts[later].reset();
+  };
+  const auto same_run = [&](std::size_t i, std::size_t j) {
+    return layouts[j] && same_execution(candidates[i], candidates[j]) && same_layout(*layouts[i], *layouts[j]);
+  };
   const auto is_duplicate = [&](std::size_t i) {
     for (std::size_t j = 0; j < i; ++j)
-      if (layouts[j] && same_execution(candidates[i], candidates[j]) && same_layout(*layouts[i], *layouts[j])) {
-        prices[i].outcome = candidate_outcome::duplicate;
-        prices[i].reason = "the plan and execution of " + prices[j].name;
-        duplicate_of[i] = j;
-        layouts[i].reset();
+      if (same_run(i, j)) {
+        mark_duplicate(i, j);
         return true;
       }
     return false;
@@ -274,8 +281,12 @@ struct cost_driven_choice {
     if (!partitioned[f]) partitioned[f] = partition(*partitioners[f], b, view);
     layouts[i] = *partitioned[f];
     set_collectives(i, layouts[i]->groups);
-    return !is_duplicate(i);
+    if (is_duplicate(i)) return false;
+    for (std::size_t j = i + 1; j < candidates.size(); ++j)  // (bounded alike, so never simulated before i)
+      if (prices[j].outcome != candidate_outcome::simulated && same_run(i, j)) mark_duplicate(j, i);
+    return true;
   };
+  const auto is_gone = [&](std::size_t i) { return prices[i].outcome == candidate_outcome::duplicate; };
   const auto bound_of = [&](std::size_t i, const bound_prices& unit) { return plan_step_bound(*layouts[i], unit, linear_of(i), path_of(i)); };
 
   // candidates are priced without traces or records; the chosen one is simulated again with
@@ -298,6 +309,7 @@ struct cost_driven_choice {
   while (!queue.empty()) {
     const std::size_t i = queue.top().second;
     queue.pop();
+    if (is_gone(i)) continue;
     candidate_price& price = prices[i];
     const bool cannot_win =
         best && (price.bound_s > best_result->step_time_s || (price.bound_s == best_result->step_time_s && i > *best));
@@ -314,16 +326,30 @@ struct cost_driven_choice {
     // chosen unsimulated when its upper bound is below every other candidate's bound (ties: the
     // earlier candidate) and no simulated step beats it: the others are bounded further first,
     // cheapest stage first, while that can still certify it
-    // (the looser upper bound first: a third of the cost, and it mostly certifies)
+    // The looser upper bound first, a fraction of the cost of the tight one: while it can
+    // certify, the others with plans are bounded further up to the busiest rank's launch sets
+    // (cheap); the tight one then, the others through every stage, plans made where needed (a
+    // rival between the two upper bounds is not worth its every rank's launch sets)
+    struct upper_pass {
+      fair_share_bound shares;
+      std::size_t last_stage;  // the stage the others are bounded up to
+      bool make_plans;         // whether a rival laid out as sums gets its plan for that
+    };
     bool certified = false;
-    for (const fair_share_bound shares : {fair_share_bound::all_flows_stay, fair_share_bound::done_flows_leave}) {
+    for (const upper_pass pass : {upper_pass{fair_share_bound::all_flows_stay, 1, false},
+                                  upper_pass{fair_share_bound::done_flows_leave, stages.size() - 1, true}}) {
       if (best || certified) break;
+      const fair_share_bound shares = pass.shares;
       const std::optional<double> upper =
           plan_step_upper_bound(*layouts[i], b, m, view, cost, options_for(candidates[i], pricing), shares);
       if (!upper) break;  // none exists for this plan or execution
       price.upper_s = *upper;
       const auto beaten = [&](const queued& q) { return q.first > *upper || (q.first == *upper && q.second > i); };
-      while (!queue.empty() && !beaten(queue.top()) && stage[queue.top().second] + 1 < stages.size()) {
+      const auto drop_gone = [&] {
+        while (!queue.empty() && is_gone(queue.top().second)) queue.pop();
+      };
+      const auto can_go_on = [&](std::size_t j) { return stage[j] < pass.last_stage && (pass.make_plans || !pending[j]); };
+      for (drop_gone(); !queue.empty() && !beaten(queue.top()) && can_go_on(queue.top().second); drop_gone()) {
         const std::size_t j = queue.top().second;
         queue.pop();
         if (!make_plan(j)) continue;
@@ -335,7 +361,8 @@ struct cost_driven_choice {
     if (certified) {
       price.outcome = candidate_outcome::certified;
       best = i;
-      while (!queue.empty()) prices[queue.top().second].outcome = candidate_outcome::pruned, queue.pop();
+      for (; !queue.empty(); queue.pop())
+        if (!is_gone(queue.top().second)) prices[queue.top().second].outcome = candidate_outcome::pruned;
       break;
     }
     try {
