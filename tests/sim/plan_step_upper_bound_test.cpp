@@ -184,6 +184,33 @@ TEST_CASE("the plan step upper bound declines shared NICs and other executions",
   }
 }
 
+TEST_CASE("the plan step upper bound declines plans it does not cover", "[sim][planner]") {
+  const model_config m = models::llama_3b();
+  const batch b({6000, 3000, 2000, 700});
+  const method_spec& spec = candidate_named("ulysses");
+  const topology t = clusters::cluster_c(2);
+  const method_setup setup = setup_for(b, t);
+  const plan p = with_collective_of(spec, partitioner_plan(spec, b, t, method_capacity(setup), setup.metric, &m));
+  const sim_cost_model cost = sim_cost_model::for_topology(t);
+  const sim_options o = options_for(spec, setup);
+  REQUIRE(plan_step_upper_bound(p, b, m, t, cost, o));
+  REQUIRE(p.groups.size() == 1);
+  const auto declined = [&](const plan& q) { return !plan_step_upper_bound(q, b, m, t, cost, o).has_value(); };
+  plan outside = p;  // the last member's shards on a rank outside the group
+  outside.groups[0].ranks.pop_back();
+  CHECK(declined(outside));
+  plan ring = p;
+  ring.groups[0].collective = collective_kind::ring;
+  CHECK(declined(ring));
+  plan split_alone = p;  // a piece of a sequence alone on a rank, not the whole of it
+  split_alone.placements[0].shards.front().group = no_group;
+  CHECK(declined(split_alone));
+  plan two_groups = p;  // rank 0 holds tokens of two groups in one micro-batch
+  two_groups.groups.push_back({1, p.groups[0].zone, {0, 1}, collective_kind::all_to_all});
+  two_groups.placements[0].shards.back().group = 1;
+  CHECK(declined(two_groups));
+}
+
 TEST_CASE("choose_by_cost certifies a clear Ulysses win and chooses as simulating every candidate does", "[sim][planner]") {
   const auto& [m, t, b, setup, d] = github_256k_decision(4, 1);
   REQUIRE(d.execution.name == "ulysses");

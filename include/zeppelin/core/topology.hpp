@@ -120,7 +120,7 @@ class topology {
   }
   //! Local NIC index (in [0, nics_per_node)) of a local GPU.
   [[nodiscard]] int local_nic_of_gpu(int local_gpu) const {
-    ZEPPELIN_EXPECTS(local_gpu >= 0 && local_gpu < c_.gpus_per_node, "no such local GPU", {{"local_gpu", double(local_gpu)}});
+    if (local_gpu < 0 || local_gpu >= c_.gpus_per_node) refuse_local_gpu(local_gpu);
     return c_.gpu_to_nic[static_cast<std::size_t>(local_gpu)];
   }
   //! Global NIC index of the NIC a rank sends through.
@@ -157,9 +157,16 @@ class topology {
                      std::string(what) + " latency must be finite and non-negative", {{"latency", link.latency}});
   }
   rank_index check_rank(rank_index rank) const {
-    ZEPPELIN_EXPECTS(rank >= 0 && rank < num_ranks(), "rank out of range",
-                     {{"rank", double(rank)}, {"num_ranks", double(num_ranks())}});
+    if (rank < 0 || rank >= num_ranks()) refuse_rank(rank);
     return rank;
+  }
+  // the refusals, out of the accessors' way: node_of, nic_of, between stay small enough to
+  // inline into the cost models' per-flow loops
+  [[noreturn]] void refuse_rank(rank_index rank) const {
+    ZEPPELIN_THROW(invalid_argument, "rank out of range", {{"rank", double(rank)}, {"num_ranks", double(num_ranks())}});
+  }
+  [[noreturn]] void refuse_local_gpu(int local_gpu) const {
+    ZEPPELIN_THROW(invalid_argument, "no such local GPU", {{"local_gpu", double(local_gpu)}});
   }
 
   topology_config c_;

@@ -55,12 +55,39 @@ struct flow_ports {
   std::ptrdiff_t second = -1;
 };
 
-inline flow_ports ports_of(const link_flow& f, const topology& t) {
-  const link_class c = t.between(f.source, f.destination);  // validates both ranks
-  if (c == link_class::local || f.bytes == 0) return {};
+//! A rank as the link model sees it: its node and the NIC it sends and receives through,
+//! looked up once where one rank has many flows (an exchange's pairs).
+struct link_endpoint {
+  rank_index rank = 0;
+  int node = 0;
+  int nic = 0;
+};
+
+//! `rank`'s endpoint on `t`; throws invalid_argument for a rank outside it.
+[[nodiscard]] inline link_endpoint link_endpoint_of(rank_index rank, const topology& t) {
+  return {rank, t.node_of(rank), t.nic_of(rank)};
+}
+
+//! topology::between for two endpoints.
+[[nodiscard]] constexpr link_class link_between(const link_endpoint& a, const link_endpoint& b) noexcept {
+  return a.rank == b.rank ? link_class::local : a.node == b.node ? link_class::intra_node : link_class::inter_node;
+}
+
+//! The ports of a flow that moves bytes from `a` to `b`, endpoints of `t`.
+[[nodiscard]] inline flow_ports ports_between(const link_endpoint& a, const link_endpoint& b, const topology& t) noexcept {
   const std::ptrdiff_t ranks = t.num_ranks(), nics = t.num_nics();
-  if (c == link_class::intra_node) return {f.source, ranks + f.destination};
-  return {2 * ranks + t.nic_of(f.source), 2 * ranks + nics + t.nic_of(f.destination)};
+  switch (link_between(a, b)) {
+    case link_class::intra_node: return {a.rank, ranks + b.rank};
+    case link_class::inter_node: return {2 * ranks + a.nic, 2 * ranks + nics + b.nic};
+    case link_class::local: break;
+  }
+  return {};
+}
+
+inline flow_ports ports_of(const link_flow& f, const topology& t) {
+  const link_endpoint a = link_endpoint_of(f.source, t), b = link_endpoint_of(f.destination, t);  // validates both ranks
+  if (f.bytes == 0) return {};
+  return ports_between(a, b, t);
 }
 
 //! The capacity (bytes/s) of every port ports_of() names: the NVLink figure for the GPUs'

@@ -99,14 +99,17 @@ struct ulysses_micro_batch {
 };
 
 // The groups and local ranks of every micro-batch, or nothing when `p` is not a plan
-// upper_bound covers (see the file comment).
+// upper_bound covers (see the file comment). O(shards + micro-batches x (ranks + sequences) +
+// the members of the groups it finds).
 inline std::optional<std::vector<ulysses_micro_batch>> ulysses_groups_of(const plan& p, const batch& b) {
   const auto R = static_cast<std::size_t>(p.num_ranks());
   const auto M = static_cast<std::size_t>(p.micro_batches());
+  const auto S = static_cast<std::size_t>(b.size());
   std::vector<std::int32_t> group_of(M * R, no_group);  // [micro-batch * R + rank]
+  std::vector<double> own(M * R, 0.0);                   // [micro-batch * R + rank]: its tokens in its group
   std::vector<std::vector<sequence_index>> alone(M * R);  // [micro-batch * R + rank]: whole sequences held alone
-  std::vector<token_count> held(b.size() * M, 0);       // [sequence * M + micro-batch]: tokens in its group
-  std::vector<std::int32_t> sequence_group(b.size() * M, no_group);
+  std::vector<token_count> held(S * M, 0);                // [sequence * M + micro-batch]: tokens in its group
+  std::vector<std::int32_t> sequence_group(S * M, no_group);
   for (std::size_t r = 0; r < R; ++r)
     for (const shard& s : p.placements[r].shards) {
       const auto mb = static_cast<std::size_t>(s.micro_batch);
@@ -119,13 +122,16 @@ inline std::optional<std::vector<ulysses_micro_batch>> ulysses_groups_of(const p
       std::int32_t& sg = sequence_group[static_cast<std::size_t>(s.seq) * M + mb];
       if ((g != no_group && g != s.group) || (sg != no_group && sg != s.group)) return std::nullopt;
       g = sg = s.group;
+      own[mb * R + r] += static_cast<double>(s.range.size());
       held[static_cast<std::size_t>(s.seq) * M + mb] += s.range.size();
     }
   std::vector<ulysses_micro_batch> out(M);
   std::vector<std::int32_t> slot(p.groups.size());
+  std::vector<std::size_t> holders;  // [slot]: the ranks holding the group's tokens in the micro-batch
   for (std::size_t mb = 0; mb < M; ++mb) {
     std::vector<ulysses_group>& groups = out[mb].groups;
     std::fill(slot.begin(), slot.end(), -1);
+    holders.clear();
     for (std::size_t r = 0; r < R; ++r) {
       const std::int32_t g = group_of[mb * R + r];
       std::vector<sequence_index>& mine = alone[mb * R + r];
@@ -133,10 +139,14 @@ inline std::optional<std::vector<ulysses_micro_batch>> ulysses_groups_of(const p
         if (!mine.empty()) out[mb].local.emplace_back(static_cast<rank_index>(r), std::move(mine));
         continue;
       }
-      if (slot[static_cast<std::size_t>(g)] >= 0) continue;
+      if (slot[static_cast<std::size_t>(g)] >= 0) {
+        ++holders[static_cast<std::size_t>(slot[static_cast<std::size_t>(g)])];
+        continue;
+      }
       const ring_group& group = p.groups[static_cast<std::size_t>(g)];
       if (group.collective != collective_kind::all_to_all || group.ranks.size() < 2) return std::nullopt;
       slot[static_cast<std::size_t>(g)] = static_cast<std::int32_t>(groups.size());
+      holders.push_back(1);
       ulysses_group& u = groups.emplace_back();
       u.group = g;
       u.members = group.ranks;
@@ -145,19 +155,24 @@ inline std::optional<std::vector<ulysses_micro_batch>> ulysses_groups_of(const p
       for (std::size_t x = 0; x < group.ranks.size(); ++x)
         u.alone[x] = std::move(alone[mb * R + static_cast<std::size_t>(group.ranks[x])]);
     }
-    for (std::size_t r = 0; r < R; ++r)
-      for (const shard& s : p.placements[r].shards) {
-        if (static_cast<std::size_t>(s.micro_batch) != mb || s.group == no_group) continue;
-        ulysses_group& u = groups[static_cast<std::size_t>(slot[static_cast<std::size_t>(s.group)])];
-        const auto at = std::find(u.members.begin(), u.members.end(), static_cast<rank_index>(r));
-        if (at == u.members.end()) return std::nullopt;  // a shard on a rank outside its group
-        u.own[static_cast<std::size_t>(at - u.members.begin())] += static_cast<double>(s.range.size());
-        if (std::find(u.sequences.begin(), u.sequences.end(), s.seq) == u.sequences.end()) u.sequences.push_back(s.seq);
+    // every rank holding a group's tokens is one of its members (a shard on a rank outside its
+    // group is not a plan the bound covers)
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+      ulysses_group& u = groups[k];
+      std::size_t members_holding = 0;
+      for (std::size_t x = 0; x < u.members.size(); ++x) {
+        const std::size_t at = mb * R + static_cast<std::size_t>(u.members[x]);
+        if (group_of[at] != u.group) continue;
+        u.own[x] = own[at];
+        ++members_holding;
       }
-    for (ulysses_group& u : groups) {
-      std::sort(u.sequences.begin(), u.sequences.end());
-      for (const sequence_index s : u.sequences)
-        if (held[static_cast<std::size_t>(s) * M + mb] != b.length(s)) return std::nullopt;
+      if (members_holding != holders[k]) return std::nullopt;
+    }
+    for (std::size_t s = 0; s < S; ++s) {  // ascending: each group's sequences sorted
+      const std::int32_t g = sequence_group[s * M + mb];
+      if (g == no_group) continue;
+      if (held[s * M + mb] != b.length(static_cast<sequence_index>(s))) return std::nullopt;
+      groups[static_cast<std::size_t>(slot[static_cast<std::size_t>(g)])].sequences.push_back(static_cast<sequence_index>(s));
     }
   }
   return out;
@@ -215,10 +230,15 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
   };
   // the event engine's ports (cost/link_model.hpp's ports_of) and their capacities
   const std::vector<double> capacity = detail::port_capacities(view);
-  // a group's pairs' ports and latencies, found once: [from * u + to % u] for the all-to-alls
-  // inside subgroups, [G u + from] for the lanes' rings
-  std::vector<detail::bounded_flow> flows, pairs;
-  std::vector<char> paired;
+  std::vector<detail::bounded_flow> flows;
+  detail::flow_bound_scratch flow_scratch;
+  std::vector<detail::link_endpoint> ends;  // [position]: a group's members, for their flows' ports
+  // a pair of positions of a group and its flow's ports and latency (bytes 0), found once per group
+  struct exchange_pair {
+    std::int32_t from = 0, to = 0;
+    detail::bounded_flow flow;
+  };
+  std::vector<exchange_pair> pairs;
   std::vector<detail::call_item> items;
   // a rank's local level: one launch of the whole sequences it holds alone, every head
   struct local_level {
@@ -231,22 +251,22 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
     if (!sequences.empty()) out.call = detail::whole_sequences_call(b, sequences, cost.attention, wire.heads, wire.head_dim, items);
     return out;
   };
-  // one exchange's flows, each (from, to, bytes, its pair's slot) between positions of the group
-  const auto exchange_bound = [&](const std::vector<rank_index>& members, auto&& add_flows) {
-    flows.clear();
-    add_flows([&](std::int32_t from, std::int32_t to, double bytes, std::size_t at) {
-      if (from == to || !(bytes > 0)) return;
-      if (!paired[at]) {
-        const link_flow pair{members[static_cast<std::size_t>(from)], members[static_cast<std::size_t>(to)], 1};
-        const detail::flow_ports ports = detail::ports_of(pair, view);
-        pairs[at] = {static_cast<std::int32_t>(ports.first), static_cast<std::int32_t>(ports.second), 0,
-                     link_model::latency(view.between(pair.source, pair.destination), view)};
-        paired[at] = 1;
-      }
-      detail::bounded_flow& f = flows.emplace_back(pairs[at]);
-      f.bytes = bytes;
-    });
-    return detail::flows_finish_bound(flows, capacity, shares);
+  const auto pair_of = [&](std::int32_t from, std::int32_t to) {
+    const detail::link_endpoint &a = ends[static_cast<std::size_t>(from)], &b = ends[static_cast<std::size_t>(to)];
+    const detail::flow_ports ports = detail::ports_between(a, b, view);
+    return exchange_pair{from, to,
+                         {static_cast<std::int32_t>(ports.first), static_cast<std::int32_t>(ports.second), 0,
+                          link_model::latency(detail::link_between(a, b), view)}};
+  };
+  // one exchange of the pairs [first, last): pair x's flows carry pair_bytes(x.from, x.to), each
+  // one that moves bytes
+  const auto exchange_bound = [&](std::size_t first, std::size_t last, auto&& pair_bytes) {
+    flows.resize(std::max(flows.size(), 2 * (last - first)));  // at most two flows per pair
+    std::size_t n = 0;
+    for (std::size_t k = first; k < last; ++k)
+      for (const double bytes : pair_bytes(pairs[k].from, pairs[k].to))
+        if (bytes > 0) flows[n] = pairs[k].flow, flows[n++].bytes = bytes;
+    return detail::flows_finish_bound(std::span(flows.data(), n), capacity, shares, flow_scratch);
   };
 
   double step = 0;
@@ -263,8 +283,17 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
       const double lanes_kv = row(row_kind::kv, u * lane.kv_heads), lanes_dkv = row(row_kind::dkv, u * lane.kv_heads);
       const auto own = [&](std::int32_t p) { return g.own[static_cast<std::size_t>(p)]; };
       const auto sub = [&](std::int32_t i) { return ((i % r) + r) % r; };
-      pairs.resize(static_cast<std::size_t>(G) * static_cast<std::size_t>(u + 1));
-      paired.assign(pairs.size(), 0);
+      ends.clear();
+      for (const rank_index member : g.members) ends.push_back(detail::link_endpoint_of(member, view));
+      // its exchanges' pairs: every two members of a subgroup (the all-to-alls), then every
+      // member and its lane's member in the next subgroup (the lanes' rings, r > 1)
+      pairs.clear();
+      for (std::int32_t first = 0; first < G; first += u)
+        for (std::int32_t from = first; from < first + u; ++from)
+          for (std::int32_t to = first; to < first + u; ++to)
+            if (from != to) pairs.push_back(pair_of(from, to));
+      const std::size_t ring_pairs = pairs.size();
+      for (std::int32_t from = 0; from < G && r > 1; ++from) pairs.push_back(pair_of(from, sub(from / u + 1) * u + from % u));
       std::vector<double> S(static_cast<std::size_t>(r), 0.0);  // [subgroup]: its tokens
       for (std::int32_t p = 0; p < G; ++p) S[static_cast<std::size_t>(p / u)] += own(p);
       double total = 0;
@@ -304,25 +333,13 @@ inline call_cost whole_sequences_call(const batch& b, std::span<const sequence_i
 
       // the exchanges of each pass, in order (see the file comment): the all-to-all in, the
       // lanes' rings (K/V), backward their reduce-scatter (dK/dV partials), the all-to-all home
-      const auto all_to_all = [&](auto&& pair_bytes) {
-        return exchange_bound(g.members, [&](auto&& add) {
-          for (std::int32_t first = 0; first < G; first += u)
-            for (std::int32_t from = first; from < first + u; ++from)
-              for (std::int32_t to = first; to < first + u; ++to)
-                if (from != to)
-                  for (const double bytes : pair_bytes(from, to))
-                    add(from, to, bytes, static_cast<std::size_t>(from) * static_cast<std::size_t>(u) + static_cast<std::size_t>(to % u));
-        });
-      };
+      using two = std::array<double, 2>;
+      const auto all_to_all = [&](auto&& pair_bytes) { return exchange_bound(0, ring_pairs, pair_bytes); };
       // member (i, j) sends member (i + 1, j) the rows of subgroup `passed(i)`, `per_row` bytes each
       const auto lane_ring = [&](auto&& passed, double per_row) {
-        return exchange_bound(g.members, [&](auto&& add) {
-          for (std::int32_t from = 0; from < G; ++from)
-            add(from, sub(from / u + 1) * u + from % u, tokens_of(passed(from / u)) * per_row,
-                static_cast<std::size_t>(G) * static_cast<std::size_t>(u) + static_cast<std::size_t>(from));
-        });
+        return exchange_bound(ring_pairs, pairs.size(),
+                              [&](std::int32_t from, std::int32_t) { return std::array<double, 1>{tokens_of(passed(from / u)) * per_row}; });
       };
-      using two = std::array<double, 2>;
       double forward_exchanges = all_to_all([&](std::int32_t from, std::int32_t) { return two{own(from) * (q + 2 * kv), 0}; }) +
                                  all_to_all([&](std::int32_t, std::int32_t to) { return two{own(to) * (q + lse), 0}; });
       double backward_exchanges = all_to_all([&](std::int32_t from, std::int32_t) { return two{own(from) * (3 * q + 2 * kv + lse), 0}; }) +

@@ -49,12 +49,17 @@ struct bounded_flow {
   double latency = 0;  //!< after its last byte
 };
 
+//! Seconds per byte of each of `flows` flows sharing a port of `capacity` bytes/s.
+[[nodiscard]] inline double shared_seconds_per_byte(std::int32_t flows, double capacity) {
+  return static_cast<double>(std::max(1, flows)) / capacity;
+}
+
 //! (1) of the file comment for flow `f`: its ports' capacities shared by `on_send` and
 //! `on_receive` flows, the lesser share for all of its bytes.
 [[nodiscard]] inline double staying_finish(const bounded_flow& f, std::span<const double> capacity, std::int32_t on_send,
                                            std::int32_t on_receive) {
-  return f.bytes / std::min(capacity[static_cast<std::size_t>(f.send_port)] / std::max(1, on_send),
-                            capacity[static_cast<std::size_t>(f.receive_port)] / std::max(1, on_receive));
+  return f.bytes * std::max(shared_seconds_per_byte(on_send, capacity[static_cast<std::size_t>(f.send_port)]),
+                            shared_seconds_per_byte(on_receive, capacity[static_cast<std::size_t>(f.receive_port)]));
 }
 
 //! flows_finish_bound where `capacity` lists only ports the flows cross (a port's work below is
@@ -127,25 +132,43 @@ struct bounded_flow {
   return latest;
 }
 
+//! What flows_finish_bound may keep between calls: per port, a count that is zero between calls
+//! and the seconds per byte of a flow on it (a caller bounding many small exchanges on a large
+//! topology spares touching every port each time).
+struct flow_bound_scratch {
+  std::vector<std::int32_t> on;
+  std::vector<double> per_byte;
+  std::vector<std::int32_t> touched;
+};
+
 //! (1) of the file comment alone: every flow at its ports' capacity shared by all the set's flows
-//! on them, O(flows + ports).
-[[nodiscard]] inline double staying_flows_finish_bound(std::span<const bounded_flow> flows, std::span<const double> capacity) {
-  std::vector<std::int32_t> on(capacity.size(), 0);  // [port]: the set's flows on it
-  for (const bounded_flow& f : flows) ++on[static_cast<std::size_t>(f.send_port)], ++on[static_cast<std::size_t>(f.receive_port)];
+//! on them, O(flows) (and O(ports) the first time `scratch` sees the topology).
+[[nodiscard]] inline double staying_flows_finish_bound(std::span<const bounded_flow> flows, std::span<const double> capacity,
+                                                       flow_bound_scratch& scratch) {
+  std::vector<std::int32_t>& on = scratch.on;  // [port]: the set's flows on it
+  if (on.size() < capacity.size()) on.assign(capacity.size(), 0), scratch.per_byte.resize(capacity.size());
+  scratch.touched.clear();
+  for (const bounded_flow& f : flows)
+    for (const std::int32_t p : {f.send_port, f.receive_port})
+      if (on[static_cast<std::size_t>(p)]++ == 0) scratch.touched.push_back(p);
+  for (const std::int32_t p : scratch.touched)  // as staying_finish prices them: never below flows_finish_bound's
+    scratch.per_byte[static_cast<std::size_t>(p)] = shared_seconds_per_byte(on[static_cast<std::size_t>(p)], capacity[static_cast<std::size_t>(p)]);
   double latest = 0;
   for (const bounded_flow& f : flows)
-    latest = std::max(latest, staying_finish(f, capacity, on[static_cast<std::size_t>(f.send_port)], on[static_cast<std::size_t>(f.receive_port)]) +
+    latest = std::max(latest, f.bytes * std::max(scratch.per_byte[static_cast<std::size_t>(f.send_port)],
+                                                 scratch.per_byte[static_cast<std::size_t>(f.receive_port)]) +
                                   f.latency);
+  for (const std::int32_t p : scratch.touched) on[static_cast<std::size_t>(p)] = 0;
   return latest;
 }
 
 //! See the file comment. 0 for no flows. When the topology has many more ports than the flows
 //! cross, those are numbered densely first (ascending, so the result is the same): a small
 //! exchange on a large topology costs O(F log F), not O(the topology's ports).
-[[nodiscard]] inline double flows_finish_bound(std::span<const bounded_flow> flows, std::span<const double> capacity,
-                                               fair_share_bound shares = fair_share_bound::done_flows_leave) {
+[[nodiscard]] inline double flows_finish_bound(std::span<const bounded_flow> flows, std::span<const double> capacity, fair_share_bound shares,
+                                               flow_bound_scratch& scratch) {
   if (flows.empty()) return 0;
-  if (shares == fair_share_bound::all_flows_stay) return staying_flows_finish_bound(flows, capacity);
+  if (shares == fair_share_bound::all_flows_stay) return staying_flows_finish_bound(flows, capacity, scratch);
   if (capacity.size() <= 8 * flows.size()) return dense_flows_finish_bound(flows, capacity);
   std::vector<std::int32_t> ports;
   ports.reserve(2 * flows.size());
@@ -160,6 +183,13 @@ struct bounded_flow {
   std::vector<double> dense_capacity(ports.size());
   for (std::size_t i = 0; i < ports.size(); ++i) dense_capacity[i] = capacity[static_cast<std::size_t>(ports[i])];
   return dense_flows_finish_bound(renumbered, dense_capacity);
+}
+
+//! flows_finish_bound with scratch of its own.
+[[nodiscard]] inline double flows_finish_bound(std::span<const bounded_flow> flows, std::span<const double> capacity,
+                                               fair_share_bound shares = fair_share_bound::done_flows_leave) {
+  flow_bound_scratch scratch;
+  return flows_finish_bound(flows, capacity, shares, scratch);
 }
 
 }  // namespace detail
