@@ -71,3 +71,44 @@ TEST_CASE("registry: unknown names are refused with the valid ones", "[partition
   CHECK_THROWS_AS(make_load_metric(load_metric_kind::cost_model, gpu_spec{}), invalid_argument);  // no peak
   CHECK_THROWS_AS(make_load_metric(load_metric_kind::cost_model, gpus::h100_sxm(), 0, 128), invalid_argument);
 }
+
+TEST_CASE("registry: a micro-batched partitioner whose batch fits one pass plans with its inner partitioner", "[partition][registry]") {
+  random_generator rng(77);
+  int one_pass = 0, more = 0;
+  for (const auto& [nodes, gpus] : {std::pair{1, 4}, std::pair{2, 4}, std::pair{4, 2}}) {
+    const topology t = make_topology(nodes, gpus);
+    for (int trial = 0; trial < 12; ++trial) {
+      const batch b = random_batch(rng, rng.between(20, 400) * t.num_ranks());
+      // room for the whole batch, or for about half of it
+      const token_count fits = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+      const token_count capacity = std::max(b.max_length() / t.num_ranks() + 1, trial % 2 ? fits : fits / 2);
+      INFO(nodes << "x" << gpus << " trial " << trial << " capacity " << capacity);
+      const any_partitioner micro = micro_batched<hierarchical<attention_cost_metric>>{capacity, {1, {}}, 0};
+      const std::optional<any_partitioner> inner = one_pass_partitioner(micro, b, t);
+      const plan planned = partition(micro, b, t);
+      if (planned.micro_batches() > 1) {
+        ++more;
+        CHECK_FALSE(inner);
+        continue;
+      }
+      ++one_pass;
+      REQUIRE(inner);
+      CHECK(*inner == any_partitioner(hierarchical<attention_cost_metric>{capacity, {}}));  // the inner one, at the capacity
+      plan direct = partition(*inner, b, t);
+      CHECK(direct.method == "hierarchical");
+      direct.method = planned.method;
+      CHECK(direct == planned);
+    }
+  }
+  CHECK(one_pass >= 10);
+  CHECK(more >= 10);
+  const topology t = make_topology(2, 2);
+  const batch b({300, 200, 100});
+  // asked for more micro-batches, a capacity no pass holds, a sequence no micro-batch holds,
+  // or not micro-batched: none
+  CHECK_FALSE(one_pass_partitioner(micro_batched<hierarchical<attention_cost_metric>>{1000, {}, 2}, b, t));
+  CHECK_FALSE(one_pass_partitioner(micro_batched<hierarchical<attention_cost_metric>>{0, {}, 0}, b, t));
+  CHECK_FALSE(one_pass_partitioner(micro_batched<hierarchical<attention_cost_metric>>{50, {}, 0}, b, t));
+  CHECK_FALSE(one_pass_partitioner(hierarchical<attention_cost_metric>{1000, {}}, b, t));
+  CHECK(one_pass_partitioner(micro_batched<hierarchical<attention_cost_metric>>{1000, {}, 1}, b, t));
+}

@@ -82,11 +82,9 @@ struct micro_batched {
     if (b.max_length() > room)
       ZEPPELIN_THROW(infeasible, "micro_batched: a sequence is longer than nodes * gpus_per_node * capacity, so no micro-batch holds it",
                      {{"max_length", detail::dbl(b.max_length())}, {"room", detail::dbl(room)}, {"capacity", detail::dbl(capacity)}});
-    Inner in = inner;
-    in.capacity = capacity;
+    const Inner in = one_pass();
     const std::int32_t most = b.size();  // a batch holds at least one sequence
-    const token_count needed = b.total_tokens() / room + (b.total_tokens() % room != 0);
-    std::int32_t k = std::min(most, std::max<std::int32_t>({1, micro_batches, static_cast<std::int32_t>(std::min<token_count>(needed, most))}));
+    std::int32_t k = first_try(b, room);
     std::optional<infeasible> refusal;
     for (int tries = 0;; ++tries) {
       try {
@@ -104,9 +102,32 @@ struct micro_batched {
     }
   }
 
+  //! The partitioner of one pass: the inner one at this capacity.
+  [[nodiscard]] Inner one_pass() const {
+    Inner in = inner;
+    in.capacity = capacity;
+    return in;
+  }
+
+  //! Whether partition(b, t) starts with one pass, one_pass()'s plan of the whole batch, which it
+  //! returns unless one_pass() refuses the batch. False where partition(b, t) throws.
+  [[nodiscard]] bool starts_in_one_pass(const batch& b, const topology& t) const {
+    if (capacity <= 0 || micro_batches < 0 || t.num_ranks() < 1) return false;
+    const token_count room = detail::cluster_room(t, capacity);
+    return b.max_length() <= room && first_try(b, room) == 1;
+  }
+
   friend bool operator==(const micro_batched&, const micro_batched&) = default;
 
  private:
+  //! The micro-batches the search starts at (see the file comment), `room` the cluster's tokens
+  //! per micro-batch.
+  [[nodiscard]] std::int32_t first_try(const batch& b, token_count room) const {
+    const std::int32_t most = b.size();
+    const token_count needed = b.total_tokens() / room + (b.total_tokens() % room != 0);
+    return std::min(most, std::max<std::int32_t>({1, micro_batches, static_cast<std::int32_t>(std::min<token_count>(needed, most))}));
+  }
+
   //! Plans every part with `in` and renumbers the parts' plans into one.
   [[nodiscard]] plan merged(const batch& b, const std::vector<std::vector<sequence_index>>& parts, const Inner& in,
                             const topology& t) const {

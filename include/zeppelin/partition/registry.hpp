@@ -135,6 +135,22 @@ inline constexpr std::array<std::string_view, detail::partitioners.size()> parti
                        a, b);
 }
 
+//! The partitioner whose plan of `b` on `t` the partitioner held by `p` returns when it plans
+//! with that one first: a micro-batched partitioner whose search starts at one micro-batch
+//! returns its inner partitioner's plan of the whole batch (at its capacity) unless that one
+//! refuses the batch, and only then plans more micro-batches (micro_batched.hpp); std::nullopt
+//! for every other partitioner and batch.
+[[nodiscard]] inline std::optional<any_partitioner> one_pass_partitioner(const any_partitioner& p, const batch& b, const topology& t) {
+  return std::visit(
+      [&](const auto& model) -> std::optional<any_partitioner> {
+        if constexpr (requires { model.starts_in_one_pass(b, t); }) {
+          if (model.starts_in_one_pass(b, t)) return any_partitioner(model.one_pass());
+        }
+        return std::nullopt;
+      },
+      p);
+}
+
 //! The collective every group of the partitioner held by `p` runs, where it gives all of them
 //! one (std::nullopt where its groups differ: hierarchical, hybrid_dp).
 [[nodiscard]] inline std::optional<collective_kind> collective_of(const any_partitioner& p) {

@@ -13,13 +13,14 @@
 // Search: every candidate is laid out and bounded by plan_step_bound (sim/plan_step_bound.hpp)
 // with every pair at the best rate. Candidates whose partitioners lay out alike share one layout,
 // each running its own collective (the same partitioner; even_split, allgather and ulysses,
-// partition/registry.hpp same_layout_but_collective); where the partitioner lays out only the
-// plan's sums (partition_totals: the zigzag baselines, 375K shards at 4M tokens over 1024 GPUs)
-// the first bound reads them, O(ranks + groups), and the plan is made only when a later stage
-// needs its shards; else the plan is made and bounded, O(shards). A candidate whose plan and
-// execution equal an earlier candidate's (compared once both plans exist) is recorded as its
-// duplicate and not simulated; candidates are taken in
-// increasing order of bound (ties: candidate order): one bounded only at the best rate is
+// partition/registry.hpp same_layout_but_collective; a micro-batched planner whose batch fits
+// one pass and its inner partitioner, one_pass_partitioner); the first bound reads the layout's
+// sums (cost/layout_totals.hpp), O(ranks + groups) per candidate: laid out without the shards
+// where the partitioner can (partition_totals: the zigzag baselines, 375K shards at 4M tokens
+// over 1024 GPUs), whose plan is then made only when a later stage needs its shards; else summed
+// from the plan, O(shards) once per layout. A candidate whose plan and execution equal an
+// earlier candidate's (compared once both plans exist) is recorded as its duplicate and neither
+// bounded further nor simulated; candidates are taken in increasing order of bound (ties: candidate order): one bounded only at the best rate is
 // bounded again with the launch sets of its busiest rank (its shard pairs: the calls a ring's
 // rounds make can be small and slow), then of every rank (O(shard pairs)), going back in line
 // after each; one bounded all three ways is simulated, until the next bound is no smaller
@@ -186,6 +187,9 @@ struct cost_driven_choice {
   // plan then comes when a candidate of it needs a later stage (most are pruned before)
   std::vector<std::optional<any_partitioner>> partitioners(candidates.size());
   std::vector<std::size_t> first_of(candidates.size());
+  // [candidate]: it shares its layout through its one-pass partitioner (one_pass_partitioner: a
+  // micro-batched planner whose batch fits one pass), which may refuse where it would not
+  std::vector<std::uint8_t> via_one_pass(candidates.size(), 0);
   std::vector<std::optional<plan>> partitioned(candidates.size());
   std::vector<std::optional<layout_totals>> summed(candidates.size());
   // the groups of candidate i on its layout's groups: its partitioner's collective where the
@@ -207,49 +211,24 @@ struct cost_driven_choice {
       if (!first_error) first_error = std::current_exception();
     }
     first_of[i] = i;
-    for (std::size_t j = 0; j < i && partitioners[i]; ++j)
-      if (partitioners[j] && same_layout_but_collective(*partitioners[j], *partitioners[i])) {
-        first_of[i] = j;
+    if (!partitioners[i]) continue;
+    const std::optional<any_partitioner> one_pass = one_pass_partitioner(*partitioners[i], b, view);
+    for (std::size_t j = 0; j < i; ++j) {
+      if (!partitioners[j]) continue;
+      const bool alike = same_layout_but_collective(*partitioners[j], *partitioners[i]);
+      if (alike || (one_pass && same_layout_but_collective(*partitioners[j], *one_pass))) {
+        first_of[i] = first_of[j];
+        via_one_pass[i] = via_one_pass[j] || !alike;
         break;
       }
-  }
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (!partitioners[i]) continue;
-    candidate_price& price = prices[i];
-    const std::size_t first = first_of[i];
-    bool last = true;  // no later candidate shares the layout
-    for (std::size_t j = i + 1; j < candidates.size() && last; ++j) last = !partitioners[j] || first_of[j] != first;
-    if (first < i && !partitioned[first] && !summed[first]) {
-      price.reason = prices[first].reason;  // the partitioner refused the batch
-      continue;
-    }
-    try {
-      if (first == i) {
-        summed[i] = partition_totals(*partitioners[i], b, view);
-        if (!summed[i]) partitioned[i] = partition(*partitioners[i], b, view);
-      }
-      if (summed[first]) {
-        layout_totals sums = *summed[first];
-        set_collectives(i, sums.groups);
-        price.bound_s = plan_step_bound(sums, quick, linear_of(i), path_of(i));
-      } else {  // its last candidate takes the plan rather than a copy
-        layouts[i] = last ? std::move(*partitioned[first]) : *partitioned[first];
-        if (last) partitioned[first].reset();
-        set_collectives(i, layouts[i]->groups);
-        price.bound_s = plan_step_bound(*layouts[i], quick, linear_of(i), path_of(i));
-      }
-    } catch (const error& e) {
-      price.reason = e.what();
-      if (!first_error) first_error = std::current_exception();
     }
   }
-  summed.clear();
-
   // a candidate whose plan and execution an earlier one already has costs the same step: it is
-  // not simulated again (e.g. a micro-batched planner whose batch fits one pass; hybrid DP +
-  // Ulysses giving one sequence every GPU, as Ulysses does). Compared once both plans exist:
-  // here, and when a layout laid out as sums gets its plan (against the candidates before it,
-  // and the later ones it makes duplicates, which leave the queue)
+  // not bounded or simulated again (e.g. a micro-batched planner whose batch fits one pass;
+  // hybrid DP + Ulysses giving one sequence every GPU, as Ulysses does). Compared once both
+  // plans exist: when the later one is laid out, or when a layout laid out as sums gets its plan
+  // (against the candidates before it, and the later ones it makes duplicates, which leave the
+  // queue)
   std::vector<std::size_t> duplicate_of(candidates.size(), candidates.size());
   const auto mark_duplicate = [&](std::size_t later, std::size_t earlier) {
     prices[later].outcome = candidate_outcome::duplicate;
@@ -269,9 +248,48 @@ struct cost_driven_choice {
     return false;
   };
   std::vector<std::uint8_t> pending(candidates.size(), 0);  // [candidate]: bounded, its plan not yet made
-  for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (layouts[i]) is_duplicate(i);
-    else pending[i] = prices[i].reason.empty();
+
+  // every candidate's first bound, from its layout's sums (laid out without the shards where
+  // the partitioner can, else summed from its plan once per layout)
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (!partitioners[i]) continue;
+    candidate_price& price = prices[i];
+    if (const std::size_t f = first_of[i]; f < i && !summed[f]) {  // the partitioner refused the batch
+      if (!via_one_pass[i]) {
+        price.reason = prices[f].reason;
+        continue;
+      }
+      first_of[i] = i;  // in one pass: it goes on to more micro-batches, its own layout
+    }
+    const std::size_t first = first_of[i];
+    bool last = true;  // no later candidate shares the layout: it takes the plan and sums rather than copies
+    for (std::size_t j = i + 1; j < candidates.size() && last; ++j) last = !partitioners[j] || first_of[j] != first;
+    try {
+      if (first == i) {
+        summed[i] = partition_totals(*partitioners[i], b, view);
+        if (!summed[i]) {
+          partitioned[i] = partition(*partitioners[i], b, view);
+          summed[i] = layout_totals_of(*partitioned[i]);
+        }
+      }
+      if (partitioned[first]) {
+        layouts[i] = last ? std::move(*partitioned[first]) : *partitioned[first];
+        if (last) partitioned[first].reset();
+        set_collectives(i, layouts[i]->groups);
+        if (is_duplicate(i)) continue;
+      }
+      layout_totals sums = last ? std::move(*summed[first]) : *summed[first];
+      set_collectives(i, sums.groups);
+      price.bound_s = plan_step_bound(sums, quick, linear_of(i), path_of(i));
+      pending[i] = !layouts[i];
+    } catch (const error& e) {
+      price.reason = e.what();
+      layouts[i].reset();
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  summed.clear();
+
   // the plan of a pending candidate (its partitioner run once for all its candidates); false when
   // it is an earlier candidate's duplicate
   const auto make_plan = [&](std::size_t i) {
@@ -386,11 +404,13 @@ struct cost_driven_choice {
 
   const method_spec& spec = candidates[*best];
   if (best_result) best_result->method = std::string(spec.name);
+  plan& chosen = *layouts[*best];
+  chosen.method = std::string(name_of(*partitioners[*best]));  // its layout may be another partitioner's
   return {.chosen_index = *best,
           .execution = spec,
           .options = options_for(spec, setup),
           .view = view,
-          .layout = std::move(*layouts[*best]),
+          .layout = std::move(chosen),
           .result = std::move(best_result),
           .candidates = std::move(prices)};
 }
