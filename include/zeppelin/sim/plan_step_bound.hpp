@@ -166,35 +166,34 @@ struct bound_prices {
 
 namespace detail {
 
-//! Bytes of one layer of one pass that the collectives must deliver to each rank (see the
-//! file comment); a node takes in the remote bytes of its ranks.
+//! Bytes of one layer of one pass that the collectives must deliver to each rank in each
+//! micro-batch, [micro-batch * ranks + rank] (see the file comment); a node takes in the remote
+//! bytes of its ranks.
 struct delivered_bytes {
-  std::vector<double> local;   //!< [rank]: from ranks of its node
-  std::vector<double> remote;  //!< [rank]: from other nodes
-  //! [rank]: of those, the K/V of all-gather groups (a member computes its group's blocks only
-  //! after all of them arrived)
+  std::vector<double> local;   //!< from ranks of its node
+  std::vector<double> remote;  //!< from other nodes
+  //! of those, the K/V of all-gather groups (a member computes its group's blocks only after
+  //! all of them arrived)
   std::vector<double> gathered_local, gathered_remote;
-  //! [rank]: of those, the dK/dV partials an all-gather group's reduce-scatter brings (a
-  //! member posts it only after its launch)
+  //! of those, the dK/dV partials an all-gather group's reduce-scatter brings (a member posts
+  //! it only after its launch)
   std::vector<double> scattered_local, scattered_remote;
-  //! [rank]: of those, what a member of an all-to-all group of Ulysses degree >= 2 takes in
-  //! before its lane's attention (the rows of its lane's heads) and after it (its own rows'
-  //! outputs of the other lanes)
+  //! of those, what a member of an all-to-all group of Ulysses degree >= 2 takes in before its
+  //! lane's attention (the rows of its lane's heads) and after it (its own rows' outputs of the
+  //! other lanes)
   std::vector<double> lane_local, lane_remote, home_local, home_remote;
 };
 
-//! What the collectives of layout `t` must deliver, [micro-batch][pass] (see the file comment).
-[[nodiscard]] inline std::vector<std::array<delivered_bytes, 2>> collective_bytes_in(const layout_totals& t, const wire_format& wire) {
+//! What the collectives of layout `t` must deliver, [pass] (see the file comment).
+[[nodiscard]] inline std::array<delivered_bytes, 2> collective_bytes_in(const layout_totals& t, const wire_format& wire) {
   const std::size_t ranks = t.ranks;
   const std::int32_t per_node = std::max(1, t.gpus_per_node);
   const auto node_of = [&](rank_index r) { return static_cast<std::size_t>(r / per_node); };
-  std::vector<std::array<delivered_bytes, 2>> in(static_cast<std::size_t>(t.micro_batches));
-  for (auto& passes : in)
-    for (delivered_bytes& d : passes)
-      for (std::vector<double>* v : {&d.local, &d.remote, &d.gathered_local, &d.gathered_remote, &d.scattered_local,
-                                     &d.scattered_remote, &d.lane_local, &d.lane_remote,
-                                     &d.home_local, &d.home_remote})
-        v->assign(ranks, 0.0);
+  std::array<delivered_bytes, 2> in;
+  for (delivered_bytes& d : in)
+    for (std::vector<double>* v : {&d.local, &d.remote, &d.gathered_local, &d.gathered_remote, &d.scattered_local, &d.scattered_remote,
+                                   &d.lane_local, &d.lane_remote, &d.home_local, &d.home_remote})
+      v->assign(static_cast<std::size_t>(t.micro_batches) * ranks, 0.0);
   const auto bytes = [&](row_kind k, std::int32_t heads) { return static_cast<double>(wire.row_bytes(k, heads)); };
   std::vector<double> mine;  // [position]: tokens of the member's shards in the group
   std::vector<double> subgroup_tokens;  // [subgroup] of an all-to-all group: its members' tokens
@@ -223,8 +222,10 @@ struct delivered_bytes {
     const auto& members = t.groups[g].ranks;
     const auto G = static_cast<std::int32_t>(members.size());
     if (G < 2) continue;
-    // what the group's collective delivers in one micro-batch, for the tokens `mine` of it
-    const auto deliver = [&](std::array<delivered_bytes, 2>& at) {
+    // what the group's collective delivers in the micro-batch of ranks [base, base + ranks), for
+    // the tokens `mine` of it
+    const auto deliver = [&](std::size_t base) {
+      std::array<delivered_bytes, 2>& at = in;
       if (t.groups[g].collective != collective_kind::all_to_all) {
         double total = 0;
         for (const double t : mine) total += t;
@@ -234,11 +235,12 @@ struct delivered_bytes {
         // are gathered before its launch or scattered after it
         enum class when : std::uint8_t { any, before_launch, after_launch };
         const auto edge = [&](delivered_bytes& d, std::int32_t from, std::int32_t to, double carried, when w) {
-          const auto b = static_cast<std::size_t>(members[static_cast<std::size_t>(to)]);
-          const bool near = node_of(members[static_cast<std::size_t>(from)]) == node_of(static_cast<rank_index>(b));
-          (near ? d.local : d.remote)[b] += carried;
-          if (w == when::before_launch) (near ? d.gathered_local : d.gathered_remote)[b] += carried;
-          if (w == when::after_launch) (near ? d.scattered_local : d.scattered_remote)[b] += carried;
+          const rank_index b = members[static_cast<std::size_t>(to)];
+          const bool near = node_of(members[static_cast<std::size_t>(from)]) == node_of(b);
+          const std::size_t at_b = base + static_cast<std::size_t>(b);
+          (near ? d.local : d.remote)[at_b] += carried;
+          if (w == when::before_launch) (near ? d.gathered_local : d.gathered_remote)[at_b] += carried;
+          if (w == when::after_launch) (near ? d.scattered_local : d.scattered_remote)[at_b] += carried;
         };
         const auto others_than = [&](std::int32_t pos) { return total - mine[static_cast<std::size_t>(pos)]; };
         // every edge i -> i + 1 carries every origin's K/V but its head's into the head
@@ -275,8 +277,8 @@ struct delivered_bytes {
           const double passed = (total - subgroup_tokens[static_cast<std::size_t>(i)]) * 2 * kv,
                        partials = (total - subgroup_tokens[static_cast<std::size_t>(before)]) * 2 * dkv;
           const bool near = node_of(from) == node_of(to);
-          (near ? at[0].local : at[0].remote)[static_cast<std::size_t>(to)] += passed;
-          (near ? at[1].local : at[1].remote)[static_cast<std::size_t>(to)] += passed + partials;
+          (near ? at[0].local : at[0].remote)[base + static_cast<std::size_t>(to)] += passed;
+          (near ? at[1].local : at[1].remote)[base + static_cast<std::size_t>(to)] += passed + partials;
         }
       }
       if (u < 2) return;
@@ -287,11 +289,12 @@ struct delivered_bytes {
         for (std::int32_t pos = first; pos < first + u; ++pos) subgroup += mine[static_cast<std::size_t>(pos)];
         share_by_node(members, first, first + u);
         for (std::int32_t pos = first; pos < first + u; ++pos) {
-          const auto r = static_cast<std::size_t>(members[static_cast<std::size_t>(pos)]);
+          const rank_index member = members[static_cast<std::size_t>(pos)];
+          const std::size_t r = base + static_cast<std::size_t>(member);
           const double own = mine[static_cast<std::size_t>(pos)];
           // from the subgroup's other members on its node and on other nodes: their rows, and
           // its own rows' outputs of their lanes
-          const node_share here = share_of(node_of(static_cast<rank_index>(r)));
+          const node_share here = share_of(node_of(member));
           const double near_rows = here.tokens - own, near_lanes = here.members - 1;
           const double far_rows = subgroup - here.tokens, far_lanes = u - here.members;
           const double lane_in[2][2] = {{near_rows * forward_row, far_rows * forward_row},
@@ -311,7 +314,7 @@ struct delivered_bytes {
     for (const layout_totals::served& x : t.serves[g]) {
       mine.assign(t.member_tokens.begin() + static_cast<std::ptrdiff_t>(x.first),
                   t.member_tokens.begin() + static_cast<std::ptrdiff_t>(x.first + members.size()));
-      deliver(in[static_cast<std::size_t>(x.micro_batch)]);
+      deliver(static_cast<std::size_t>(x.micro_batch) * ranks);
     }
   }
   return in;
@@ -370,15 +373,16 @@ struct delivered_bytes {
       for (std::size_t i = 0; i < t.groups[g].ranks.size(); ++i) pairs += t.member_pairs[x.first + i];
     }
   }
-  const auto bytes_in = collective_bytes_in(t, prices.wire);
-  // the largest sum of `bytes` over the ranks that share a key (a node, a NIC)
+  const std::array<detail::delivered_bytes, 2> passes = collective_bytes_in(t, prices.wire);
+  // the largest sum of `bytes` over the ranks of the micro-batch at `base` that share a key (a
+  // node, a NIC)
   std::vector<double> sums;
-  const auto busiest_sum = [&](const std::vector<double>& bytes, const auto& key_of) {
+  const auto busiest_sum = [&](const std::vector<double>& bytes, std::size_t base, const auto& key_of) {
     sums.clear();
     for (std::size_t r = 0; r < ranks; ++r) {
       const auto k = static_cast<std::size_t>(key_of(r));
       if (k >= sums.size()) sums.resize(k + 1, 0.0);
-      sums[k] += bytes[r];
+      sums[k] += bytes[base + r];
     }
     return sums.empty() ? 0.0 : *std::max_element(sums.begin(), sums.end());
   };
@@ -400,14 +404,13 @@ struct delivered_bytes {
   double bound = 0;
   for (std::int32_t mb = 0; mb < micro_batches; ++mb) {
     const std::size_t base = static_cast<std::size_t>(mb) * ranks;
-    const auto& passes = bytes_in[static_cast<std::size_t>(mb)];
     const auto linear_work = [&](std::size_t r) { return linear_held[base + r] * per_token; };
     // per rank, its work and the speed its compute loses while its bytes come in (see the file
     // comment), once per micro-batch: the busiest rank and every all-to-all group read it
     for (std::size_t r = 0; r < ranks; ++r) {
       double receiving = 0;
       if (prices.comm_slowdown > 0)
-        for (const detail::delivered_bytes& pass : passes) receiving += taking_in(pass.local[r], pass.remote[r]);
+        for (const detail::delivered_bytes& pass : passes) receiving += taking_in(pass.local[base + r], pass.remote[base + r]);
       rank_work[r] = launches.own[base + r] + linear_work(r) + prices.comm_slowdown * receiving;
     }
     double busiest = 0;
@@ -423,10 +426,11 @@ struct delivered_bytes {
     }
     double receiving = 0;  // the forward's busiest receiver (rank, node, port), then the backward's
     for (const detail::delivered_bytes& pass : passes) {
-      double busiest_port = busiest_sum(pass.remote, node_of) * prices.per_byte_into_node;
-      for (std::size_t r = 0; r < ranks; ++r) busiest_port = std::max(busiest_port, taking_in(pass.local[r], pass.remote[r]));
+      double busiest_port = busiest_sum(pass.remote, base, node_of) * prices.per_byte_into_node;
+      for (std::size_t r = base; r < base + ranks; ++r) busiest_port = std::max(busiest_port, taking_in(pass.local[r], pass.remote[r]));
       // under the direct router the GPUs mapped to one NIC share its receive port
-      if (path == inter_node_path::own_nic) busiest_port = std::max(busiest_port, busiest_sum(pass.remote, nic_of) * prices.per_byte_nic);
+      if (path == inter_node_path::own_nic)
+        busiest_port = std::max(busiest_port, busiest_sum(pass.remote, base, nic_of) * prices.per_byte_nic);
       receiving += busiest_port;
     }
     // an all-gather member: each pass's gathered K/V in, then its group's pairs and its linear
@@ -436,7 +440,8 @@ struct delivered_bytes {
       if (launches.gathered[base + r] == 0) continue;
       double waits = 0;
       for (const detail::delivered_bytes& pass : passes)
-        waits += wait_for(pass.gathered_local[r], pass.gathered_remote[r]) + wait_for(pass.scattered_local[r], pass.scattered_remote[r]);
+        waits += wait_for(pass.gathered_local[base + r], pass.gathered_remote[base + r]) +
+                 wait_for(pass.scattered_local[base + r], pass.scattered_remote[base + r]);
       serial = std::max(serial, waits + launches.gathered[base + r] + linear_work(r));
     }
     // an all-to-all member in no other all-to-all group of the micro-batch: per pass its lane's
@@ -457,7 +462,7 @@ struct delivered_bytes {
         const auto r = static_cast<std::size_t>(member);
         chains += linear_work(r);
         for (const detail::delivered_bytes& pass : passes)
-          chains += wait_for(pass.lane_local[r], pass.lane_remote[r]) + wait_for(pass.home_local[r], pass.home_remote[r]);
+          chains += wait_for(pass.lane_local[base + r], pass.lane_remote[base + r]) + wait_for(pass.home_local[base + r], pass.home_remote[base + r]);
       }
       const double size = static_cast<double>(members.size());
       serial = std::max(serial, (chains + pairs * per_pair) / size);
