@@ -145,35 +145,61 @@ struct interval_scratch {
   return scratch.best.back();
 }
 
-//! Calls cap(origin, x) for each origin of `blocks` (one ring position's blocks of its rounds,
-//! reordered): no launch of that origin's round is larger than x, the heaviest choice of its
-//! blocks with disjoint queries or, if less, with disjoint keys, summed over its sequences (a
-//! launch's query rows are disjoint, and so are its key rows: program/launch_waves.hpp).
-//! The blocks are grouped by origin with a stable counting sort, O(blocks + origins), or a
-//! stable comparison sort when their origins span more than twice their number (a few blocks
-//! far apart on a wide ring); by sequence within an origin only where they did not arrive in
-//! order (launch_set_seconds lists them sequence by sequence).
-template <class Cap>
-void cap_launch_sizes(std::vector<ring_block>& blocks, interval_scratch& scratch, Cap&& cap) {
-  if (blocks.empty()) return;
+//! A ring position's launch-size caps as its sequences' blocks come in (see cap_launch_sizes):
+//! per origin, the heaviest choices of its blocks with disjoint queries and with disjoint keys,
+//! summed over the sequences so far.
+struct launch_size_caps {
+  std::vector<double> by_queries, by_keys;  // [origin]; by_queries -1: no block of it yet
+  std::vector<std::int32_t> origins;        // those with blocks
+};
+
+//! Adds one sequence's blocks (any origins, in any order; reordered) to `caps`. The blocks are
+//! grouped by origin with a stable counting sort, O(blocks + origins), or a stable comparison
+//! sort when their origins span more than twice their number (a few blocks far apart on a wide
+//! ring).
+inline void add_sequence_caps(std::vector<ring_block>& blocks, interval_scratch& scratch, launch_size_caps& caps) {
   stable_sort_by_key(blocks, [](const ring_block& b) { return b.origin; }, scratch.grouped, scratch.bucket);
-  const auto by_seq = [](const ring_block& x, const ring_block& y) { return x.seq < y.seq; };
   for (std::size_t e = 0, f = 0; e < blocks.size(); e = f) {
     for (f = e; f < blocks.size() && blocks[f].origin == blocks[e].origin;) ++f;
-    const auto from = blocks.begin() + static_cast<std::ptrdiff_t>(e), to = blocks.begin() + static_cast<std::ptrdiff_t>(f);
-    if (!std::is_sorted(from, to, by_seq)) std::stable_sort(from, to, by_seq);
+    const std::span<const ring_block> of_origin(blocks.data() + e, f - e);
+    const auto origin = static_cast<std::size_t>(blocks[e].origin);
+    if (origin >= caps.by_queries.size()) caps.by_queries.resize(origin + 1, -1.0), caps.by_keys.resize(origin + 1, 0.0);
+    if (caps.by_queries[origin] < 0) caps.by_queries[origin] = 0, caps.origins.push_back(blocks[e].origin);
+    caps.by_queries[origin] += heaviest_disjoint(of_origin, &ring_block::q, scratch);
+    caps.by_keys[origin] += heaviest_disjoint(of_origin, &ring_block::k, scratch);
   }
+}
+
+//! Calls cap(origin, x) for each origin of `caps`, ascending, x the lesser of its two sums, and
+//! empties `caps` for the next position.
+template <class Cap>
+void take_launch_size_caps(launch_size_caps& caps, Cap&& cap) {
+  std::sort(caps.origins.begin(), caps.origins.end());
+  for (const std::int32_t origin : caps.origins) {
+    const auto o = static_cast<std::size_t>(origin);
+    cap(origin, std::min(caps.by_queries[o], caps.by_keys[o]));
+    caps.by_queries[o] = -1, caps.by_keys[o] = 0;
+  }
+  caps.origins.clear();
+}
+
+//! Calls cap(origin, x) for each origin of `blocks` (one ring position's blocks of its rounds,
+//! reordered), ascending: no launch of that origin's round is larger than x, the heaviest choice
+//! of its blocks with disjoint queries or, if less, with disjoint keys, summed over its sequences
+//! (a launch's query rows are disjoint, and so are its key rows: program/launch_waves.hpp).
+//! launch_set_seconds adds a position's sequences one at a time instead (add_sequence_caps), so
+//! that it never holds all of a position's blocks.
+template <class Cap>
+void cap_launch_sizes(std::vector<ring_block>& blocks, interval_scratch& scratch, Cap&& cap) {
+  std::stable_sort(blocks.begin(), blocks.end(), [](const ring_block& x, const ring_block& y) { return x.seq < y.seq; });
+  launch_size_caps caps;
+  std::vector<ring_block> of_sequence;
   for (std::size_t e = 0, f = 0; e < blocks.size(); e = f) {
-    double by_queries = 0, by_keys = 0;
-    for (f = e; f < blocks.size() && blocks[f].origin == blocks[e].origin;) {
-      const std::size_t first = f;
-      while (f < blocks.size() && blocks[f].origin == blocks[e].origin && blocks[f].seq == blocks[first].seq) ++f;
-      const std::span<const ring_block> of_seq(blocks.data() + first, f - first);
-      by_queries += heaviest_disjoint(of_seq, &ring_block::q, scratch);
-      by_keys += heaviest_disjoint(of_seq, &ring_block::k, scratch);
-    }
-    cap(blocks[e].origin, std::min(by_queries, by_keys));
+    for (f = e; f < blocks.size() && blocks[f].seq == blocks[e].seq;) ++f;
+    of_sequence.assign(blocks.begin() + static_cast<std::ptrdiff_t>(e), blocks.begin() + static_cast<std::ptrdiff_t>(f));
+    add_sequence_caps(of_sequence, scratch, caps);
   }
+  take_launch_size_caps(caps, cap);
 }
 
 //! Seconds of attention per (micro-batch, rank): all of the rank's launches outside all-to-all
@@ -244,30 +270,43 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     rank_index rank;
     token_range range;
   };
-  // per group: (rank, position), by rank
-  std::vector<std::vector<std::pair<rank_index, std::int32_t>>> positions(p.groups.size());
-  for (std::size_t g = 0; g < p.groups.size(); ++g) {
-    for (std::size_t i = 0; i < p.groups[g].ranks.size(); ++i) positions[g].emplace_back(p.groups[g].ranks[i], static_cast<std::int32_t>(i));
-    std::sort(positions[g].begin(), positions[g].end());
-  }
-  std::vector<held> shards;
+  // the shards launch sets price: every shard but those of all-to-all groups (whose lanes the
+  // caller prices)
+  const auto priced_by_sets = [&](const shard& s) {
+    return !s.range.empty() && (s.group == no_group || p.groups[static_cast<std::size_t>(s.group)].collective != collective_kind::all_to_all ||
+                                p.groups[static_cast<std::size_t>(s.group)].zone == zone_kind::local);
+  };
   std::size_t count = 0;
-  for (const placement& pl : p.placements) count += pl.shards.size();
+  for (const placement& pl : p.placements) count += static_cast<std::size_t>(std::count_if(pl.shards.begin(), pl.shards.end(), priced_by_sets));
+  if (count == 0) return out;
+  // per group: (rank, position), by rank, sorted when a shard first needs it
+  std::vector<std::vector<std::pair<rank_index, std::int32_t>>> positions(p.groups.size());
+  const auto position_of = [&](rank_index rank, group_index group) {
+    auto& at = positions[static_cast<std::size_t>(group)];
+    if (at.empty()) {
+      const auto& members = p.groups[static_cast<std::size_t>(group)].ranks;
+      for (std::size_t i = 0; i < members.size(); ++i) at.emplace_back(members[i], static_cast<std::int32_t>(i));
+      std::sort(at.begin(), at.end());
+    }
+    return std::lower_bound(at.begin(), at.end(), std::pair{rank, std::int32_t{-1}})->second;
+  };
+  std::vector<held> shards;
   shards.reserve(count);
-  for (std::size_t r = 0; r < ranks; ++r)
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const auto rank = static_cast<rank_index>(r);
+    group_index last_group = no_group;  // a rank's shards of one group come together: its position found once
+    std::int32_t last_position = 0;
     for (const shard& s : p.placements[r].shards) {
-      if (s.range.empty()) continue;
-      const auto rank = static_cast<rank_index>(r);
+      if (!priced_by_sets(s)) continue;
       const ring_group* g = s.group == no_group ? nullptr : &p.groups[static_cast<std::size_t>(s.group)];
       if (!g || g->zone == zone_kind::local) {
         shards.push_back({s.micro_batch, -1, no_group, s.seq, 0, rank, s.range});
         continue;
       }
-      if (g->collective == collective_kind::all_to_all) continue;
-      const auto& at = positions[static_cast<std::size_t>(s.group)];
-      const auto it = std::lower_bound(at.begin(), at.end(), std::pair{rank, std::int32_t{-1}});
-      shards.push_back({s.micro_batch, static_cast<std::int32_t>(g->zone), s.group, s.seq, it->second, rank, s.range});
+      if (s.group != last_group) last_group = s.group, last_position = position_of(rank, s.group);
+      shards.push_back({s.micro_batch, static_cast<std::int32_t>(g->zone), s.group, s.seq, last_position, rank, s.range});
     }
+  }
   // by level, group, sequence (and, local, rank): the shards that pair up are adjacent. The
   // order of (micro-batch, zone, group, sequence, rank, first row), a unique key, in O(shards +
   // sequences + groups): stable counting sorts from the least significant key up, the rank
@@ -329,7 +368,8 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
   std::vector<std::size_t> run_end(shards.size()), run_begin(shards.size()), by_position;
   std::vector<sum> by_origin;          // per origin position of the group: what the current position computes with it
   std::vector<std::int32_t> touched;   // origins with something, in first-touch order
-  std::vector<ring_block> round_blocks;  // the current position's ring blocks, to cap its sets' sizes
+  std::vector<ring_block> round_blocks;  // the current position's ring blocks of one sequence, to cap its sets' sizes
+  launch_size_caps caps;
   interval_scratch intervals;
   const auto add = [&](std::int32_t micro_batch, const set_part& s) {
     const double times = s.which == ring_forward ? slowdown.forward_at(s.x) : s.which == ring_backward ? slowdown.backward_at(s.x) : slowdown.at(s.x);
@@ -411,12 +451,13 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
               if (before == 0 && with.pairs > 0) touched.push_back(shards[k].position);
             }
           }
+          add_sequence_caps(round_blocks, intervals, caps);
+          round_blocks.clear();
         }
-        cap_launch_sizes(round_blocks, intervals, [&](std::int32_t origin, double x) {
+        take_launch_size_caps(caps, [&](std::int32_t origin, double x) {
           sum& with = by_origin[static_cast<std::size_t>(origin)];
           with.x = std::min(with.x, x);
         });
-        round_blocks.clear();
         sum& all = one_set[static_cast<std::size_t>(rank)];
         for (const std::int32_t origin : touched) {
           sum& with = by_origin[static_cast<std::size_t>(origin)];
