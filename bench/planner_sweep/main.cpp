@@ -92,37 +92,58 @@ double median(std::vector<double> v) {
 }
 
 // The planning-time targets: GitHub batches of 256K tokens on 4 x 8 GPUs (ten seeds,
-// target 1 ms) and of 4M tokens on 128 x 8 GPUs (three seeds, target 20 ms); per seed the time
-// to choose (choose_by_cost) and to plan (plan_by_cost, which also simulates the choice).
+// target 1 ms) and of 4M tokens on 128 x 8 GPUs (three seeds, target 20 ms). A training loop
+// plans a new batch every step, so the seeds' batches are chosen for in turn (choose_by_cost),
+// round after round, and each seed's time is the median of its rounds; the first round, which
+// pays for the process's first touch of the code and the heap, is shown apart. Planning
+// (plan_by_cost, which also simulates the choice) is timed once per seed.
 void time_targets(const model_config& m, const std::string& cluster_name) {
   struct target {
     token_count tokens;
-    int nodes, seeds;
+    int nodes, seeds, rounds;
     double goal_ms;
   };
-  std::printf("%-8s %5s %4s | %-22s %-10s %10s %10s\n", "tokens", "GPUs", "seed", "choice", "by", "choose ms", "plan ms");
-  for (const target& x : {target{256 * 1024, 4, 10, 1.0}, target{4 * 1024 * 1024, 128, 3, 20.0}}) {
+  std::printf("%-8s %5s %4s | %-22s %-10s %11s %12s %10s\n", "tokens", "GPUs", "seed", "choice", "by", "choose ms", "first round", "plan ms");
+  for (const target& x : {target{256 * 1024, 4, 10, 15, 1.0}, target{4 * 1024 * 1024, 128, 3, 5, 20.0}}) {
     const topology t = cluster_by_name(cluster_name, x.nodes, 8);
-    std::vector<double> choose, plan;
+    std::vector<batch> batches;
+    std::vector<method_setup> setups;
     for (int seed = 1; seed <= x.seeds; ++seed) {
-      const batch b = sample_batch(dataset_by_name("github"), x.tokens, static_cast<std::uint64_t>(seed));
-      method_setup setup;
-      setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
-      auto start = std::chrono::steady_clock::now();
-      const cost_driven_decision d = choose_by_cost(b, t, m, setup);
-      choose.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-      start = std::chrono::steady_clock::now();
-      const cost_driven_choice c = plan_by_cost(b, t, m, setup);
+      batches.push_back(sample_batch(dataset_by_name("github"), x.tokens, static_cast<std::uint64_t>(seed)));
+      method_setup& setup = setups.emplace_back();
+      setup.tokens_per_gpu = (batches.back().total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+    }
+    const auto seeds = static_cast<std::size_t>(x.seeds);
+    std::vector<std::vector<double>> choose(seeds);  // [seed][round]
+    std::vector<std::size_t> chosen(seeds);
+    std::vector<bool> by_bounds(seeds);
+    for (int round = 0; round < x.rounds; ++round)
+      for (std::size_t k = 0; k < seeds; ++k) {
+        const auto start = std::chrono::steady_clock::now();
+        const cost_driven_decision d = choose_by_cost(batches[k], t, m, setups[k]);
+        choose[k].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        if (round > 0 && d.chosen_index != chosen[k]) throw std::logic_error("choose_by_cost chose differently for one batch");
+        chosen[k] = d.chosen_index, by_bounds[k] = !d.result;
+      }
+    std::vector<double> medians, plan;
+    double first_worst = 0;
+    for (std::size_t k = 0; k < seeds; ++k) {
+      const auto start = std::chrono::steady_clock::now();
+      const cost_driven_choice c = plan_by_cost(batches[k], t, m, setups[k]);
       plan.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-      if (c.chosen_index != d.chosen_index) throw std::logic_error("choose_by_cost and plan_by_cost chose differently");
-      std::printf("%7lldK %5d %4d | %-22s %-10s %10.2f %10.1f\n", static_cast<long long>(x.tokens / 1024), t.num_ranks(), seed,
-                  std::string(d.execution.name).c_str(), d.result ? "simulation" : "bounds", choose.back(), plan.back());
+      if (c.chosen_index != chosen[k]) throw std::logic_error("choose_by_cost and plan_by_cost chose differently");
+      medians.push_back(median(choose[k]));
+      first_worst = std::max(first_worst, choose[k].front());
+      std::printf("%7lldK %5d %4zu | %-22s %-10s %11.2f %12.2f %10.1f\n", static_cast<long long>(x.tokens / 1024), t.num_ranks(), k + 1,
+                  std::string(c.execution.name).c_str(), by_bounds[k] ? "bounds" : "simulation", medians.back(), choose[k].front(),
+                  plan.back());
       std::fflush(stdout);
     }
-    const double worst = *std::max_element(choose.begin(), choose.end());
-    std::printf("  %lldK on %d GPUs: choosing median %.2f ms, max %.2f ms (target %.0f ms: %s); planning median %.1f ms\n",
-                static_cast<long long>(x.tokens / 1024), t.num_ranks(), median(choose), worst, x.goal_ms,
-                worst <= x.goal_ms ? "met" : median(choose) <= x.goal_ms ? "met by the median" : "not met", median(plan));
+    const double worst = *std::max_element(medians.begin(), medians.end());
+    std::printf("  %lldK on %d GPUs: choosing (median of %d rounds per seed) median %.2f ms, slowest seed %.2f ms (target %.0f ms: %s); "
+                "first round's slowest %.2f ms; planning median %.1f ms\n",
+                static_cast<long long>(x.tokens / 1024), t.num_ranks(), x.rounds, median(medians), worst, x.goal_ms,
+                worst <= x.goal_ms ? "met" : median(medians) <= x.goal_ms ? "met by the median" : "not met", first_worst, median(plan));
   }
 }
 
