@@ -20,12 +20,12 @@
 // over 1024 GPUs), whose plan is then made only when a later stage needs its shards; else summed
 // from the plan, O(shards) once per layout. A candidate whose plan and execution equal an
 // earlier candidate's (compared once both plans exist) is recorded as its duplicate and neither
-// bounded further nor simulated; candidates are taken in increasing order of bound (ties: candidate order): one bounded only at the best rate is
-// bounded again with the launch sets of its busiest rank (its shard pairs: the calls a ring's
-// rounds make can be small and slow), then of every rank (O(shard pairs)), going back in line
-// after each; one bounded all three ways is simulated, until the next bound is no smaller
-// than the best step found. Pruning never changes the
-// choice: the chosen step is the minimum over all feasible candidates, ties going to the
+// bounded further nor simulated; candidates are taken in increasing order of bound (ties:
+// candidate order): one bounded only at the best rate is bounded again with the launch sets of
+// its busiest rank (its shard pairs: the calls a ring's rounds make can be small and slow), then
+// of every rank (O(shard pairs)), going back in line after each; one bounded all three ways is
+// simulated, until the next bound is no smaller than the best step found. Pruning never
+// changes the choice: the chosen step is the minimum over all feasible candidates, ties going to the
 // earlier candidate, exactly as simulating all of them would choose. A candidate whose
 // partitioner finds the batch infeasible, or whose program exceeds the library's limits, is
 // recorded with the reason and skipped; when no candidate can run, the first one's error is
