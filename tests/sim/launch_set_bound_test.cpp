@@ -165,6 +165,7 @@ TEST_CASE("launch sets: a round's cap per origin does not depend on the order of
   // shuffled must give the same caps, each origin once, ascending
   random_generator rng(2026, 12);
   detail::interval_scratch scratch;
+  detail::launch_size_caps caps;  // reused: taking the caps leaves it empty for the next position
   for (int trial = 0; trial < 300; ++trial) {
     std::vector<detail::ring_block> blocks;
     const auto n = static_cast<std::size_t>(1 + rng.below(40));
@@ -192,8 +193,15 @@ TEST_CASE("launch sets: a round's cap per origin does not depend on the order of
       std::vector<detail::ring_block> listed = blocks;
       if (by_sequence)
         std::stable_sort(listed.begin(), listed.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+      // as launch_set_seconds adds them: one sequence's blocks at a time, in its listed order
       std::vector<std::pair<std::int32_t, double>> got;
-      detail::cap_launch_sizes(listed, scratch, [&](std::int32_t origin, double x) { got.emplace_back(origin, x); });
+      for (sequence_index seq = 0; seq < 4; ++seq) {
+        std::vector<detail::ring_block> of_sequence;
+        for (const detail::ring_block& b : listed)
+          if (b.seq == seq) of_sequence.push_back(b);
+        detail::add_sequence_caps(of_sequence, scratch, caps);
+      }
+      detail::take_launch_size_caps(caps, [&](std::int32_t origin, double x) { got.emplace_back(origin, x); });
       CAPTURE(trial, by_sequence);
       REQUIRE(got.size() == expected.size());
       for (std::size_t i = 0; i < got.size(); ++i) {

@@ -117,8 +117,8 @@ struct interval_scratch {
   };
   std::vector<sized> by_end;
   std::vector<double> best;  // [i]: the heaviest choice among the first i intervals by end
-  std::vector<std::size_t> bucket;  // cap_launch_sizes: per origin, where its blocks start
-  std::vector<ring_block> grouped;  // cap_launch_sizes: the blocks grouped by origin
+  std::vector<std::size_t> bucket;  // add_sequence_caps: per origin, where its blocks start
+  std::vector<ring_block> grouped;  // add_sequence_caps: the blocks grouped by origin
 };
 
 //! The largest sum of x over blocks whose `side` ranges are pairwise disjoint (weighted
@@ -145,9 +145,11 @@ struct interval_scratch {
   return scratch.best.back();
 }
 
-//! A ring position's launch-size caps as its sequences' blocks come in (see cap_launch_sizes):
-//! per origin, the heaviest choices of its blocks with disjoint queries and with disjoint keys,
-//! summed over the sequences so far.
+//! A ring position's launch-size caps as its sequences' blocks come in, one sequence at a time
+//! (so that a position's blocks are never all held at once): no launch of an origin's round is
+//! larger than the heaviest choice of its blocks with disjoint queries or, if less, with disjoint
+//! keys, summed over its sequences (a launch's query rows are disjoint, and so are its key rows:
+//! program/launch_waves.hpp). Per origin, the two sums so far.
 struct launch_size_caps {
   std::vector<double> by_queries, by_keys;  // [origin]; by_queries -1: no block of it yet
   std::vector<std::int32_t> origins;        // those with blocks
@@ -181,25 +183,6 @@ void take_launch_size_caps(launch_size_caps& caps, Cap&& cap) {
     caps.by_queries[o] = -1, caps.by_keys[o] = 0;
   }
   caps.origins.clear();
-}
-
-//! Calls cap(origin, x) for each origin of `blocks` (one ring position's blocks of its rounds,
-//! reordered), ascending: no launch of that origin's round is larger than x, the heaviest choice
-//! of its blocks with disjoint queries or, if less, with disjoint keys, summed over its sequences
-//! (a launch's query rows are disjoint, and so are its key rows: program/launch_waves.hpp).
-//! launch_set_seconds adds a position's sequences one at a time instead (add_sequence_caps), so
-//! that it never holds all of a position's blocks.
-template <class Cap>
-void cap_launch_sizes(std::vector<ring_block>& blocks, interval_scratch& scratch, Cap&& cap) {
-  std::stable_sort(blocks.begin(), blocks.end(), [](const ring_block& x, const ring_block& y) { return x.seq < y.seq; });
-  launch_size_caps caps;
-  std::vector<ring_block> of_sequence;
-  for (std::size_t e = 0, f = 0; e < blocks.size(); e = f) {
-    for (f = e; f < blocks.size() && blocks[f].seq == blocks[e].seq;) ++f;
-    of_sequence.assign(blocks.begin() + static_cast<std::ptrdiff_t>(e), blocks.begin() + static_cast<std::ptrdiff_t>(f));
-    add_sequence_caps(of_sequence, scratch, caps);
-  }
-  take_launch_size_caps(caps, cap);
 }
 
 //! Seconds of attention per (micro-batch, rank): all of the rank's launches outside all-to-all
@@ -270,15 +253,6 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     rank_index rank;
     token_range range;
   };
-  // the shards launch sets price: every shard but those of all-to-all groups (whose lanes the
-  // caller prices)
-  const auto priced_by_sets = [&](const shard& s) {
-    return !s.range.empty() && (s.group == no_group || p.groups[static_cast<std::size_t>(s.group)].collective != collective_kind::all_to_all ||
-                                p.groups[static_cast<std::size_t>(s.group)].zone == zone_kind::local);
-  };
-  std::size_t count = 0;
-  for (const placement& pl : p.placements) count += static_cast<std::size_t>(std::count_if(pl.shards.begin(), pl.shards.end(), priced_by_sets));
-  if (count == 0) return out;
   // per group: (rank, position), by rank, sorted when a shard first needs it
   std::vector<std::vector<std::pair<rank_index, std::int32_t>>> positions(p.groups.size());
   const auto position_of = [&](rank_index rank, group_index group) {
@@ -290,23 +264,26 @@ inline constexpr std::size_t max_set_parts = std::size_t{1} << 21;
     }
     return std::lower_bound(at.begin(), at.end(), std::pair{rank, std::int32_t{-1}})->second;
   };
+  // the shards launch sets price: every shard but those of all-to-all groups (whose lanes the
+  // caller prices)
   std::vector<held> shards;
-  shards.reserve(count);
   for (std::size_t r = 0; r < ranks; ++r) {
     const auto rank = static_cast<rank_index>(r);
     group_index last_group = no_group;  // a rank's shards of one group come together: its position found once
     std::int32_t last_position = 0;
     for (const shard& s : p.placements[r].shards) {
-      if (!priced_by_sets(s)) continue;
+      if (s.range.empty()) continue;
       const ring_group* g = s.group == no_group ? nullptr : &p.groups[static_cast<std::size_t>(s.group)];
       if (!g || g->zone == zone_kind::local) {
         shards.push_back({s.micro_batch, -1, no_group, s.seq, 0, rank, s.range});
         continue;
       }
+      if (g->collective == collective_kind::all_to_all) continue;
       if (s.group != last_group) last_group = s.group, last_position = position_of(rank, s.group);
       shards.push_back({s.micro_batch, static_cast<std::int32_t>(g->zone), s.group, s.seq, last_position, rank, s.range});
     }
   }
+  if (shards.empty()) return out;
   // by level, group, sequence (and, local, rank): the shards that pair up are adjacent. The
   // order of (micro-batch, zone, group, sequence, rank, first row), a unique key, in O(shards +
   // sequences + groups): stable counting sorts from the least significant key up, the rank
