@@ -39,7 +39,9 @@
 #include "corpus.hpp"
 #include "gpt.hpp"
 #include "pipeline_stage.hpp"
+#include "options.hpp"
 #include "step.hpp"
+#include "train_loop.hpp"
 
 #include "../common/cli_integers.hpp"
 #include "../common/priced_model.hpp"
@@ -73,44 +75,13 @@ using train_gpt::planned_step;
 
 namespace {
 
-struct options {
-  std::string method = "zeppelin";
-  std::string cluster = "c";
-  int nodes = 1;
-  int gpus_per_node = 4;
-  int steps = 20;
-  std::int64_t tokens = 512;
-  std::int64_t min_length = 8;
-  std::int64_t max_length = 160;
-  std::string corpus_file;
-  std::uint64_t seed = 1;
-  gpt_config model{};
-  double lr = 1e-2;
-  bool fp32 = false;
-  int gradient_check = 0;  //!< coordinates to check; 0: train
-  std::string checkpoint = "none";  //!< checkpoint/any_checkpoint_policy.hpp text form
-  int stages = 1;                   //!< pipeline stages, each a group of nodes x gpus_per_node ranks
-  int micro_batches = 0;            //!< per step; 0: the stage count
-  pipeline_schedule_kind schedule = pipeline_schedule_kind::one_f_one_b;
-  int virtual_stages = 2;  //!< model chunks per stage of the interleaved schedule
-  [[nodiscard]] int micro_batch_count() const { return micro_batches > 0 ? micro_batches : stages; }
-  [[nodiscard]] bool pipelined() const { return stages > 1 || micro_batch_count() > 1; }
-  [[nodiscard]] int chunks() const { return schedule == pipeline_schedule_kind::interleaved ? virtual_stages : 1; }
-};
+using train_gpt::method_or_partitioner;
+using train_gpt::options;
+using train_gpt::run_result;
 
-struct run_result {
-  std::vector<double> loss;  //!< per step
-  double tokens = 0, seconds = 0;
-  double kept = 0;           //!< most activation values a rank held between forward and backward
-  std::string executed;      //!< the candidate of the last step (for zeppelin)
-};
-
-// The world's gradients summed in rank order: the same bits on every rank.
+// The host world's all-gather of every rank's `flat`, rank by rank.
 template <class T, communicator C>
-void sum_over_ranks(C& c, gpt_params<T>& grads, double& loss) {
-  std::vector<T> flat;
-  grads.for_each([&](std::vector<T>& t) { flat.insert(flat.end(), t.begin(), t.end()); });
-  flat.push_back(static_cast<T>(loss));
+std::vector<T> gather_ranks(C& c, const std::vector<T>& flat) {
   const auto R = static_cast<std::size_t>(c.size());
   std::vector<rank_index> group(R);
   for (std::size_t r = 0; r < R; ++r) group[r] = static_cast<rank_index>(r);
@@ -118,72 +89,23 @@ void sum_over_ranks(C& c, gpt_params<T>& grads, double& loss) {
   std::vector<T> all(flat.size() * R);
   all_gather_v(c, std::span<const rank_index>(group), std::span<const T>(flat), std::span<T>(all), std::span<const token_count>(counts),
                "gradient all-reduce");
-  std::fill(flat.begin(), flat.end(), T(0));
-  for (std::size_t r = 0; r < R; ++r)
-    for (std::size_t i = 0; i < flat.size(); ++i) flat[i] += all[r * flat.size() + i];
-  std::size_t at = 0;
-  grads.for_each([&](std::vector<T>& t) {
-    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), t.size(), t.begin());
-    at += t.size();
-  });
-  loss = static_cast<double>(flat.back());
+  return all;
 }
 
-// A method of `zeppelin simulate` by name, or a partitioner (partition/registry.hpp) run with
-// the baselines' execution: direct routing, in-order engine, a launch per group, no remapping.
-method_spec method_or_partitioner(const std::string& name) {
-  for (const method_spec& s : method_specs)
-    if (s.name == name) return s;
-  for (const std::string_view p : partitioner_names)
-    if (p == name) return {method_kind::candidate, p, "a partitioner with the baselines' execution", p, false, engine_policy::in_order, false};
-  return method_by_name(name);  // throws, listing the methods
+// The world's gradients summed in rank order: the same bits on every rank.
+template <class T, communicator C>
+void sum_over_ranks(C& c, gpt_params<T>& grads, double& loss) {
+  train_gpt::sum_over_ranks(grads, loss, static_cast<std::size_t>(c.size()), [&](const std::vector<T>& flat) { return gather_ranks(c, flat); });
 }
 
-// The calling rank's share of one step: its loader rows dispatched to the linear layout, the
-// forward pass, and (when `grads` is given) the backward pass into `grads` (zeroed first),
-// recomputing the layers `recompute` names; `kept`, when given, receives the activation values
-// the rank held between its forward and backward.
-// Returns the rank's summed cross-entropy; the gradients are those of the MEAN loss of the
-// whole batch (its rows scaled by 1 / step.targets), not yet summed over the ranks.
+// The calling rank's share of one step (train_loop.hpp forward_backward) on host thread ranks:
+// its loader rows dispatched to the linear layout, attention through the host engine.
 template <class T, communicator C>
 double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy& recompute, const planned_step<T>& step,
                         const gpt_params<T>& w, gpt_params<T>* grads, double* kept = nullptr) {
   const train_gpt::linear_rows rows = train_gpt::dispatch_rows(c, step);
-  std::vector<T> x = train_gpt::embed(cfg, w, rows);
-  // the first `recomputed` layers keep only their input until their backward (checkpoint
-  // policy, whole-layer recomputation)
-  const int recomputed =
-      std::clamp(recompute.recomputed_layers({.stage = 0, .chunk = 0, .micro_batch = 0, .layers = cfg.layers}), 0, cfg.layers);
-  std::vector<layer_cache<T>> caches(static_cast<std::size_t>(cfg.layers));
-  for (int l = 0; l < cfg.layers; ++l) {
-    layer_cache<T>& k = caches[static_cast<std::size_t>(l)];
-    k.x = x;
-    x = train_gpt::layer_forward(c, cfg, step, rows, w.layers[static_cast<std::size_t>(l)], k);
-    if (l < recomputed) {  // keep the input only
-      layer_cache<T> input_only;
-      input_only.x = std::move(k.x);
-      k = std::move(input_only);
-    }
-  }
-  if (kept) {
-    *kept = 0;
-    for (const auto& k : caches) *kept += train_gpt::cached_values(k);
-  }
-  train_gpt::head_cache<T> head;
-  const double loss = train_gpt::head_forward(cfg, w, rows, std::move(x), head, 1.0 / step.targets);
-  if (!grads) return loss;
-
-  gpt_params<T>& g = *grads;
-  g = train_gpt::zero_params<T>(cfg);
-  std::vector<T> dx = train_gpt::head_backward(cfg, w, g, rows, head);
-  for (int l = cfg.layers - 1; l >= 0; --l) {
-    const auto li = static_cast<std::size_t>(l);
-    layer_cache<T>& k = caches[li];
-    if (l < recomputed) (void)train_gpt::layer_forward(c, cfg, step, rows, w.layers[li], k);  // the same values, bit for bit
-    dx = train_gpt::layer_backward(c, cfg, step, rows, w.layers[li], g.layers[li], k, dx);
-  }
-  train_gpt::embed_backward(cfg, g, rows, dx);
-  return loss;
+  const train_gpt::host_attention<T, C> attention{c, cfg, step, rows};
+  return train_gpt::forward_backward(attention, cfg, recompute, rows, 1.0 / step.targets, w, grads, kept);
 }
 
 // One pipelined step on a world of o.stages x R ranks (pipeline_stage.hpp): the step's
@@ -280,18 +202,7 @@ run_result train(const options& o, const topology& t, const any_checkpoint_polic
       });
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    result.loss.push_back(step_loss);
-    result.tokens += tokens;
-    result.seconds += seconds;
-    if (progress) {
-      const int width = 30, done = (step + 1) * width / o.steps;
-      std::printf("\r%-9s [%s%s] step %3d/%d  loss %.6f  %8.0f tokens/s", label, std::string(static_cast<std::size_t>(done), '#').c_str(),
-                  std::string(static_cast<std::size_t>(width - done), ' ').c_str(), step + 1, o.steps, step_loss, tokens / seconds);
-      if (step + 1 == o.steps) std::printf("\n");
-      std::fflush(stdout);
-    } else {
-      std::printf("%s step %d loss %.12f tokens/s %.0f (%s)\n", label, step + 1, step_loss, tokens / seconds, result.executed.c_str());
-    }
+    train_gpt::report_step(result, progress, label, step, o.steps, step_loss, tokens, seconds);
   }
   // the ranks of one stage must hold identical parameters, bit for bit
   const auto flat = [](gpt_params<T>& p) {
@@ -377,11 +288,7 @@ int run(const options& o) {
   one_rank.stages = 1, one_rank.micro_batches = 1;
   const run_result reference = train<T>(one_rank, single, {no_recompute{}}, progress, "reference");
   const run_result distributed = train<T>(o, t, checkpoint_policy_by_name(o.checkpoint), progress, "ranks");
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < reference.loss.size(); ++i) {
-    worst = std::max(worst, std::abs(reference.loss[i] - distributed.loss[i]));
-    scale = std::max(scale, std::abs(reference.loss[i]));
-  }
+  const auto [worst, scale] = train_gpt::max_loss_gap(reference, distributed);
   const double tolerance = o.fp32 ? 1e-4 * std::max(1.0, scale) : 1e-10;
   std::printf("loss: %.6f -> %.6f; tokens/s: reference %.0f, %d ranks %.0f (method %s, last step: %s)\n", reference.loss.front(),
               reference.loss.back(), reference.tokens / reference.seconds, t.num_ranks() * o.stages,

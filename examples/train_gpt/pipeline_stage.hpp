@@ -85,7 +85,7 @@ class gpt_stage {
   void forward(int k, int chunk, std::span<const T> in, std::span<T> out) {
     const int v = chunk * stages_ + stage_;
     const linear_rows& r = rows(k);
-    const planned_step<T>& step = (*steps_)[static_cast<std::size_t>(k)];
+    const host_attention<T, C> attention{*cp_, *cfg_, (*steps_)[static_cast<std::size_t>(k)], r};
     std::vector<T> x = v == 0 ? embed(*cfg_, *w_, r) : std::vector<T>(in.begin(), in.end());
     const auto [first, end] = stage_layers(cfg_->layers, stages_ * chunks_, v);
     const int recomputed =
@@ -96,7 +96,7 @@ class gpt_stage {
     for (int l = first; l < end; ++l) {
       layer_cache<T>& c = caches[static_cast<std::size_t>(l - first)];
       c.x = x;
-      x = layer_forward(*cp_, *cfg_, step, r, w_->layers[static_cast<std::size_t>(l)], c);
+      x = layer_forward(attention, *cfg_, r, w_->layers[static_cast<std::size_t>(l)], c);
       if (l - first < recomputed) {  // keep the input only
         layer_cache<T> input_only;
         input_only.x = std::move(c.x);
@@ -114,7 +114,7 @@ class gpt_stage {
   void backward(int k, int chunk, std::span<const T> output_gradient, std::span<T> input_gradient) {
     const int v = chunk * stages_ + stage_;
     const linear_rows& r = rows(k);
-    const planned_step<T>& step = (*steps_)[static_cast<std::size_t>(k)];
+    const host_attention<T, C> attention{*cp_, *cfg_, (*steps_)[static_cast<std::size_t>(k)], r};
     std::vector<T> dx = v == stages_ * chunks_ - 1 ? head_backward(*cfg_, *w_, *g_, r, heads_[static_cast<std::size_t>(k)])
                                                    : std::vector<T>(output_gradient.begin(), output_gradient.end());
     const auto [first, end] = stage_layers(cfg_->layers, stages_ * chunks_, v);
@@ -123,8 +123,8 @@ class gpt_stage {
     for (int l = end - 1; l >= first; --l) {
       const auto li = static_cast<std::size_t>(l);
       layer_cache<T>& c = caches[static_cast<std::size_t>(l - first)];
-      if (l - first < recomputed) (void)layer_forward(*cp_, *cfg_, step, r, w_->layers[li], c);  // the same values, bit for bit
-      dx = layer_backward(*cp_, *cfg_, step, r, w_->layers[li], g_->layers[li], c, dx);
+      if (l - first < recomputed) (void)layer_forward(attention, *cfg_, r, w_->layers[li], c);  // the same values, bit for bit
+      dx = layer_backward(attention, *cfg_, r, w_->layers[li], g_->layers[li], c, dx);
     }
     caches.clear();
     if (v == 0) embed_backward(*cfg_, *g_, r, dx);

@@ -3,10 +3,13 @@
 // stage (pipeline_stage.hpp) both compose:
 //   plan_step        the step's plan, attention engine and dispatch (the same on every rank)
 //   dispatch_rows    a rank's (token, target, position) rows, from the data loader's layout to
-//                    the linear modules' layout
+//                    the linear modules' layout (loader_rows and unpack_rows: the parts a
+//                    device rank shares, device_attention.hpp)
+//   host_attention   one layer's attention through the library's host engine: packed Q|K|V
+//                    rows of the linear layout in, O rows out (and back for the backward)
 //   embed / layer_forward / head_forward       the forward of the embedding, one transformer
-//                    layer (attention through the library's engine) and the final norm, LM
-//                    head and cross-entropy
+//                    layer (attention through an attention object: host_attention, or
+//                    device_attention on a GPU) and the final norm, LM head and cross-entropy
 //   head_backward / layer_backward / embed_backward   their backward passes
 // Every piece runs on the calling rank's rows; the ones that move rows across ranks (dispatch,
 // the engine's layout changes and attention) are collective over the communicator of the
@@ -115,26 +118,81 @@ struct linear_rows {
   std::size_t na = 0;                       //!< rows in the attention layout
 };
 
-// The calling rank's loader rows moved to the linear layout (collective over the plan's ranks).
-template <class T, communicator C>
-linear_rows dispatch_rows(C& c, const planned_step<T>& step) {
+// The calling rank's loader rows, (token, target, position) per row in the packed stream's order.
+template <class T>
+std::vector<std::int64_t> loader_rows(const planned_step<T>& step, rank_index rank) {
   const batch& b = step.data.lengths;
-  const auto ri = static_cast<std::size_t>(c.rank());
   std::vector<std::int64_t> mine;
-  for (const shard& s : step.loader[ri].shards)
+  for (const shard& s : step.loader[static_cast<std::size_t>(rank)].shards)
     for (token_count i = s.range.begin; i < s.range.end; ++i) {
       const auto g = static_cast<std::size_t>(b.offset(s.seq) + i);
       mine.insert(mine.end(), {step.data.tokens[g], step.target[g], step.position[g]});
     }
+  return mine;
+}
+
+// Rows of (token, target, position) in the linear layout, split into columns.
+inline linear_rows unpack_rows(const std::vector<std::int64_t>& rows, std::size_t attention_rows) {
   linear_rows out;
-  out.n = static_cast<std::size_t>(step.dispatch.ranks[ri].target_tokens);
-  out.na = static_cast<std::size_t>(step.engine.rows(c.rank()));
-  std::vector<std::int64_t> rows(out.n * 3);
-  execute_relayout(c, step.dispatch, std::span<const std::int64_t>(mine), std::span<std::int64_t>(rows), 3, "dispatch");
+  out.n = rows.size() / 3;
+  out.na = attention_rows;
   out.tok.resize(out.n), out.tgt.resize(out.n), out.pos.resize(out.n);
   for (std::size_t r = 0; r < out.n; ++r) out.tok[r] = rows[3 * r], out.tgt[r] = rows[3 * r + 1], out.pos[r] = rows[3 * r + 2];
   return out;
 }
+
+// The calling rank's loader rows moved to the linear layout (collective over the plan's ranks).
+template <class T, communicator C>
+linear_rows dispatch_rows(C& c, const planned_step<T>& step) {
+  const std::vector<std::int64_t> mine = loader_rows(step, c.rank());
+  std::vector<std::int64_t> rows(static_cast<std::size_t>(step.dispatch.ranks[static_cast<std::size_t>(c.rank())].target_tokens) * 3);
+  execute_relayout(c, step.dispatch, std::span<const std::int64_t>(mine), std::span<std::int64_t>(rows), 3, "dispatch");
+  return unpack_rows(rows, static_cast<std::size_t>(step.engine.rows(c.rank())));
+}
+
+// One layer's attention through the library's host engine, on the calling rank of the plan's
+// communicator c: forward takes the layer's packed Q|K|V rows (linear layout, rotary embedding
+// applied) and returns its O rows (linear layout), keeping the attention-layout Q, K, V, O and
+// LSE in the layer's cache; backward takes dO (linear layout) and that cache and returns the
+// packed dQ|dK|dV rows (linear layout). Collective: every rank calls it.
+template <class T, communicator C>
+struct host_attention {
+  C& c;
+  const gpt_config& cfg;
+  const planned_step<T>& step;
+  const linear_rows& rows;
+
+  std::vector<T> forward(const std::vector<T>& qkv_rows, layer_cache<T>& k) const {
+    const auto D = static_cast<std::size_t>(cfg.dim), H = static_cast<std::size_t>(cfg.heads), kvw = static_cast<std::size_t>(cfg.kv_width());
+    const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
+    std::vector<T> att(na * qkv);
+    to_attention_layout(step.engine, c, step.layout, pass_kind::forward, std::span<const T>(qkv_rows), std::span<T>(att),
+                        static_cast<std::int64_t>(qkv));
+    k.aq = columns(att, na, qkv, 0, D), k.ak = columns(att, na, qkv, D, kvw), k.av = columns(att, na, qkv, D + kvw, kvw);
+    k.ao.assign(na * D, T(0)), k.lse.assign(na * H, T(0));
+    step.engine.forward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<T>(k.ao),
+                        std::span<T>(k.lse));
+    std::vector<T> o(n * D);
+    to_linear_layout(step.engine, c, step.layout, pass_kind::forward, std::span<const T>(k.ao), std::span<T>(o),
+                     static_cast<std::int64_t>(D));
+    return o;
+  }
+
+  std::vector<T> backward(const std::vector<T>& d_o, const layer_cache<T>& k) const {
+    const auto D = static_cast<std::size_t>(cfg.dim), kvw = static_cast<std::size_t>(cfg.kv_width());
+    const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
+    std::vector<T> a_do(na * D), adq(na * D), adk(na * kvw), adv(na * kvw);
+    to_attention_layout(step.engine, c, step.layout, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do),
+                        static_cast<std::int64_t>(D));
+    step.engine.backward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<const T>(k.ao),
+                         std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(adq), std::span<T>(adk), std::span<T>(adv));
+    const std::vector<T> agrad = concat_columns<T>({&adq, &adk, &adv}, {D, kvw, kvw}, na);
+    std::vector<T> grad(n * qkv);
+    to_linear_layout(step.engine, c, step.layout, pass_kind::backward, std::span<const T>(agrad), std::span<T>(grad),
+                     static_cast<std::int64_t>(qkv));
+    return grad;
+  }
+};
 
 // The embedding of the rows' tokens: [n][D].
 template <class T>
@@ -156,29 +214,20 @@ void embed_backward(const gpt_config& cfg, gpt_params<T>& g, const linear_rows& 
 }
 
 // One layer's forward from its input k.x, filling the rest of its cache; returns its output.
-template <class T, communicator C>
-std::vector<T> layer_forward(C& c, const gpt_config& cfg, const planned_step<T>& step, const linear_rows& rows, const layer_params<T>& lw,
+// `attention` runs the layer's attention (host_attention, or device_attention on a GPU).
+template <class T, class Attention>
+std::vector<T> layer_forward(const Attention& attention, const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw,
                              layer_cache<T>& k) {
   const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
   const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
-  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n, na = rows.na;
-  const attention_engine<T>& engine = step.engine;
-  const plan& p = step.layout;
+  const std::size_t kvw = KV * hd, n = rows.n;
   rmsnorm(k.x, lw.norm1, k.h1, k.inv1, n, D, cfg.eps);
   matmul(k.h1, lw.wq, k.q, n, D, D);
   matmul(k.h1, lw.wk, k.k, n, D, kvw);
   matmul(k.h1, lw.wv, k.v, n, D, kvw);
   rope(k.q, rows.pos, H, hd, cfg.rope_base, 1);
   rope(k.k, rows.pos, KV, hd, cfg.rope_base, 1);
-  const std::vector<T> packed = concat_columns<T>({&k.q, &k.k, &k.v}, {D, kvw, kvw}, n);
-  std::vector<T> att(na * qkv);
-  to_attention_layout(engine, c, p, pass_kind::forward, std::span<const T>(packed), std::span<T>(att), static_cast<std::int64_t>(qkv));
-  k.aq = columns(att, na, qkv, 0, D), k.ak = columns(att, na, qkv, D, kvw), k.av = columns(att, na, qkv, D + kvw, kvw);
-  k.ao.assign(na * D, T(0)), k.lse.assign(na * H, T(0));
-  engine.forward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<T>(k.ao),
-                 std::span<T>(k.lse));
-  k.o.assign(n * D, T(0));
-  to_linear_layout(engine, c, p, pass_kind::forward, std::span<const T>(k.ao), std::span<T>(k.o), static_cast<std::int64_t>(D));
+  k.o = attention.forward(concat_columns<T>({&k.q, &k.k, &k.v}, {D, kvw, kvw}, n), k);
   std::vector<T> y;
   matmul(k.o, lw.wo, y, n, D, D);
   k.x1 = k.x;
@@ -195,14 +244,12 @@ std::vector<T> layer_forward(C& c, const gpt_config& cfg, const planned_step<T>&
 
 // One layer's backward from the gradient of its output, adding into its parameter gradients
 // `gl`; returns the gradient of its input. The cache must be complete (recompute first).
-template <class T, communicator C>
-std::vector<T> layer_backward(C& c, const gpt_config& cfg, const planned_step<T>& step, const linear_rows& rows,
-                              const layer_params<T>& lw, layer_params<T>& gl, const layer_cache<T>& k, const std::vector<T>& dx) {
+template <class T, class Attention>
+std::vector<T> layer_backward(const Attention& attention, const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw,
+                              layer_params<T>& gl, const layer_cache<T>& k, const std::vector<T>& dx) {
   const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
   const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
-  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n, na = rows.na;
-  const attention_engine<T>& engine = step.engine;
-  const plan& p = step.layout;
+  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n;
   // MLP: x_out = x1 + silu(norm2(x1) W1) W2
   std::vector<T> dact, dz, dh2, dx1;
   matmul_backward(k.act, lw.w2, dx, dact, gl.w2, n, F, D);
@@ -217,13 +264,7 @@ std::vector<T> layer_backward(C& c, const gpt_config& cfg, const planned_step<T>
   // attention: x1 = x + attention(rope(norm1(x) Wq), rope(norm1(x) Wk), norm1(x) Wv) Wo
   std::vector<T> d_o, dxq, dxk, dxv, dxn;
   matmul_backward(k.o, lw.wo, dx1, d_o, gl.wo, n, D, D);
-  std::vector<T> a_do(na * D), adq(na * D), adk(na * kvw), adv(na * kvw);
-  to_attention_layout(engine, c, p, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do), static_cast<std::int64_t>(D));
-  engine.backward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<const T>(k.ao),
-                  std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(adq), std::span<T>(adk), std::span<T>(adv));
-  const std::vector<T> agrad = concat_columns<T>({&adq, &adk, &adv}, {D, kvw, kvw}, na);
-  std::vector<T> grad(n * qkv);
-  to_linear_layout(engine, c, p, pass_kind::backward, std::span<const T>(agrad), std::span<T>(grad), static_cast<std::int64_t>(qkv));
+  const std::vector<T> grad = attention.backward(d_o, k);
   std::vector<T> dq = columns(grad, n, qkv, 0, D), dk = columns(grad, n, qkv, D, kvw), dv = columns(grad, n, qkv, D + kvw, kvw);
   rope(dq, rows.pos, H, hd, cfg.rope_base, -1);
   rope(dk, rows.pos, KV, hd, cfg.rope_base, -1);

@@ -64,42 +64,63 @@ inline token_count linear_rows_of(const plan& p, const execution_program& prog, 
   return rows;
 }
 
+// One piece of moving a rank's rows between its linear and attention layouts: micro-batch
+// `micro_batch`'s `rows` rows from linear row `linear_row` on, either through the program's
+// remap segment (`remapped`: the segment places them; attention_row unused) or as a local
+// copy of one shard to attention row `attention_row`.
+struct layout_move {
+  std::int32_t micro_batch = 0;
+  bool remapped = false;
+  token_count linear_row = 0, attention_row = 0, rows = 0;
+};
+
+// The pieces of rank `me`'s move in micro-batch order, and its linear row count: the one walk
+// that the host (move_rows) and the device (cuda/executor/linear_layout.hpp) apply.
+inline std::vector<layout_move> layout_moves(const plan& p, const execution_program& prog, rank_index me, token_count& linear_rows) {
+  const auto ri = static_cast<std::size_t>(me);
+  const auto& shards = p.placements.at(ri).shards;
+  std::vector<layout_move> out;
+  token_count lin = 0;  // first linear row of the micro-batch
+  for (std::int32_t mb = 0; mb < prog.micro_batches; ++mb) {
+    if (remaps_micro_batch(prog, mb)) {
+      const token_count rows = linear_rows_of(p, prog, ri, mb);
+      out.push_back({mb, true, lin, 0, rows});
+      lin += rows;
+      continue;
+    }
+    for (std::size_t i = 0; i < shards.size(); ++i)
+      if (shards[i].micro_batch == mb) {
+        out.push_back({mb, false, lin, prog.shard_row.at(ri).at(i), shards[i].range.size()});
+        lin += shards[i].range.size();
+      }
+  }
+  linear_rows = lin;
+  return out;
+}
+
 // `kind` remap_in reads linear rows and writes attention rows; remap_out the reverse.
 template <class Engine, communicator C, class T>
 void move_rows(const Engine& engine, C& c, const plan& p, pass_kind pass, segment_kind kind, std::span<const T> from,
                std::span<T> to, std::int64_t w, execution_record* record) {
-  const execution_program& prog = engine.program();
   const rank_index me = c.rank();
-  const auto ri = static_cast<std::size_t>(me);
-  const auto& shards = p.placements.at(ri).shards;
   const bool into_attention = kind == segment_kind::remap_in;
   token_count linear_rows = 0;
-  for (std::int32_t mb = 0; mb < prog.micro_batches; ++mb) linear_rows += linear_rows_of(p, prog, ri, mb);
+  const std::vector<layout_move> moves = layout_moves(p, engine.program(), me, linear_rows);
   const std::size_t linear_size = static_cast<std::size_t>(linear_rows * w), attention_size = static_cast<std::size_t>(engine.rows(me) * w);
   ZEPPELIN_EXPECTS((into_attention ? from.size() : to.size()) == linear_size && (into_attention ? to.size() : from.size()) == attention_size,
                    "linear layout: a buffer does not hold the rank's rows times the row width",
                    {{"rank", double(me)}, {"linear_rows", double(linear_rows)}, {"attention_rows", double(engine.rows(me))},
                     {"row_width", double(w)}, {"from", double(from.size())}, {"to", double(to.size())}});
-  token_count lin = 0;  // first linear row of the micro-batch
-  for (std::int32_t mb = 0; mb < prog.micro_batches; ++mb) {
-    token_count rows = 0;
-    if (remaps_micro_batch(prog, mb)) {
-      rows = linear_rows_of(p, prog, ri, mb);
-      const auto part = [&](auto span) { return span.subspan(static_cast<std::size_t>(lin * w), static_cast<std::size_t>(rows * w)); };
-      if (into_attention) engine.remap(c, pass, mb, kind, part(from), to, record);
-      else engine.remap(c, pass, mb, kind, from, part(to), record);
-    } else {
-      for (std::size_t i = 0; i < shards.size(); ++i) {
-        const shard& s = shards[i];
-        if (s.micro_batch != mb) continue;
-        const auto a = static_cast<std::size_t>(engine.shard_row(me, i) * w), l = static_cast<std::size_t>((lin + rows) * w);
-        const auto count = static_cast<std::size_t>(s.range.size() * w);
-        if (into_attention) std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(l), count, to.begin() + static_cast<std::ptrdiff_t>(a));
-        else std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(a), count, to.begin() + static_cast<std::ptrdiff_t>(l));
-        rows += s.range.size();
-      }
+  for (const layout_move& m : moves) {
+    const auto l = static_cast<std::size_t>(m.linear_row * w), count = static_cast<std::size_t>(m.rows * w);
+    if (m.remapped) {
+      if (into_attention) engine.remap(c, pass, m.micro_batch, kind, from.subspan(l, count), to, record);
+      else engine.remap(c, pass, m.micro_batch, kind, from, to.subspan(l, count), record);
+      continue;
     }
-    lin += rows;
+    const auto a = static_cast<std::size_t>(m.attention_row * w);
+    if (into_attention) std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(l), count, to.begin() + static_cast<std::ptrdiff_t>(a));
+    else std::copy_n(from.begin() + static_cast<std::ptrdiff_t>(a), count, to.begin() + static_cast<std::ptrdiff_t>(l));
   }
 }
 }  // namespace detail

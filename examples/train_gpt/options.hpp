@@ -1,0 +1,50 @@
+// examples/train_gpt/options.hpp
+// train_gpt's command line, parsed (main.cpp), and the world its ranks run in.
+//   world_kind   host: nodes x gpus-per-node host thread ranks (the host loopback world, the
+//                host engine, fp64 or fp32); device: as many ranks on one GPU (the device
+//                loopback world, the CUDA engine in bf16); nccl: this process is one rank of
+//                nodes x gpus-per-node processes, one GPU each, joined over NCCL through a
+//                shared file (device_main.cpp)
+#pragma once
+
+#include "gpt.hpp"
+
+#include <zeppelin/schedule/pipeline/any_schedule.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace train_gpt {
+
+enum class world_kind : std::uint8_t { host, device, nccl };
+
+struct options {
+  std::string method = "zeppelin";
+  std::string cluster = "c";
+  int nodes = 1;
+  int gpus_per_node = 4;
+  int steps = 20;
+  std::int64_t tokens = 512;
+  std::int64_t min_length = 8;
+  std::int64_t max_length = 160;
+  std::string corpus_file;
+  std::uint64_t seed = 1;
+  gpt_config model{};
+  double lr = 1e-2;
+  bool fp32 = false;
+  int gradient_check = 0;  //!< coordinates to check; 0: train
+  std::string checkpoint = "none";  //!< checkpoint/any_checkpoint_policy.hpp text form
+  int stages = 1;                   //!< pipeline stages, each a group of nodes x gpus_per_node ranks
+  int micro_batches = 0;            //!< per step; 0: the stage count
+  zeppelin::pipeline_schedule_kind schedule = zeppelin::pipeline_schedule_kind::one_f_one_b;
+  int virtual_stages = 2;  //!< model chunks per stage of the interleaved schedule
+  world_kind world = world_kind::host;
+  int device = 0;          //!< device world: the GPU every rank uses
+  int rank = 0;            //!< nccl world: this process's rank
+  std::string id_file;     //!< nccl world: where rank 0 writes the NCCL unique id, the others read it
+  [[nodiscard]] int micro_batch_count() const { return micro_batches > 0 ? micro_batches : stages; }
+  [[nodiscard]] bool pipelined() const { return stages > 1 || micro_batch_count() > 1; }
+  [[nodiscard]] int chunks() const { return schedule == zeppelin::pipeline_schedule_kind::interleaved ? virtual_stages : 1; }
+};
+
+}  // namespace train_gpt
