@@ -5,6 +5,7 @@
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K] [--gradient-check N]
 //             [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
+//             [--world host|device|nccl] [--device d] [--rank r] [--id-file F]
 // Each step, on every rank:
 //   1. the step's documents (corpus.hpp) are planned with method M (any method of
 //      `zeppelin simulate`, sim/methods.hpp; `zeppelin`, the default, lets the cost-driven
@@ -36,9 +37,12 @@
 // otherwise, 2 on bad input. --gradient-check N instead compares the distributed gradient of
 // the first step's loss with central differences of the distributed loss at N coordinates
 // spread over every tensor (exit status 0 when the largest relative error is <= 1e-5 in fp64).
+// --world device and --world nccl run the same loop on GPUs (device_main.cpp: the CUDA engine
+// in bf16, the device loopback world or one process per GPU over NCCL).
 #include "corpus.hpp"
 #include "gpt.hpp"
 #include "pipeline_stage.hpp"
+#include "device_world.hpp"
 #include "options.hpp"
 #include "step.hpp"
 #include "train_loop.hpp"
@@ -62,6 +66,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unistd.h>
@@ -167,14 +172,12 @@ template <class T>
 run_result train(const options& o, const topology& t, const any_checkpoint_policy& recompute, bool progress, const char* label) {
   const gpt_config& cfg = o.model;
   const method_spec requested = method_or_partitioner(o.method);
-  train_gpt::corpus data = o.corpus_file.empty() ? train_gpt::corpus(cfg.vocab, o.min_length, o.max_length, o.seed)
-                                                 : train_gpt::corpus(o.corpus_file, cfg.vocab);
+  train_gpt::corpus data = train_gpt::corpus_of(o);
   const rank_index R = t.num_ranks(), world_ranks = R * o.stages;
   // every rank keeps its own copy of the parameters and optimizer state, as processes would
   // (with pipeline stages a rank uses and updates only its stage's layers)
   std::vector<gpt_params<T>> params(static_cast<std::size_t>(world_ranks), train_gpt::init_params<T>(cfg, o.seed));
-  std::vector<train_gpt::adamw<T>> optimizers(static_cast<std::size_t>(world_ranks));
-  for (auto& opt : optimizers) opt.lr = o.lr, opt.m = train_gpt::zero_params<T>(cfg), opt.v = train_gpt::zero_params<T>(cfg);
+  std::vector<train_gpt::adamw<T>> optimizers(static_cast<std::size_t>(world_ranks), train_gpt::fresh_adamw<T>(o));
   host_loopback_world world{.ranks = world_ranks, .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
 
   run_result result;
@@ -222,8 +225,7 @@ run_result train(const options& o, const topology& t, const any_checkpoint_polic
 template <class T>
 double gradient_check(const options& o, const topology& t, int samples) {
   const gpt_config& cfg = o.model;
-  train_gpt::corpus data = o.corpus_file.empty() ? train_gpt::corpus(cfg.vocab, o.min_length, o.max_length, o.seed)
-                                                 : train_gpt::corpus(o.corpus_file, cfg.vocab);
+  train_gpt::corpus data = train_gpt::corpus_of(o);
   const planned_step<T> planned = train_gpt::plan_step<T>(data.next(0, o.tokens), t, method_or_partitioner(o.method), cfg);
   const any_checkpoint_policy recompute = checkpoint_policy_by_name(o.checkpoint);
   host_loopback_world world{.ranks = t.num_ranks(), .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
@@ -346,6 +348,16 @@ int main(int argc, char** argv) {
                      "instead of training: check the distributed gradient of the first step at N coordinates against "
                      "central differences")
       ->check(CLI::Range(0, 100000));
+  const std::map<std::string, train_gpt::world_kind> worlds{
+      {"host", train_gpt::world_kind::host}, {"device", train_gpt::world_kind::device}, {"nccl", train_gpt::world_kind::nccl}};
+  app.add_option("--world", o.world,
+                 "where the ranks run: host (threads, the host engine), device (threads on one GPU, the CUDA engine in bf16), nccl "
+                 "(this process is one rank, one GPU each)")
+      ->transform(CLI::CheckedTransformer(worlds))
+      ->capture_default_str();
+  add_integer_option(&app, "--device", o.device, "--world device: the GPU the ranks share")->check(CLI::Range(0, 1023));
+  add_integer_option(&app, "--rank", o.rank, "--world nccl: this process's rank")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--id-file", o.id_file, "--world nccl: a path all ranks see, which must not exist yet (rank 0 writes the NCCL id)");
   CLI11_PARSE(app, argc, argv);
   try {
     o.schedule = pipeline_schedule_kind_by_name(schedule);
@@ -361,6 +373,7 @@ int main(int argc, char** argv) {
                      {{"layers", double(o.model.layers)}, {"stages", double(o.stages)}, {"virtual_stages", double(o.chunks())}});
     ZEPPELIN_EXPECTS(o.gradient_check == 0 || !o.pipelined(), "--gradient-check runs without pipeline stages or micro-batches",
                      {{"stages", double(o.stages)}, {"micro_batches", double(o.micro_batch_count())}});
+    if (o.world != train_gpt::world_kind::host) return train_gpt::run_on_device(o);
     return o.fp32 ? run<float>(o) : run<double>(o);
   } catch (const std::exception& e) {
     std::cerr << "train_gpt: " << e.what() << '\n';

@@ -82,6 +82,7 @@ struct planned_step {
   double targets = 0;                          //!< tokens with a target: the loss is their mean
   method_spec executed;
   plan layout;
+  program_options options;  //!< what the engine's program was built with (a device engine builds the same)
   std::vector<placement> loader;
   relayout_plan dispatch;
   attention_engine<T> engine;
@@ -103,11 +104,12 @@ planned_step<T> plan_step(step_batch sb, const topology& t, const method_spec& r
   setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
   auto [spec, p] = plan_method(requested, b, t, priced, setup);
   const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
-  attention_engine<T> engine(p, b, t, dims, to_program_options(options_for(spec, setup), {}));
+  program_options options = to_program_options(options_for(spec, setup), {});
+  attention_engine<T> engine(p, b, t, dims, options);
   std::vector<placement> loader = loader_layout(b, t.num_ranks());
   relayout_plan dispatch = make_dispatch_plan(loader, linear_layout(p, engine.program()));
-  return {std::move(sb), std::move(target), std::move(position), targets, spec, std::move(p), std::move(loader), std::move(dispatch),
-          std::move(engine)};
+  return {std::move(sb), std::move(target),  std::move(position), targets,  spec, std::move(p), std::move(options),
+          std::move(loader), std::move(dispatch), std::move(engine)};
 }
 
 

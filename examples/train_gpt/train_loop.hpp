@@ -8,11 +8,14 @@
 //                          checkpoint policy says
 //   sum_over_ranks         gradients and loss summed over the ranks in rank order (the same bits
 //                          on every rank), from an all-gather the world provides
+//   corpus_of / fresh_adamw  the run's documents and a rank's optimizer, from the options
 //   run_result / report_step / max_loss_gap   a run's record, its progress line, and the
 //                          largest per-step gap between two runs' losses
 #pragma once
 
+#include "corpus.hpp"
 #include "gpt.hpp"
+#include "options.hpp"
 #include "step.hpp"
 
 #include <zeppelin/checkpoint/any_checkpoint_policy.hpp>
@@ -34,6 +37,19 @@ struct run_result {
   double kept = 0;           //!< most activation values a rank held between forward and backward
   std::string executed;      //!< the candidate of the last step (for zeppelin)
 };
+
+// The run's documents: the synthetic stream, or --corpus.
+inline corpus corpus_of(const options& o) {
+  return o.corpus_file.empty() ? corpus(o.model.vocab, o.min_length, o.max_length, o.seed) : corpus(o.corpus_file, o.model.vocab);
+}
+
+// A rank's optimizer before the first step.
+template <class T>
+adamw<T> fresh_adamw(const options& o) {
+  adamw<T> opt;
+  opt.lr = o.lr, opt.m = zero_params<T>(o.model), opt.v = zero_params<T>(o.model);
+  return opt;
+}
 
 // A method of `zeppelin simulate` by name, or a partitioner (partition/registry.hpp) run with
 // the baselines' execution: direct routing, in-order engine, a launch per group, no remapping.

@@ -9,9 +9,16 @@
 // backward with and without one; with one, every attention launch and exchange of the rank's
 // pass has a span with its level and round, spans on one stream follow stream order, and the
 // outputs are those of the run without one.
+// The device linear layout (cuda/executor/linear_layout.hpp): Q|K|V rows into the attention
+// layout and O rows out of it, with and without Zeppelin's remap, land on every rank where the
+// host engine's to_attention_layout / to_linear_layout put them, bit for bit.
 #include "distributed_support.hpp"
 
+#include <zeppelin/comm/host_loopback.hpp>
 #include <zeppelin/cuda/executor/device_timeline.hpp>
+#include <zeppelin/cuda/executor/linear_layout.hpp>
+#include <zeppelin/exec/attention_engine.hpp>
+#include <zeppelin/exec/linear_layout.hpp>
 #include <zeppelin/exec/overlap.hpp>
 #include <zeppelin/partition/even_split.hpp>
 #include <zeppelin/program/record.hpp>
@@ -20,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <utility>
 #include <variant>
@@ -196,4 +204,69 @@ TEST_CASE("device timeline: a span per launch and exchange in stream order and o
       CHECK(f.exchange_ms > 0);
     }
   }
+}
+
+TEST_CASE("device linear layout: rows move where the host engine's layout moves put them", "[gpu][executor][layout]") {
+  ZEPPELIN_REQUIRE_GPU();
+  const std::vector<std::pair<int, int>> topologies{{1, 2}, {2, 2}, {2, 4}};
+  const std::vector<std::optional<remap_objective>> remaps{std::nullopt, remap_objective::max_send};
+  random_generator rng(909);
+  const auto type = device::dtype::bf16;
+  int cases = 0;
+  for (const auto& [nodes, gpus] : topologies)
+    for (const auto& remap : remaps) {
+      const topology t = test_topology(nodes, gpus);
+      const batch b = gpu_lengths(rng, t.num_ranks());
+      const attention_dims dims{.heads = 4, .kv_heads = 2, .head_dim = 64};
+      const plan p = make_plan(0, b, t, (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks());
+      program_options o;
+      o.remap = remap;
+      const attention_engine<float> host(p, b, t, dims, o);
+      const device_attention_engine dev(p, b, t, dims, type, o);
+      const std::vector<placement> linear = linear_layout(p, host.program());
+      REQUIRE(linear == linear_layout(p, dev.program()));
+      const auto R = static_cast<std::size_t>(t.num_ranks());
+      const auto qkv = static_cast<std::size_t>(dims.q_row() + 2 * dims.kv_row()), ow = static_cast<std::size_t>(dims.q_row());
+      // per rank: linear Q|K|V rows and attention-layout O rows of values exact in bf16
+      std::vector<std::vector<float>> lin_in(R), att_in(R), want_att(R), want_lin(R);
+      for (std::size_t r = 0; r < R; ++r) {
+        const auto n = static_cast<std::size_t>(linear[r].tokens()), na = static_cast<std::size_t>(host.rows(static_cast<rank_index>(r)));
+        for (std::size_t i = 0; i < n * qkv; ++i) lin_in[r].push_back(from_bits(to_bits(float(rng.uniform() - 0.5), type), type));
+        for (std::size_t i = 0; i < na * ow; ++i) att_in[r].push_back(from_bits(to_bits(float(rng.uniform() - 0.5), type), type));
+        want_att[r].assign(na * qkv, NAN), want_lin[r].assign(n * ow, NAN);
+      }
+      host_loopback_world{.ranks = t.num_ranks(), .gpus_per_node = gpus}.run([&](host_loopback_comm& c) {
+        const auto r = static_cast<std::size_t>(c.rank());
+        to_attention_layout(host, c, p, pass_kind::forward, std::span<const float>(lin_in[r]), std::span<float>(want_att[r]),
+                            static_cast<std::int64_t>(qkv));
+        to_linear_layout(host, c, p, pass_kind::forward, std::span<const float>(att_in[r]), std::span<float>(want_lin[r]),
+                         static_cast<std::int64_t>(ow));
+      });
+      std::vector<std::vector<std::uint16_t>> got_att(R), got_lin(R);
+      device_loopback_world{.ranks = t.num_ranks(), .gpus_per_node = gpus}.run([&](device_loopback_comm& c) {
+        const auto r = static_cast<std::size_t>(c.rank());
+        const cudaStream_t s = c.compute_stream();
+        const auto bits = [&](const std::vector<float>& x) {
+          std::vector<std::uint16_t> out;
+          for (const float v : x) out.push_back(to_bits(v, type));
+          return out;
+        };
+        device_buffer<std::uint16_t> lin(bits(lin_in[r])), att_o(bits(att_in[r]));
+        device_buffer<std::uint16_t> att(want_att[r].size()), out(want_lin[r].size());
+        to_attention_layout(dev, c, p, pass_kind::forward, lin.get(), att.get(), qkv * 2, s);
+        to_linear_layout(dev, c, p, pass_kind::forward, att_o.get(), out.get(), ow * 2, s);
+        ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+        got_att[r] = att.download(), got_lin[r] = out.download();
+      });
+      for (std::size_t r = 0; r < R; ++r) {
+        INFO("topology " << nodes << "x" << gpus << " remap " << remap.has_value() << " rank " << r);
+        std::vector<float> att(got_att[r].size()), lin(got_lin[r].size());
+        for (std::size_t i = 0; i < att.size(); ++i) att[i] = from_bits(got_att[r][i], type);
+        for (std::size_t i = 0; i < lin.size(); ++i) lin[i] = from_bits(got_lin[r][i], type);
+        CHECK(att == want_att[r]);
+        CHECK(lin == want_lin[r]);
+      }
+      ++cases;
+    }
+  CHECK(cases == 6);
 }
