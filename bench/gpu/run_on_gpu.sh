@@ -3,13 +3,14 @@
 # library for sm_90 (or use binaries built elsewhere), run the tests (plain, then under
 # compute-sanitizer memcheck as ctest's gpu.memcheck and gpu.memcheck.nccl do), the PyTorch
 # binding's CUDA tests, the attention bench, PyTorch's flash attention on the same shapes, the
-# check of dumped outputs against PyTorch, and the ring-overlap bench. Each step has a time
-# limit, so one slow step cannot take the others' time.
+# check of dumped outputs against PyTorch, the ring-overlap bench, and train_gpt's GPU worlds
+# (when the build holds train_gpt: the loss-parity runs of its gpu-labelled ctest cases). Each
+# step has a time limit, so one slow step cannot take the others' time.
 # Usage (repository root): bench/gpu/run_on_gpu.sh [OUT_DIR]   (seven logs land there)
 # Environment:
 #   ZEPPELIN_GPU_BUILD  a build directory that already holds tests/gpu/test_gpu,
-#                       bench/gpu/bench_gpu_{attention,ring_overlap} and python/zeppelin_torch
-#                       for this GPU (configured with -DCMAKE_CUDA_ARCHITECTURES=90 on another
+#                       bench/gpu/bench_gpu_{attention,ring_overlap}, python/zeppelin_torch and,
+#                       optionally, train_gpt (examples on) for this GPU (configured with -DCMAKE_CUDA_ARCHITECTURES=90 on another
 #                       machine, say); default: build here
 #   ZEPPELIN_GPU_MEMCHECK_S  seconds for each memcheck run (default 240)
 set -uo pipefail
@@ -59,6 +60,15 @@ mkdir -p "$scratch/dump"
 step 150 "$out/bench.log" "$build/bench/gpu/bench_gpu_attention" --shapes "$scratch/shapes.txt" --dump "$scratch/dump"
 step 150 "$out/torch.log" python3 bench/gpu/torch_attention.py bench "$scratch/shapes.txt"
 step 90 "$out/torch.log" python3 bench/gpu/torch_attention.py check "$scratch/dump"
+if [[ -x "$build/train_gpt" ]]; then  # examples/train_gpt/CMakeLists.txt: the gpu-labelled cases
+  model=(--dim 256 --heads 4 --kv-heads 2 --hidden 256 --tokens 512 --steps 20)
+  step 120 "$out/train_gpt.log" "$build/train_gpt" --world device --method zeppelin --cluster a --nodes 2 --gpus-per-node 2 "${model[@]}"
+  step 120 "$out/train_gpt.log" "$build/train_gpt" --world device --method te_cp --nodes 1 --gpus-per-node 4 "${model[@]}"
+  step 120 "$out/train_gpt.log" "$build/train_gpt" --world device --method ulysses --nodes 1 --gpus-per-node 2 --checkpoint full "${model[@]}"
+  step 150 "$out/train_gpt.log" sh examples/train_gpt/launch_nccl.sh 2 "$build/train_gpt" --method hierarchical --nodes 1 \
+    --gpus-per-node 2 "${model[@]}"
+  grep -E "^loss|skipped" "$out/train_gpt.log"
+fi
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 memcheck_s="${ZEPPELIN_GPU_MEMCHECK_S:-240}"
 step "$memcheck_s" "$out/memcheck.log" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 1 "$build/tests/gpu/test_gpu" "[gpu]~[nccl]"
