@@ -3,6 +3,8 @@
 // published FNV-1a vectors, the documented byte encoding (checked against an independent
 // serialiser), equal inputs -> equal hashes, every single-field change -> a different hash,
 // notes ignored, and golden values that must not drift between machines or releases.
+#include "../support/random_int.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "support/sample_plan.hpp"
@@ -67,7 +69,7 @@ std::string encode(const zp::plan& p) {
   return out;
 }
 
-int pick(zp::random_generator& rng, int lo, int hi) { return static_cast<int>(rng.between(lo, hi)); }
+using zeppelin_test::pick;
 
 zp::shard random_shard(zp::random_generator& rng) {
   const zp::token_count begin = rng.between(0, 1 << 20);

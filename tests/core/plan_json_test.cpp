@@ -24,7 +24,7 @@ using namespace zeppelin;
 
 namespace {
 
-std::vector<std::pair<plan, batch>> sample_plans() {
+std::vector<std::pair<plan, batch>> sample_plans_and_batches() {
   std::vector<std::pair<plan, batch>> plans;
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     const topology t = cluster_by_name(seed == 2 ? "a" : "c", 2, 4);
@@ -47,7 +47,7 @@ std::string json_of(const plan& p, const batch* b) {
 }  // namespace
 
 TEST_CASE("plan JSON: every partitioner's plans round-trip exactly, with their lengths", "[core][plan_json]") {
-  for (const auto& [p, b] : sample_plans()) {
+  for (const auto& [p, b] : sample_plans_and_batches()) {
     CAPTURE(p.method);
     const std::string text = json_of(p, &b);
     const plan_document back = read_plan_json(text);
@@ -63,7 +63,7 @@ TEST_CASE("plan JSON: every partitioner's plans round-trip exactly, with their l
 }
 
 TEST_CASE("plan JSON: a flipped byte is refused or changes nothing the plan holds but its notes", "[core][plan_json]") {
-  const auto plans = sample_plans();
+  const auto plans = sample_plans_and_batches();
   const plan& p = plans.back().first;
   const std::string text = json_of(p, &plans.back().second);
   random_generator rng(11, 2);
@@ -88,7 +88,7 @@ TEST_CASE("plan JSON: a flipped byte is refused or changes nothing the plan hold
 
 TEST_CASE("plan JSON: foreign formats, versions and malformed JSON are refused with the reason", "[core][plan_json]") {
   using zeppelin_test::expect_invalid;
-  const auto plans = sample_plans();
+  const auto plans = sample_plans_and_batches();
   const std::string text = json_of(plans.front().first, &plans.front().second);
   const auto message = [](auto&& f) { return std::string(expect_invalid(f).what()); };
   CHECK_THAT(message([] { (void)read_plan_json(R"({"format":"zeppelin.remap","version":1})"); }),

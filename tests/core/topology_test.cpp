@@ -2,6 +2,8 @@
 // zeppelin::topology (core/topology.hpp) and the cluster presets (core/topology_presets.hpp):
 // the rank/node/GPU/NIC maps are consistent over random shapes and NIC maps, the presets
 // state the facts of the papers, and every bad figure is rejected with its number.
+#include "../support/random_int.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "support/expect_error.hpp"
@@ -25,7 +27,7 @@ zp::topology_config base_config() {
   return {"test", 2, 4, 2, {}, {100e9, 1e-6}, {10e9, 5e-6}, {"gpu", 1e15, 80e9, 3e12}};
 }
 
-int pick(zp::random_generator& rng, int lo, int hi) { return static_cast<int>(rng.between(lo, hi)); }
+using zeppelin_test::pick;
 
 // A random valid GPU -> NIC map: every NIC gets one GPU first (so none is idle), the rest
 // go anywhere.

@@ -3,6 +3,8 @@
 // topology, each sequence cut into ranges over random ranks with a ring group holding
 // them, capacity >= the largest load) must pass; then one mutation of each kind is applied
 // to a copy and exactly that kind of violation must be reported (and thrown by validate()).
+#include "../support/random_int.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "support/sample_plan.hpp"
@@ -59,7 +61,7 @@ struct instance {
   zp::plan plan;
 };
 
-int pick(zp::random_generator& rng, int lo, int hi) { return static_cast<int>(rng.between(lo, hi)); }
+using zeppelin_test::pick;
 
 zp::topology make_topology(int nodes, int gpus) {
   return zp::topology({"test", nodes, gpus, 1, {}, {100e9, 1e-6}, {10e9, 5e-6}, {"gpu", 1e15, 80e9, 3e12}});

@@ -412,7 +412,7 @@ void train_every_schedule(int stages, const std::vector<int>& rows, int steps) {
 }
 
 // A communicator that only counts calls: proves a rejected call never communicated.
-struct counting_comm {
+struct call_counting_comm {
   rank_index me = 0;
   rank_index ranks = 4;
   int calls = 0;
@@ -424,7 +424,7 @@ struct counting_comm {
   void recv(std::span<std::byte>, rank_index) { ++calls; }
   void group_end(std::string_view) { ++calls; }
 };
-static_assert(communicator<counting_comm>);
+static_assert(communicator<call_counting_comm>);
 
 }  // namespace
 
@@ -482,7 +482,7 @@ TEST_CASE("run_pipeline_stage rejects bad input before any communication", "[exe
   const pipeline_schedule good = one_f_one_b{}.build(4, data.tokens());
   toy_stage<store_activations> model(net, &data, 0, 4, 1);
   model.start_step(&data);
-  counting_comm comm;
+  call_counting_comm comm;
 
   SECTION("a schedule validate() rejects: a bound below what the stage holds") {
     pipeline_schedule bad = good;
@@ -525,7 +525,7 @@ TEST_CASE("run_pipeline_stage rejects bad input before any communication", "[exe
     ranks = {1, 0, 2, 3};  // stage 0 belongs to rank 1, the communicator is rank 0
     e = zeppelin_test::expect_invalid([&] { (void)run_pipeline_stage(good, 0, model, comm, ranks); });
     CHECK(e.value("stage_rank") == 1.0);
-    counting_comm small{.me = 0, .ranks = 3};
+    call_counting_comm small{.me = 0, .ranks = 3};
     e = zeppelin_test::expect_invalid([&] { (void)run_pipeline_stage(good, 0, model, small, {}); });
     CHECK(e.value("ranks") == 3.0);
     CHECK(small.calls == 0);

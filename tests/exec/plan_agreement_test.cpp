@@ -31,7 +31,7 @@ const attention_dims dims{.heads = 1, .kv_heads = 1, .head_dim = 2};
 
 // A communicator that counts the plan check groups a rank runs, forwarding everything to the
 // loopback communicator.
-struct counting_comm {
+struct check_counting_comm {
   host_loopback_comm& inner;
   std::atomic<int>& checks;
 
@@ -46,7 +46,7 @@ struct counting_comm {
     inner.group_end(step);
   }
 };
-static_assert(communicator<counting_comm>);
+static_assert(communicator<check_counting_comm>);
 
 // one forward of `engine` on the calling rank, with buffers of its size (zeros); returns what
 // the rank moved and launched
@@ -154,26 +154,26 @@ TEST_CASE("an engine checks once per rank and a copy checks again", "[exec]") {
   host_loopback_world world{.ranks = 3, .timeout = 20000ms};
   std::atomic<int> checks{0};
   world.run([&](host_loopback_comm& c) {
-    counting_comm cc{c, checks};
+    check_counting_comm cc{c, checks};
     forward_once(engine, cc);
     forward_once(engine, cc);
   });
   CHECK(checks == 3);  // once per rank
   world.run([&](host_loopback_comm& c) {
-    counting_comm cc{c, checks};
+    check_counting_comm cc{c, checks};
     forward_once(engine, cc);  // this engine has checked every rank already
   });
   CHECK(checks == 3);
   const attention_engine<double> copy = engine;
   world.run([&](host_loopback_comm& c) {
-    counting_comm cc{c, checks};
+    check_counting_comm cc{c, checks};
     forward_once(copy, cc);
   });
   CHECK(checks == 6);
   // one engine object per rank, as in a real job: each checks its rank
   const std::vector<attention_engine<double>> per_rank(3, engine);
   world.run([&](host_loopback_comm& c) {
-    counting_comm cc{c, checks};
+    check_counting_comm cc{c, checks};
     forward_once(per_rank[static_cast<std::size_t>(c.rank())], cc);
   });
   CHECK(checks == 9);

@@ -40,25 +40,28 @@ TEST_CASE("balanced_target pins the remainder rule", "[remap]") {
 }
 
 TEST_CASE("make_remap_problem rejects bad input with the numbers", "[remap]") {
-  CHECK_THROWS_AS(make_remap_problem({}, 1, 1, 1), invalid_argument);
+  // the token counts spelled out: a braced list of ints would also fit the plan overload
+  // (remap/layout.hpp) wherever both headers are visible
+  using counts = std::vector<token_count>;
+  CHECK_THROWS_AS(make_remap_problem(counts{}, 1, 1, 1), invalid_argument);
   try {
-    (void)make_remap_problem({4, -1, 2, 3}, 2, 1, 10);
+    (void)make_remap_problem(counts{4, -1, 2, 3}, 2, 1, 10);
     FAIL("negative count accepted");
   } catch (const invalid_argument& e) {
     CHECK(e.value("rank") == 1);
     CHECK(e.value("tokens") == -1);
   }
   try {
-    (void)make_remap_problem({1, 2, 3}, 2, 1, 10);
+    (void)make_remap_problem(counts{1, 2, 3}, 2, 1, 10);
     FAIL("rank count not divisible by P accepted");
   } catch (const invalid_argument& e) {
     CHECK(e.value("ranks") == 3);
     CHECK(e.value("gpus_per_node") == 2);
   }
-  CHECK_THROWS_AS(make_remap_problem({1, 2}, 0, 1, 10), invalid_argument);
-  CHECK_THROWS_AS(make_remap_problem({1, 2}, 1, 0, 10), invalid_argument);
-  CHECK_THROWS_AS(make_remap_problem({1, 2}, 1, 1, -3), invalid_argument);
-  CHECK_THROWS_AS(make_remap_problem({1, 2}, 1, 1, std::numeric_limits<double>::quiet_NaN()), invalid_argument);
+  CHECK_THROWS_AS(make_remap_problem(counts{1, 2}, 0, 1, 10), invalid_argument);
+  CHECK_THROWS_AS(make_remap_problem(counts{1, 2}, 1, 0, 10), invalid_argument);
+  CHECK_THROWS_AS(make_remap_problem(counts{1, 2}, 1, 1, -3), invalid_argument);
+  CHECK_THROWS_AS(make_remap_problem(counts{1, 2}, 1, 1, std::numeric_limits<double>::quiet_NaN()), invalid_argument);
   remap_problem p{{3, 1}, {2, 1}, 1, 1, 1};
   try {
     validate_remap_problem(p);

@@ -3,6 +3,8 @@
 // list, and random plans checked for the order micro-batch -> inter -> intra -> local, group
 // id / sequence index inside a queue, one task per (group) or (local sequence), and every
 // shard of the rank in exactly one task.
+#include "../support/subscript.hpp"
+
 #include <catch2/catch.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/schedule/engine_queue.hpp>
@@ -15,7 +17,7 @@
 using namespace zeppelin;
 
 namespace {
-std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
+using zeppelin_test::at;
 }  // namespace
 
 TEST_CASE("engine queue runs inter-node rings, then intra-node rings, then local sequences", "[schedule][queue]") {

@@ -6,6 +6,8 @@
 // pair of every sequence is computed exactly once over the (position, origin) pairs, and
 // nothing else; blocks are well-formed and point at the right rows. The collectives that move
 // K/V and dK/dV between positions are checked in tests/program.
+#include "../support/subscript.hpp"
+
 #include <catch2/catch.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
@@ -22,7 +24,7 @@ using namespace zeppelin;
 
 namespace {
 
-std::size_t at(std::int64_t i) { return static_cast<std::size_t>(i); }
+using zeppelin_test::at;
 
 struct fixture {
   plan p;

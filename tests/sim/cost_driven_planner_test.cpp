@@ -3,6 +3,8 @@
 // ring or an all-to-all must deliver, and the small launches of a ring's rounds), the choice equals
 // the brute-force minimum over every candidate, the plan validates, the planner is
 // deterministic and never slower than a method it considers.
+#include "../support/sim_fixtures.hpp"
+
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
@@ -54,11 +56,7 @@ topology small_cluster(std::uint64_t seed) {
   }
 }
 
-method_setup setup_for(const batch& b, const topology& t) {
-  method_setup s;
-  s.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
-  return s;
-}
+using zeppelin_test::setup_for;
 
 }  // namespace
 

@@ -5,6 +5,8 @@
 // hierarchical plans of sampled batches: same pairs and executed FLOPs, fewer launches, a
 // launch never starts before every K/V it reads has arrived, no resource double-booked,
 // determinism, the lower bound, and one global ring (TE CP) unchanged.
+#include "../support/sim_fixtures.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <zeppelin/core/model_presets.hpp>
@@ -27,7 +29,7 @@ using namespace zeppelin;
 
 namespace {
 
-model_config small_model() { return {"small", 2, 64, 2, 2, 32, 128, 100, true, 0, 0, 2}; }
+using zeppelin_test::small_model;
 
 sim_options with_launch(launch_policy l) {
   sim_options o;

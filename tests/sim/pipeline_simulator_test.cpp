@@ -43,7 +43,7 @@ std::vector<std::vector<micro_batch>> equal_micro_batches(int dp, int m, token_c
 
 pipeline_memory_model memory_for(const model_config& m, parallel_layout l) { return {m, l, {}}; }
 
-constexpr double unlimited = std::numeric_limits<double>::infinity();
+using zeppelin_test::unlimited;
 }  // namespace
 
 TEST_CASE("1F1B and GPipe with equal micro-batches: (M + P - 1)(F + B), bubble (P - 1) / (M + P - 1)", "[sim][pipeline]") {

@@ -4,6 +4,8 @@
 // simulated step of a plan it covers (Ulysses, USP, sequences alone on a rank), is tight and
 // declines what it does not cover; choose_by_cost certifies a Ulysses win at 256K tokens on 32
 // GPUs and then chooses exactly what simulating every candidate chooses, and a USP win on 64.
+#include "../support/sim_fixtures.hpp"
+
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
@@ -26,11 +28,7 @@ using namespace zeppelin;
 
 namespace {
 
-method_setup setup_for(const batch& b, const topology& t) {
-  method_setup s;
-  s.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
-  return s;
-}
+using zeppelin_test::setup_for;
 
 const method_spec& candidate_named(std::string_view name) {
   for (const method_spec& c : cost_driven_candidates)

@@ -1,6 +1,8 @@
 // simulate(): hand-computed small cases (one sequence on one GPU, a ring of 2 over NVLink and
 // over one NIC) and properties over every method (bound, accounting, ports, determinism,
 // monotonicity in bandwidth and FLOP/s, trace validity).
+#include "../support/sim_fixtures.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <zeppelin/core/model_presets.hpp>
@@ -38,7 +40,7 @@ sim_cost_model flat_cost(double attention_rate) {
   return c;
 }
 
-model_config small_model() { return {"small", 2, 64, 2, 2, 32, 128, 100, true, 0, 0, 2}; }
+using zeppelin_test::small_model;
 
 topology one_gpu() { return topology({"one", 1, 1, 1, {}, {1e9, 0}, {1e9, 0}, {"G", 1e12, 1e9, 1e12}}); }
 
@@ -131,7 +133,7 @@ double ring_of_two_step_contended(const model_config& m, const topology& t, doub
   return m.layers * (fwd + bwd) + head;
 }
 
-batch random_batch(std::uint64_t seed, token_count total) {
+batch dataset_batch(std::uint64_t seed, token_count total) {
   random_generator rng(seed, 7);
   const char* names[] = {"arxiv", "github", "prolong64k"};
   return sample_batch(dataset_by_name(names[rng.below(3)]), total, rng);
@@ -189,7 +191,7 @@ TEST_CASE("every method: bound, accounting, ports, determinism, trace", "[sim][m
   const model_config m = models::llama_3b();
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     const topology t = seed == 2 ? clusters::cluster_a(2) : clusters::cluster_c(2);
-    const batch b = random_batch(seed, 16 * 4096);
+    const batch b = dataset_batch(seed, 16 * 4096);
     for (const method_spec& spec : method_specs) {
       CAPTURE(seed, spec.name);
       method_setup setup;
@@ -251,7 +253,7 @@ TEST_CASE("step time is monotone in link bandwidth and GPU FLOP/s", "[sim][metho
   const model_config m = models::llama_3b();
   for (std::uint64_t seed = 1; seed <= 2; ++seed) {
     const topology base = clusters::cluster_a(2);
-    const batch b = random_batch(seed + 10, 16 * 4096);
+    const batch b = dataset_batch(seed + 10, 16 * 4096);
     for (const method_spec& spec : method_specs) {
       CAPTURE(seed, spec.name);
       const double t0 = run_method(spec, b, base, m).result.step_time_s;
@@ -325,7 +327,7 @@ TEST_CASE("with routing, the simulator's flows are proxy_router's pieces per pee
           "[sim][route]") {
   const model_config m = models::llama_3b();
   const topology t = clusters::cluster_a(2);  // 4 NICs per node, two GPUs on each
-  const batch b = random_batch(5, 16 * 4096);
+  const batch b = dataset_batch(5, 16 * 4096);
   const plan p = even_split{4608}.partition(b, t);
   REQUIRE(p.groups.size() == 1);
   sim_options o;
@@ -418,7 +420,7 @@ TEST_CASE("with routing, the simulator's flows are proxy_router's pieces per pee
 TEST_CASE("exact fill (capacity slack 0): every method plans, and remapping has nothing to move", "[sim][methods]") {
   const model_config m = models::llama_3b();
   const topology t = clusters::cluster_a(2);
-  const batch b = random_batch(21, 16 * 4096);
+  const batch b = dataset_batch(21, 16 * 4096);
   method_setup setup;
   setup.capacity_slack = 0;
   for (const method_spec& spec : method_specs) {

@@ -36,7 +36,7 @@ namespace {
 using zeppelin_test::links_of;
 using zeppelin_test::toy_model;
 
-constexpr double unlimited = std::numeric_limits<double>::infinity();
+using zeppelin_test::unlimited;
 
 // bytes the run moved in flows of `kind`
 double bytes_of(const engine_run& run, task_kind kind) {

@@ -1,11 +1,16 @@
 // tests/support/sim_fixtures.hpp
 // Small inputs the simulator tests share: a topology of chosen links (latency 0, a test
-// GPU), and LLaMA-7B cut to a number of layers.
+// GPU), LLaMA-7B cut to a number of layers, a two-layer toy model, an unlimited memory, and
+// the method setup of a batch spread evenly.
 #pragma once
 
 #include <zeppelin/core/model.hpp>
 #include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/topology.hpp>
+#include <zeppelin/sim/method_spec.hpp>
+
+#include <limits>
 
 namespace zeppelin_test {
 
@@ -21,6 +26,19 @@ inline zeppelin::topology links_of(int nodes, int gpus_per_node, int nics_per_no
   c.nic = {nic, 0};
   c.gpu = {"test", 1e15, 80e9, 3e12};
   return zeppelin::topology(c);
+}
+
+//! A memory or capacity without limit.
+inline constexpr double unlimited = std::numeric_limits<double>::infinity();
+
+//! Two layers of width 64 (2 heads, 2 K/V heads, head dim 32), MLP 128, vocabulary 100.
+inline zeppelin::model_config small_model() { return {"small", 2, 64, 2, 2, 32, 128, 100, true, 0, 0, 2}; }
+
+//! The setup of methods that plan b on t: its tokens spread evenly over the GPUs.
+inline zeppelin::method_setup setup_for(const zeppelin::batch& b, const zeppelin::topology& t) {
+  zeppelin::method_setup s;
+  s.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
+  return s;
 }
 
 //! LLaMA-7B with `layers` layers.
