@@ -75,8 +75,7 @@ run_result train_steps(const options& o, const topology& t, bool progress, const
     result.executed = std::string(planned.executed.name);
     const double loss = ranks_step(engine_step);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (label != nullptr) report_step(result, progress, label, step, o.steps, loss, tokens, seconds);
-    else result.loss.push_back(loss), result.tokens += tokens, result.seconds += seconds;
+    report_step(result, progress, label, step, o.steps, loss, tokens, seconds);
   }
   return result;
 }
@@ -100,13 +99,8 @@ run_result train_loopback(const options& o, const topology& t, const any_checkpo
     });
     return step_loss;
   });
-  const auto flat = [](gpt_params<float>& p) {
-    std::vector<float> out;
-    p.for_each([&](std::vector<float>& x) { out.insert(out.end(), x.begin(), x.end()); });
-    return out;
-  };
   for (std::size_t r = 1; r < R; ++r)
-    ZEPPELIN_EXPECTS(flat(params[r]) == flat(params[0]), "train_gpt: the ranks hold different parameters after training",
+    ZEPPELIN_EXPECTS(flatten(params[r]) == flatten(params[0]), "train_gpt: the ranks hold different parameters after training",
                      {{"rank", double(r)}});
   return result;
 }

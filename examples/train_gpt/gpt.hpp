@@ -58,6 +58,15 @@ struct gpt_params {
   }
 };
 
+//! Every tensor's values in for_each order, one after another (the gradient all-reduce, and
+//! the check that ranks hold the same parameters).
+template <class T>
+std::vector<T> flatten(gpt_params<T>& p) {
+  std::vector<T> out;
+  p.for_each([&](std::vector<T>& t) { out.insert(out.end(), t.begin(), t.end()); });
+  return out;
+}
+
 //! Zero tensors of the model's shapes.
 template <class T>
 gpt_params<T> zero_params(const gpt_config& c) {

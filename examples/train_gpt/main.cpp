@@ -208,13 +208,8 @@ run_result train(const options& o, const topology& t, const any_checkpoint_polic
     train_gpt::report_step(result, progress, label, step, o.steps, step_loss, tokens, seconds);
   }
   // the ranks of one stage must hold identical parameters, bit for bit
-  const auto flat = [](gpt_params<T>& p) {
-    std::vector<T> out;
-    p.for_each([&](std::vector<T>& x) { out.insert(out.end(), x.begin(), x.end()); });
-    return out;
-  };
   for (std::size_t r = 0; r < params.size(); ++r)
-    ZEPPELIN_EXPECTS(flat(params[r]) == flat(params[r - r % static_cast<std::size_t>(R)]),
+    ZEPPELIN_EXPECTS(train_gpt::flatten(params[r]) == train_gpt::flatten(params[r - r % static_cast<std::size_t>(R)]),
                      "the ranks of a stage hold different parameters after training", {{"rank", double(r)}});
   return result;
 }

@@ -112,8 +112,7 @@ double forward_backward(const Attention& attention, const gpt_config& cfg, const
 // gather(flat) returns every rank's `flat` (the rank's gradients, then its loss), rank by rank.
 template <class T, class Gather>
 void sum_over_ranks(gpt_params<T>& grads, double& loss, std::size_t ranks, Gather&& gather) {
-  std::vector<T> flat;
-  grads.for_each([&](std::vector<T>& t) { flat.insert(flat.end(), t.begin(), t.end()); });
+  std::vector<T> flat = flatten(grads);
   flat.push_back(static_cast<T>(loss));
   const std::vector<T> all = gather(flat);
   std::fill(flat.begin(), flat.end(), T(0));
@@ -127,13 +126,15 @@ void sum_over_ranks(gpt_params<T>& grads, double& loss, std::size_t ranks, Gathe
   loss = static_cast<double>(flat.back());
 }
 
-// Records step `step` (0-based) of `steps` in `result` and prints it: a progress bar that
-// redraws one line on a terminal, a plain line per step otherwise.
+// Records step `step` (0-based) of `steps` in `result` and prints it under `label`: a progress
+// bar that redraws one line on a terminal, a plain line per step otherwise; nothing without a
+// label (a rank that does not speak).
 inline void report_step(run_result& result, bool progress, const char* label, int step, int steps, double loss, double tokens,
                         double seconds) {
   result.loss.push_back(loss);
   result.tokens += tokens;
   result.seconds += seconds;
+  if (label == nullptr) return;
   if (progress) {
     const int width = 30, done = (step + 1) * width / steps;
     std::printf("\r%-9s [%s%s] step %3d/%d  loss %.6f  %8.0f tokens/s", label, std::string(static_cast<std::size_t>(done), '#').c_str(),

@@ -212,7 +212,6 @@ TEST_CASE("device linear layout: rows move where the host engine's layout moves 
   const std::vector<std::optional<remap_objective>> remaps{std::nullopt, remap_objective::max_send};
   random_generator rng(909);
   const auto type = device::dtype::bf16;
-  int cases = 0;
   for (const auto& [nodes, gpus] : topologies)
     for (const auto& remap : remaps) {
       const topology t = test_topology(nodes, gpus);
@@ -266,7 +265,5 @@ TEST_CASE("device linear layout: rows move where the host engine's layout moves 
         CHECK(att == want_att[r]);
         CHECK(lin == want_lin[r]);
       }
-      ++cases;
     }
-  CHECK(cases == 6);
 }

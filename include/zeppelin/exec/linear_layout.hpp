@@ -74,9 +74,10 @@ struct layout_move {
   token_count linear_row = 0, attention_row = 0, rows = 0;
 };
 
-// The pieces of rank `me`'s move in micro-batch order, and its linear row count: the one walk
-// that the host (move_rows) and the device (cuda/executor/linear_layout.hpp) apply.
-inline std::vector<layout_move> layout_moves(const plan& p, const execution_program& prog, rank_index me, token_count& linear_rows) {
+// The pieces of rank `me`'s move in micro-batch order, covering its linear rows one after
+// another: the one walk that the host (move_rows) and the device
+// (cuda/executor/linear_layout.hpp) apply.
+inline std::vector<layout_move> layout_moves(const plan& p, const execution_program& prog, rank_index me) {
   const auto ri = static_cast<std::size_t>(me);
   const auto& shards = p.placements.at(ri).shards;
   std::vector<layout_move> out;
@@ -94,7 +95,6 @@ inline std::vector<layout_move> layout_moves(const plan& p, const execution_prog
         lin += shards[i].range.size();
       }
   }
-  linear_rows = lin;
   return out;
 }
 
@@ -104,8 +104,8 @@ void move_rows(const Engine& engine, C& c, const plan& p, pass_kind pass, segmen
                std::span<T> to, std::int64_t w, execution_record* record) {
   const rank_index me = c.rank();
   const bool into_attention = kind == segment_kind::remap_in;
-  token_count linear_rows = 0;
-  const std::vector<layout_move> moves = layout_moves(p, engine.program(), me, linear_rows);
+  const std::vector<layout_move> moves = layout_moves(p, engine.program(), me);
+  const token_count linear_rows = moves.empty() ? 0 : moves.back().linear_row + moves.back().rows;
   const std::size_t linear_size = static_cast<std::size_t>(linear_rows * w), attention_size = static_cast<std::size_t>(engine.rows(me) * w);
   ZEPPELIN_EXPECTS((into_attention ? from.size() : to.size()) == linear_size && (into_attention ? to.size() : from.size()) == attention_size,
                    "linear layout: a buffer does not hold the rank's rows times the row width",

@@ -39,8 +39,7 @@ template <device_communicator C>
 void move_device_rows(const device_attention_engine& engine, C& c, const plan& p, pass_kind pass, segment_kind kind, const void* from,
                       void* to, std::size_t row_bytes, cudaStream_t stream) {
   ZEPPELIN_EXPECTS(row_bytes > 0, "device linear layout: rows need a size in bytes", {{"row_bytes", 0.0}});
-  token_count linear_rows = 0;
-  const std::vector<layout_move> moves = layout_moves(p, engine.program(), c.rank(), linear_rows);
+  const std::vector<layout_move> moves = layout_moves(p, engine.program(), c.rank());
   const bool into_attention = kind == segment_kind::remap_in;
   const auto* src = static_cast<const std::byte*>(from);
   auto* dst = static_cast<std::byte*>(to);
