@@ -101,7 +101,18 @@ TEST_CASE("chunk-level 1F1B refuses chains that do not cover the micro-batches",
   const std::vector<token_count> tokens = {1, 2, 3};
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)chunk_one_f_one_b{.chains = {2}}.build(2, tokens); }).value("chained") == 2);
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)chunk_one_f_one_b{.chains = {3, 0}}.build(2, tokens); }).value("chain") == 1);
-  REQUIRE_THROWS_AS(make_pipeline_schedule(pipeline_schedule_kind::chunk_one_f_one_b), invalid_argument);
+}
+
+TEST_CASE("chunk-level 1F1B made by name has no chains: every chunk its own chain, 1F1B's order", "[schedule][pipeline]") {
+  const std::vector<token_count> tokens = {5, 1, 2, 3, 4};
+  const any_pipeline_schedule s = make_pipeline_schedule(pipeline_schedule_kind_by_name("chunk-1f1b"));
+  REQUIRE(s.kind() == pipeline_schedule_kind::chunk_one_f_one_b);
+  REQUIRE(s.virtual_stages() == 1);
+  const pipeline_schedule built = s.build(3, tokens);
+  REQUIRE(built.kind == pipeline_schedule_kind::chunk_one_f_one_b);
+  pipeline_schedule as_1f1b = one_f_one_b{}.build(3, tokens);
+  as_1f1b.kind = pipeline_schedule_kind::chunk_one_f_one_b;
+  REQUIRE(built == as_1f1b);
 }
 
 namespace {

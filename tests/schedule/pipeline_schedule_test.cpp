@@ -100,6 +100,21 @@ TEST_CASE("1F1B's op order on a small pipeline is PipeDream-flush's", "[schedule
     if (!is_compute(op.kind)) CHECK(op.tokens == tokens[static_cast<std::size_t>(op.micro_batch)]);
 }
 
+TEST_CASE("a send joins the group right after its producer when its consumer waits for it", "[schedule][pipeline]") {
+  // GPipe on 2 stages: stage 1 waits for each activation, so stage 0 sends it before its next
+  // forward (placing it after that forward would stall stage 1 for a whole forward)
+  const std::vector<token_count> tokens{100, 100, 100};
+  for (const pipeline_schedule& s : {gpipe{}.build(2, tokens), one_f_one_b{}.build(2, tokens)}) {
+    const std::vector<pipeline_op>& ops = s.ops[0];
+    for (std::size_t i = 0; i + 1 < ops.size(); ++i) {
+      if (ops[i].kind != pipeline_op_kind::forward) continue;
+      CAPTURE(to_string(s.kind), i);
+      REQUIRE(ops[i + 1].kind == pipeline_op_kind::send_activation);
+      REQUIRE(ops[i + 1].micro_batch == ops[i].micro_batch);
+    }
+  }
+}
+
 TEST_CASE("validate rejects a deadlock, a forward before its input and mismatched sends", "[schedule][pipeline]") {
   const std::vector<token_count> tokens{10, 20};
   const auto op = [&](pipeline_op_kind k, int mb, int peer) { return pipeline_op{k, mb, 0, peer, tokens[static_cast<std::size_t>(mb)]}; };

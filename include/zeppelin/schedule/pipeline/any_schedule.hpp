@@ -1,7 +1,9 @@
 // zeppelin/schedule/pipeline/any_schedule.hpp
 // The pipeline schedule policies as one value, chosen at run time (a command line, a config).
-//   in : a pipeline_schedule_kind (or its name: "gpipe", "1f1b", "interleaved") and, for
-//        interleaved, the virtual stages per stage
+//   in : a pipeline_schedule_kind (or its name: "gpipe", "1f1b", "interleaved",
+//        "chunk-1f1b") and, for interleaved, the virtual stages per stage; chunk-level 1F1B
+//        made by name has no slice chains (every chunk its own chain: 1F1B's order); build
+//        chunk_one_f_one_b{.chains} from a chunking for InfiniPipe's chains
 //   out: any_pipeline_schedule, itself a pipeline_schedule_policy
 // Errors: pipeline_schedule_kind_by_name throws invalid_argument listing the valid names.
 // nvcc-safe (host-only).
@@ -9,6 +11,7 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/schedule/pipeline/chunk_one_f_one_b.hpp>
 #include <zeppelin/schedule/pipeline/gpipe.hpp>
 #include <zeppelin/schedule/pipeline/interleaved.hpp>
 #include <zeppelin/schedule/pipeline/one_f_one_b.hpp>
@@ -22,10 +25,11 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-inline constexpr std::array<pipeline_schedule_kind, 3> pipeline_schedule_kinds{
-    pipeline_schedule_kind::gpipe, pipeline_schedule_kind::one_f_one_b, pipeline_schedule_kind::interleaved};
+inline constexpr std::array<pipeline_schedule_kind, 4> pipeline_schedule_kinds{
+    pipeline_schedule_kind::gpipe, pipeline_schedule_kind::one_f_one_b, pipeline_schedule_kind::interleaved,
+    pipeline_schedule_kind::chunk_one_f_one_b};
 
-//! The kind called `name` ("gpipe", "1f1b", "interleaved").
+//! The kind called `name` ("gpipe", "1f1b", "interleaved", "chunk-1f1b").
 [[nodiscard]] inline pipeline_schedule_kind pipeline_schedule_kind_by_name(std::string_view name) {
   std::string valid;
   for (const pipeline_schedule_kind k : pipeline_schedule_kinds) {
@@ -36,10 +40,21 @@ inline constexpr std::array<pipeline_schedule_kind, 3> pipeline_schedule_kinds{
 }
 
 struct any_pipeline_schedule {
-  std::variant<gpipe, one_f_one_b, interleaved_one_f_one_b> policy;
+  std::variant<gpipe, one_f_one_b, interleaved_one_f_one_b, chunk_one_f_one_b> policy;
 
   [[nodiscard]] pipeline_schedule build(int stages, std::span<const token_count> tokens) const {
     return std::visit([&](const auto& p) { return p.build(stages, tokens); }, policy);
+  }
+  //! The model chunks per stage its schedules have (V).
+  [[nodiscard]] int virtual_stages() const noexcept {
+    const auto* i = std::get_if<interleaved_one_f_one_b>(&policy);
+    return i ? i->virtual_stages : 1;
+  }
+  //! The kind of the schedules it builds.
+  [[nodiscard]] pipeline_schedule_kind kind() const noexcept {
+    constexpr pipeline_schedule_kind kinds[] = {pipeline_schedule_kind::gpipe, pipeline_schedule_kind::one_f_one_b,
+                                                pipeline_schedule_kind::interleaved, pipeline_schedule_kind::chunk_one_f_one_b};
+    return kinds[policy.index()];
   }
   static constexpr bool valid_by_construction = true;  // every alternative is
   friend bool operator==(const any_pipeline_schedule&, const any_pipeline_schedule&) = default;
@@ -55,8 +70,7 @@ static_assert(pipeline_schedule_policy<any_pipeline_schedule> && schedule_valid_
     case pipeline_schedule_kind::gpipe: return {gpipe{}};
     case pipeline_schedule_kind::one_f_one_b: return {one_f_one_b{}};
     case pipeline_schedule_kind::interleaved: return {interleaved_one_f_one_b{.virtual_stages = virtual_stages}};
-    case pipeline_schedule_kind::chunk_one_f_one_b:
-      ZEPPELIN_THROW(invalid_argument, "chunk-level 1F1B needs the chunks' slice chains: build chunk_one_f_one_b{.chains} from a chunking", {});
+    case pipeline_schedule_kind::chunk_one_f_one_b: return {chunk_one_f_one_b{}};
   }
   ZEPPELIN_THROW(invalid_argument, "unknown pipeline schedule kind", {{"kind", double(static_cast<int>(k))}});
 }

@@ -9,8 +9,8 @@
 // stage v) after that of v - 1; its backward after the backward of v + 1, or, on the last
 // virtual stage, after its own forward. Chunk-level 1F1B's slice dependencies are in its
 // per-stage order (schedule/pipeline/chunk_one_f_one_b.hpp), so they need no edge here. The
-// planners use it as the exact price of a schedule without communication; the 4D simulator
-// (sim/pipeline_simulator.hpp) adds the sends between stages.
+// planners use it as the exact price of a schedule without communication; the step simulator
+// (sim/simulate_step.hpp) adds the sends, collectives and gradient sync of a step program.
 // Errors: invalid_argument when the schedule cannot run (an operation waits for one that
 // never runs: a schedule that did not pass validate()), or a duration is negative or not
 // finite. Cost: O(operations x stages) at worst (a pass over the stages runs at least one

@@ -6,7 +6,7 @@
 //   out: pipeline_schedule::ops[stage] = forward / backward of (micro-batch, chunk) and the
 //        sends and receives of activations and gradients, each naming its peer stage and the
 //        micro-batch's tokens (bytes = tokens x the bytes per token of the boundary tensor,
-//        which the model and layout fix: cost/pipeline_memory.hpp, sim/pipeline_simulator.hpp)
+//        which the model and layout fix: cost/pipeline_memory.hpp, step/block.hpp)
 // Model chunks: with V virtual stages per stage (interleaved 1F1B), stage s holds chunks
 // c = 0..V-1, the model's virtual stage c * P + s; activations flow from virtual stage v to
 // v + 1 (stage s to s + 1, and from the last stage back to stage 0 between chunks).

@@ -167,14 +167,16 @@ inline pipeline_schedule assemble_pipeline(pipeline_schedule_kind kind, int stag
       const std::size_t j = (forward ? forward_index : backward_index)[at(to_v, c.micro_batch)];
       const place consumer{start[static_cast<std::size_t>(q)][j], q, j};
       // the group stage p is in when the consumer is about to run: before p's first compute
-      // placed after the consumer (never before i + 1: the producer ran first)
-      // places along a stage only grow; the group is usually a step or two away: gallop, then bisect
+      // that starts no earlier than the consumer (never before i + 1: the producer ran first).
+      // A compute of p starting at the consumer's very time comes after the send: p is free
+      // then and the consumer waits for nothing else, so the send must not wait for it.
+      // starts along a stage only grow; the group is usually a step or two away: gallop, then bisect
       std::size_t lo = i + 1, hi = lo, step = 1;
-      while (hi < mine.size() && place{mine[hi], p, hi} < consumer) lo = hi + 1, hi += step, step *= 2;
+      while (hi < mine.size() && mine[hi] < consumer.start) lo = hi + 1, hi += step, step *= 2;
       hi = std::min(hi, mine.size());
       while (lo < hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
-        if (place{mine[mid], p, mid} < consumer) lo = mid + 1;
+        if (mine[mid] < consumer.start) lo = mid + 1;
         else hi = mid;
       }
       sends.push_back({lo, consumer,
