@@ -62,7 +62,8 @@ class plan_writer {
 
 class plan_reader {
  public:
-  explicit plan_reader(std::span<const std::byte> bytes) : in_(bytes) {}
+  //! `format` starts every message ("plan bytes"; formats that embed plans name themselves).
+  explicit plan_reader(std::span<const std::byte> bytes, std::string_view format = "plan bytes") : in_(bytes), format_(format) {}
 
   template <class U>
   U unsigned_value(const char* what) {
@@ -78,7 +79,7 @@ class plan_reader {
   std::size_t count(std::size_t item_bytes, const char* what) {
     const std::uint64_t n = unsigned_value<std::uint64_t>(what);
     ZEPPELIN_EXPECTS(item_bytes == 0 || n <= (in_.size() - at_) / item_bytes,
-                     std::string("plan bytes: the count of ") + what + " exceeds the bytes left",
+                     std::string(format_) + ": the count of " + what + " exceeds the bytes left",
                      {{"offset", double(at_)}, {"count", double(n)}, {"bytes_left", double(in_.size() - at_)}});
     return static_cast<std::size_t>(n);
   }
@@ -91,22 +92,21 @@ class plan_reader {
   }
   [[nodiscard]] std::size_t offset() const noexcept { return at_; }
   [[nodiscard]] std::size_t left() const noexcept { return in_.size() - at_; }
+  [[nodiscard]] std::string_view format() const noexcept { return format_; }
 
  private:
   void need(std::size_t n, const char* what) {
-    ZEPPELIN_EXPECTS(in_.size() - at_ >= n, std::string("plan bytes: truncated while reading ") + what,
+    ZEPPELIN_EXPECTS(in_.size() - at_ >= n, std::string(format_) + ": truncated while reading " + what,
                      {{"offset", double(at_)}, {"needed", double(n)}, {"bytes_left", double(in_.size() - at_)}});
   }
   std::span<const std::byte> in_;
   std::size_t at_ = 0;
+  std::string_view format_;
 };
-}  // namespace detail
 
-//! `p` in the layout of the file comment.
-[[nodiscard]] inline std::vector<std::byte> to_bytes(const plan& p) {
-  detail::plan_writer w;
-  for (const char c : {'Z', 'P', 'L', 'N'}) w.out.push_back(static_cast<std::byte>(c));
-  w.unsigned_value(plan_bytes_version);
+// The plan's fields, from method to notes (the file comment's layout between the version and
+// the fingerprint): what to_bytes writes and formats that embed a plan write too.
+inline void write_plan_fields(plan_writer& w, const plan& p) {
   w.text(p.method);
   w.i32(p.nodes);
   w.i32(p.gpus_per_node);
@@ -142,29 +142,10 @@ class plan_reader {
       w.unsigned_value(std::bit_cast<std::uint64_t>(v.value));
     }
   }
-  w.unsigned_value(fingerprint(p));
-  w.unsigned_value(detail::checksum(w.out));
-  return std::move(w.out);
 }
 
-//! The plan `bytes` hold (see the file comment). Throws invalid_argument naming the offset
-//! for a wrong checksum, magic or version, truncated or oversized counts, an unknown zone or collective,
-//! trailing bytes, or a fingerprint that does not match the plan read.
-[[nodiscard]] inline plan plan_from_bytes(std::span<const std::byte> bytes) {
-  ZEPPELIN_EXPECTS(bytes.size() >= 8, "plan bytes: too short to hold a plan", {{"bytes", double(bytes.size())}});
-  const std::span<const std::byte> body = bytes.first(bytes.size() - 8);
-  detail::plan_reader trailer(bytes.last(8));
-  const std::uint64_t sum = trailer.unsigned_value<std::uint64_t>("checksum");
-  ZEPPELIN_EXPECTS(sum == detail::checksum(body), "plan bytes: the checksum does not match (corrupted or truncated bytes)",
-                   {{"bytes", double(bytes.size())}});
-  detail::plan_reader r(body);
-  const bool magic = r.left() >= 4 && bytes[0] == std::byte{'Z'} && bytes[1] == std::byte{'P'} && bytes[2] == std::byte{'L'} &&
-                     bytes[3] == std::byte{'N'};
-  ZEPPELIN_EXPECTS(magic, "plan bytes: these bytes do not start with a plan's magic \"ZPLN\"", {{"bytes", double(bytes.size())}});
-  (void)r.unsigned_value<std::uint32_t>("magic");
-  const std::uint32_t version = r.unsigned_value<std::uint32_t>("version");
-  ZEPPELIN_EXPECTS(version == plan_bytes_version, "plan bytes: unsupported format version",
-                   {{"version", double(version)}, {"supported", double(plan_bytes_version)}});
+// The fields write_plan_fields wrote, every count and enum checked (see plan_from_bytes).
+inline plan read_plan_fields(plan_reader& r) {
   plan p;
   p.method = r.text("method");
   p.nodes = r.i32("nodes");
@@ -188,7 +169,7 @@ class plan_reader {
     const auto zone = r.unsigned_value<std::uint8_t>("group zone");
     const auto collective = r.unsigned_value<std::uint8_t>("group collective");
     ZEPPELIN_EXPECTS(zone <= static_cast<std::uint8_t>(zone_kind::inter_node) && collective <= static_cast<std::uint8_t>(collective_kind::all_to_all),
-                     "plan bytes: a group's zone or collective is not one the library knows",
+                     std::string(r.format()) + ": a group's zone or collective is not one the library knows",
                      {{"offset", double(at)}, {"zone", double(zone)}, {"collective", double(collective)}});
     g.zone = static_cast<zone_kind>(zone);
     g.collective = static_cast<collective_kind>(collective);
@@ -199,7 +180,7 @@ class plan_reader {
   for (plan_note& n : p.notes) {
     const std::size_t at = r.offset();
     const auto kind = r.unsigned_value<std::uint8_t>("note kind");
-    ZEPPELIN_EXPECTS(kind <= static_cast<std::uint8_t>(note_kind::other), "plan bytes: a note's kind is not one the library knows",
+    ZEPPELIN_EXPECTS(kind <= static_cast<std::uint8_t>(note_kind::other), std::string(r.format()) + ": a note's kind is not one the library knows",
                      {{"offset", double(at)}, {"kind", double(kind)}});
     n.kind = static_cast<note_kind>(kind);
     n.text = r.text("note text");
@@ -211,6 +192,40 @@ class plan_reader {
       v.value = std::bit_cast<double>(r.unsigned_value<std::uint64_t>("note value"));
     }
   }
+  return p;
+}
+}  // namespace detail
+
+//! `p` in the layout of the file comment.
+[[nodiscard]] inline std::vector<std::byte> to_bytes(const plan& p) {
+  detail::plan_writer w;
+  for (const char c : {'Z', 'P', 'L', 'N'}) w.out.push_back(static_cast<std::byte>(c));
+  w.unsigned_value(plan_bytes_version);
+  detail::write_plan_fields(w, p);
+  w.unsigned_value(fingerprint(p));
+  w.unsigned_value(detail::checksum(w.out));
+  return std::move(w.out);
+}
+
+//! The plan `bytes` hold (see the file comment). Throws invalid_argument naming the offset
+//! for a wrong checksum, magic or version, truncated or oversized counts, an unknown zone or collective,
+//! trailing bytes, or a fingerprint that does not match the plan read.
+[[nodiscard]] inline plan plan_from_bytes(std::span<const std::byte> bytes) {
+  ZEPPELIN_EXPECTS(bytes.size() >= 8, "plan bytes: too short to hold a plan", {{"bytes", double(bytes.size())}});
+  const std::span<const std::byte> body = bytes.first(bytes.size() - 8);
+  detail::plan_reader trailer(bytes.last(8));
+  const std::uint64_t sum = trailer.unsigned_value<std::uint64_t>("checksum");
+  ZEPPELIN_EXPECTS(sum == detail::checksum(body), "plan bytes: the checksum does not match (corrupted or truncated bytes)",
+                   {{"bytes", double(bytes.size())}});
+  detail::plan_reader r(body);
+  const bool magic = r.left() >= 4 && bytes[0] == std::byte{'Z'} && bytes[1] == std::byte{'P'} && bytes[2] == std::byte{'L'} &&
+                     bytes[3] == std::byte{'N'};
+  ZEPPELIN_EXPECTS(magic, "plan bytes: these bytes do not start with a plan's magic \"ZPLN\"", {{"bytes", double(bytes.size())}});
+  (void)r.unsigned_value<std::uint32_t>("magic");
+  const std::uint32_t version = r.unsigned_value<std::uint32_t>("version");
+  ZEPPELIN_EXPECTS(version == plan_bytes_version, "plan bytes: unsupported format version",
+                   {{"version", double(version)}, {"supported", double(plan_bytes_version)}});
+  plan p = detail::read_plan_fields(r);
   const std::uint64_t stored = r.unsigned_value<std::uint64_t>("fingerprint");
   ZEPPELIN_EXPECTS(r.left() == 0, "plan bytes: bytes left after the plan", {{"offset", double(r.offset())}, {"bytes_left", double(r.left())}});
   const std::uint64_t computed = fingerprint(p);

@@ -56,8 +56,10 @@ inline std::string fingerprint_hex(std::uint64_t f) {
 }
 }  // namespace detail
 
-//! Writes `p` (and the lengths of `lengths`, when given) as one line of JSON (file comment).
-inline void write_plan_json(std::ostream& os, const plan& p, const batch* lengths = nullptr, std::string_view extra = {}) {
+namespace detail {
+// The plan object of the file comment without the line's newline: what write_plan_json writes,
+// and what formats that embed a plan write as a member's value.
+inline void write_plan_json_object(std::ostream& os, const plan& p, const batch* lengths, std::string_view extra) {
   os << "{\"format\":\"" << plan_json_format << "\",\"version\":" << plan_json_version << ",\"fingerprint\":\""
      << detail::fingerprint_hex(fingerprint(p)) << "\",\"method\":";
   detail::write_json_string(os, p.method);
@@ -104,7 +106,14 @@ inline void write_plan_json(std::ostream& os, const plan& p, const batch* length
     }
     os << "]}";
   }
-  os << ']' << extra << "}\n";
+  os << ']' << extra << '}';
+}
+}  // namespace detail
+
+//! Writes `p` (and the lengths of `lengths`, when given) as one line of JSON (file comment).
+inline void write_plan_json(std::ostream& os, const plan& p, const batch* lengths = nullptr, std::string_view extra = {}) {
+  detail::write_plan_json_object(os, p, lengths, extra);
+  os << '\n';
 }
 
 //! A plan read back, with the batch lengths when the file has them.
@@ -141,10 +150,10 @@ Enum json_enum(const json_value& v, std::string_view what, const Enum (&values)[
 }
 }  // namespace detail
 
-//! Reads what write_plan_json wrote (see the file comment).
-[[nodiscard]] inline plan_document read_plan_json(std::string_view text) {
-  using detail::json_int;
-  const detail::json_value doc = detail::parse_json(text);
+namespace detail {
+// The plan of a parsed plan object, checked as the file comment says: what read_plan_json
+// reads, and what formats that embed a plan read from a member's value.
+inline plan_document read_plan_json_object(const json_value& doc) {
   ZEPPELIN_EXPECTS(doc.is_object(), "plan JSON: the document must be an object", {});
   ZEPPELIN_EXPECTS(doc.at("format").as_string("format") == plan_json_format,
                    "plan JSON: \"format\" must be \"zeppelin.plan\", not \"" + doc.at("format").as_string("format").substr(0, 40) + "\"",
@@ -218,6 +227,12 @@ Enum json_enum(const json_value& v, std::string_view what, const Enum (&values)[
                        "): the file was edited or corrupted",
                    {});
   return out;
+}
+}  // namespace detail
+
+//! Reads what write_plan_json wrote (see the file comment).
+[[nodiscard]] inline plan_document read_plan_json(std::string_view text) {
+  return detail::read_plan_json_object(detail::parse_json(text));
 }
 
 ZEPPELIN_NAMESPACE_END

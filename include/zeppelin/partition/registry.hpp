@@ -29,6 +29,7 @@
 #include <zeppelin/partition/micro_batched.hpp>
 #include <zeppelin/partition/partitioner.hpp>
 #include <zeppelin/partition/per_document.hpp>
+#include <zeppelin/partition/per_sequence.hpp>
 #include <zeppelin/partition/ulysses.hpp>
 
 #include <array>
@@ -43,11 +44,11 @@ ZEPPELIN_NAMESPACE_BEGIN
 using any_partitioner =
     std::variant<hierarchical<token_metric>, hierarchical<attention_cost_metric>, hierarchical<cost_model_metric<>>, even_split,
                  allgather, hybrid_dp, per_document, ulysses, micro_batched<hierarchical<token_metric>>,
-                 micro_batched<hierarchical<attention_cost_metric>>, micro_batched<hierarchical<cost_model_metric<>>>>;
+                 micro_batched<hierarchical<attention_cost_metric>>, micro_batched<hierarchical<cost_model_metric<>>>, per_sequence>;
 
 struct partitioner_settings {
   token_count capacity = 4096;          //!< L, tokens per GPU per micro-batch
-  std::int32_t cp_size = 0;             //!< allgather, per_document, ulysses: ranks per CP group (0: all)
+  std::int32_t cp_size = 0;             //!< allgather, per_document, per_sequence, ulysses: ranks per CP group (0: all)
   any_load_metric metric = token_metric{};  //!< hierarchical, micro_batched: what a GPU's load is
   std::int32_t micro_batches = 0;       //!< micro_batched: at least this many (0: the fewest that plan)
 };
@@ -74,7 +75,7 @@ inline any_partitioner make_micro_batched(const partitioner_settings& s) {
       s.metric);
 }
 
-inline constexpr std::array<partitioner_entry, 7> partitioners{{
+inline constexpr std::array<partitioner_entry, 8> partitioners{{
     {hierarchical<>::name, make_hierarchical},
     {even_split::name, [](const partitioner_settings& s) -> any_partitioner { return even_split{s.capacity}; }},
     {allgather::name, [](const partitioner_settings& s) -> any_partitioner { return allgather{s.capacity, s.cp_size}; }},
@@ -82,6 +83,7 @@ inline constexpr std::array<partitioner_entry, 7> partitioners{{
     {per_document::name, [](const partitioner_settings& s) -> any_partitioner { return per_document{s.capacity, s.cp_size}; }},
     {ulysses::name, [](const partitioner_settings& s) -> any_partitioner { return ulysses{s.capacity, s.cp_size}; }},
     {micro_batched<hierarchical<>>::name, make_micro_batched},
+    {per_sequence::name, [](const partitioner_settings& s) -> any_partitioner { return per_sequence{s.capacity, s.cp_size}; }},
 }};
 
 }  // namespace detail
