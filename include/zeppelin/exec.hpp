@@ -12,7 +12,7 @@
 #include <zeppelin/exec/linear_layout.hpp>
 #include <zeppelin/exec/lse_merge.hpp>
 #include <zeppelin/exec/overlap.hpp>
-#include <zeppelin/exec/pipeline_runner.hpp>
+#include <zeppelin/exec/step_runner.hpp>
 #include <zeppelin/exec/plan_agreement.hpp>
 #include <zeppelin/exec/relayout.hpp>
 #include <zeppelin/exec/transport.hpp>

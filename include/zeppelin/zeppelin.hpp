@@ -11,9 +11,11 @@
 #include <zeppelin/exec.hpp>
 #include <zeppelin/pack.hpp>
 #include <zeppelin/partition.hpp>
+#include <zeppelin/planner.hpp>
 #include <zeppelin/program.hpp>
 #include <zeppelin/remap.hpp>
 #include <zeppelin/route.hpp>
 #include <zeppelin/schedule.hpp>
 #include <zeppelin/sim.hpp>
+#include <zeppelin/step.hpp>
 #include <zeppelin/strategy.hpp>

@@ -1,7 +1,7 @@
 // tests/strategy/scheme_test.cpp
 // Parallel schemes and their cost models (strategy/parallel_scheme.hpp,
 // strategy/scheme_profile.hpp): the scheme space against a brute-force enumeration, MaxLen
-// tight against the memory model and against the 1F1B peak the pipeline simulator computes,
+// tight against the memory model and against the 1F1B peak the step simulator computes,
 // MaxLen monotone in TP and PP, the latency fit close to the stage model, UtilLen at its
 // threshold, and clear errors.
 #include <catch2/catch.hpp>
@@ -9,7 +9,10 @@
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/schedule/pipeline.hpp>
-#include <zeppelin/sim/pipeline_peak_memory.hpp>
+#include <zeppelin/partition/registry.hpp>
+#include <zeppelin/sim/step_memory.hpp>
+#include <zeppelin/step/build.hpp>
+#include <zeppelin/step/make_plan.hpp>
 #include <zeppelin/strategy.hpp>
 
 #include <algorithm>
@@ -52,12 +55,21 @@ TEST_CASE("MaxLen is the longest micro-batch whose 1F1B peak fits, on every stag
     const token_count max_len = max_len_of(memory, usable);
     INFO("tp " << s.tp << " pp " << s.pp);
     if (max_len == 0) continue;
-    // the simulator's own peak for PP micro-batches of MaxLen (and MaxLen + 1) tokens under 1F1B
+    // the step simulator's own peak (sim/step_memory.hpp) for PP micro-batches of MaxLen (and
+    // MaxLen + 1) tokens under 1F1B, the replica's states sharded over the N GPUs (switching)
+    const topology cluster = clusters::hydraulis_a800_ib(static_cast<int>(N / 8));
     const auto peak_of = [&](token_count l) {
-      const std::vector<token_count> tokens(static_cast<std::size_t>(s.pp), l);
+      std::vector<std::vector<step_piece>> pieces(static_cast<std::size_t>(s.pp));
+      for (std::size_t k = 0; k < pieces.size(); ++k) pieces[k] = {{static_cast<std::int64_t>(k), 0, l}};
+      std::vector<rank_index> ranks(static_cast<std::size_t>(s.tp * s.pp));
+      for (std::size_t i = 0; i < ranks.size(); ++i) ranks[i] = static_cast<rank_index>(i);
+      step_plan p{cluster.nodes(), cluster.gpus_per_node(), std::vector<token_count>(pieces.size(), l), {}, gradient_sync::switching};
+      p.replicas.push_back(make_replica(cluster, m, s.tp, 1, s.pp, std::move(ranks), tp_collectives::sequence_parallel,
+                                        make_pipeline_schedule(pipeline_schedule_kind::one_f_one_b), std::move(pieces),
+                                        partitioner_by_name("hierarchical", {.capacity = l}), no_recompute{}));
       double top = 0;
-      for (const stage_memory_peak& p : pipeline_peak_memory(one_f_one_b{}.build(s.pp, tokens), split_model(m, s.pp), memory, no_recompute{}))
-        top = std::max(top, p.peak_bytes);
+      for (const rank_memory_peak& x : step_memory_peaks(make_step_program(p, cluster, m), scheme_profile_options{}.memory))
+        top = std::max(top, x.peak_bytes);
       return top;
     };
     REQUIRE(peak_of(max_len) <= usable);

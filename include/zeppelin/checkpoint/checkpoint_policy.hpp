@@ -7,7 +7,7 @@
 // A recomputed layer keeps only its input between forward and backward and runs its forward
 // again right before its backward (whole-layer recomputation, Megatron-LM's
 // --recompute-granularity full --recompute-method block with that many layers). The cost
-// model prices the extra forwards (sim/pipeline_simulator.hpp), the memory model
+// model prices the extra forwards (sim/simulate_step.hpp), the memory model
 // (cost/pipeline_memory.hpp) the activations kept.
 // Models: no_recompute, full_recompute (checkpoint/basic_policies.hpp), selective_recompute
 // (checkpoint/selective_recompute.hpp); any_checkpoint_policy picks one at run time.

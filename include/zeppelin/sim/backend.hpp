@@ -6,7 +6,9 @@
 // with no other (sim/detail/independent_ranks.hpp), whose pieces alone it adds.
 //   in : the event engine, the program, the pass, the per-launch prices, the per-rank tasks
 //        the segment starts after (`prev`, updated to the segment's end), the layer and
-//        micro-batch labels, the ranks it runs (ascending), an optional execution record
+//        micro-batch labels, the ranks it runs (ascending), an optional execution record, and
+//        optionally the engine's rank of each program rank (a CP layout's program runs on
+//        the ranks of its CP group inside a whole cluster's engine: step/program.hpp)
 //   out: tasks, and the launch statistics.
 // Per rank and operation:
 //   compute op   one compute task on the rank's GPU, after the previous operation of its
@@ -90,9 +92,13 @@ class sim_backend {
  public:
   sim_backend(event_engine& e, const execution_program& prog, pass_kind pass, const topology& t,
               const std::vector<detail::call_cost>& prices, std::vector<task_id>& prev, std::int32_t layer, std::int32_t micro_batch,
-              launch_stats& stats, std::span<const rank_index> ranks, execution_record* record = nullptr)
+              launch_stats& stats, std::span<const rank_index> ranks, execution_record* record = nullptr,
+              std::span<const rank_index> engine_ranks = {})
       : e_(e), prog_(prog), pass_(pass), t_(t), prices_(prices), prev_(prev), layer_(layer), mb_(micro_batch), stats_(stats),
-        record_(record), ranks_(ranks.begin(), ranks.end()) {
+        record_(record), ranks_(ranks.begin(), ranks.end()), engine_rank_(engine_ranks.begin(), engine_ranks.end()) {
+    ZEPPELIN_EXPECTS(engine_rank_.empty() || engine_rank_.size() == static_cast<std::size_t>(prog.num_ranks()),
+                     "simulator backend: the engine ranks must map every program rank",
+                     {{"engine_ranks", double(engine_rank_.size())}, {"program_ranks", double(prog.num_ranks())}});
     const auto R = static_cast<std::size_t>(prog.num_ranks());
     runs_rank_.assign(R, 0);
     for (const rank_index r : ranks_) runs_rank_[static_cast<std::size_t>(r)] = 1;
@@ -140,9 +146,10 @@ class sim_backend {
         stats_.head_pairs += c.pairs * (l.lane.whole() ? prog_.wire.heads : l.lane.heads);
       }
       if (record_) record_->add(l);
-      id = e_.compute(rank, pass_ == pass_kind::forward ? c.forward_s : c.backward_s, tag(kind, l.level, l.round), priority, deps);
+      id = e_.compute(engine_rank(rank), pass_ == pass_kind::forward ? c.forward_s : c.backward_s, tag(kind, l.level, l.round), priority,
+                      deps);
     } else {
-      id = e_.compute(rank, memory_seconds(r, op.body), tag(kind, -1, -1), priority, deps);
+      id = e_.compute(engine_rank(rank), memory_seconds(r, op.body), tag(kind, -1, -1), priority, deps);
     }
     task_of_[r][static_cast<std::size_t>(index)] = id;
     last_[r][static_cast<std::size_t>(op.stream)] = id;
@@ -167,7 +174,7 @@ class sim_backend {
         const auto s = static_cast<std::size_t>(x.src), d = static_cast<std::size_t>(x.dst);
         task_tag g = tag(x.kind, ph.level, ph.round);
         g.leg = leg_of(x.step);
-        const task_id f = e_.flow(x.src, x.dst, static_cast<double>(x.bytes), g, {ready_[s], ready_[d]});
+        const task_id f = e_.flow(engine_rank(x.src), engine_rank(x.dst), static_cast<double>(x.bytes), g, {ready_[s], ready_[d]});
         touched_[s].push_back(f);
         if (d != s) touched_[d].push_back(f);
       }
@@ -191,6 +198,9 @@ class sim_backend {
   }
 
  private:
+  [[nodiscard]] rank_index engine_rank(rank_index r) const noexcept {
+    return engine_rank_.empty() ? r : engine_rank_[static_cast<std::size_t>(r)];
+  }
   // `first` and the tasks of the operations `op` names in `after` (a scratch list)
   std::vector<task_id>& dependencies_of(std::size_t r, task_id first, const program_op& op) {
     deps_.assign(1, first);
@@ -320,6 +330,7 @@ class sim_backend {
   launch_stats& stats_;
   execution_record* record_;
   std::vector<rank_index> ranks_;              //!< the ranks it runs, ascending
+  std::vector<rank_index> engine_rank_;        //!< [program rank]: its engine rank (empty: the same)
   std::vector<char> runs_rank_;                //!< [rank]: whether it runs that rank
   std::size_t segment_ = 0;
   std::vector<std::vector<task_id>> task_of_;  //!< [rank][op]: the op's task in this segment

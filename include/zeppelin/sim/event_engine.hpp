@@ -76,6 +76,7 @@ enum class task_kind : std::uint8_t {
   parameter_sync = 12,     //!< flow: mutual slices pulled from or pushed to the optimizer's shards (Hydraulis)
   parameter_gather = 13,   //!< flow: a ring edge of ZeRO-3's all-gather of a layer's parameters
   gradient_scatter = 14,   //!< flow: a ring edge of ZeRO-3's reduce-scatter of a layer's gradients
+  tp_transfer = 15,        //!< flow: a ring step of a tensor-parallel collective
 };
 
 [[nodiscard]] constexpr std::string_view to_string(task_kind k) noexcept {
@@ -95,6 +96,7 @@ enum class task_kind : std::uint8_t {
     case task_kind::parameter_sync: return "parameter_sync";
     case task_kind::parameter_gather: return "parameter_gather";
     case task_kind::gradient_scatter: return "gradient_scatter";
+    case task_kind::tp_transfer: return "tp_transfer";
   }
   return "?";
 }

@@ -1,0 +1,474 @@
+// zeppelin/sim/step_backend.hpp
+// The simulator's backend of the step program (step/driver.hpp): every op becomes tasks of one
+// event engine (sim/event_engine.hpp), priced by the cost model, with the dependencies a
+// device runner's streams and events would give them. TP, CP, PP and DP transfers are all
+// flows on the same ports, so they contend.
+//   in : the event engine, the step program, the cluster topology, the cost model, the
+//        block pricing, an optional step record
+//   out: tasks; the record; per rank the seconds a block priced by shape (below) spent in
+//        compute, recomputation and each traffic class, and the bytes it sent
+// Per rank, the step level: blocks on its compute stream (a block starts after the rank's
+// previous block and the groups in its `after`, and ends when all its layer ops have);
+// groups on its communication stream: posted once the previous group and the ops in
+// `after` are done; each transfer a flow from the later of its two posts (NCCL's rendezvous);
+// a group done when its flows are.
+// The layer level (a block's ops, step/block.hpp) runs on the rank's compute stream and a
+// second communication stream of the block's own (TP collectives and ZeRO-3's gathers do not
+// queue behind pipeline sends):
+//   compute            tokens x FLOPs per token of the part (cost/linear_flops.hpp) / tp at the
+//                      GEMM rate, forward, backward (2x) or recomputed; the embedding and
+//                      the context's save and gradient at the GPU's memory bandwidth; the
+//                      context's attention on the attention time model (heads / tp);
+//   attention          the micro-batch's attention program, run by the simulator's backend of
+//                      the execution program (sim/backend.hpp) on the CP ranks' cluster ranks;
+//   groups             as at the step level.
+// Block pricing (block_pricing):
+//   every_op   every block's ops in the one engine: contention everywhere (the reference,
+//              and what the record needs);
+//   per_shape  a block's ops priced once per shape (replica, micro-batch, pass, layers,
+//              recomputed layers, first / last, and the placement of its ranks) in an engine of
+//              their own, then one task per rank of that length after all its ranks are
+//              ready: a block's TP and CP traffic does not contend with other blocks', the
+//              rest does. Orders of magnitude fewer tasks (a planner's inner loop, 1,000+ GPUs).
+// Host-only.
+#pragma once
+
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/topology.hpp>
+#include <zeppelin/cost/linear_flops.hpp>
+#include <zeppelin/program/driver.hpp>
+#include <zeppelin/sim/backend.hpp>
+#include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/event_engine.hpp>
+#include <zeppelin/step/block.hpp>
+#include <zeppelin/step/driver.hpp>
+#include <zeppelin/step/program.hpp>
+#include <zeppelin/step/record.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+//! How the simulator prices blocks (see the file comment).
+enum class block_pricing : std::uint8_t { every_op = 0, per_shape = 1 };
+
+[[nodiscard]] constexpr std::string_view to_string(block_pricing p) noexcept { return p == block_pricing::per_shape ? "per_shape" : "every_op"; }
+
+//! What the ranks of blocks priced per shape did inside them (their tasks are not in the engine).
+struct shaped_block_time {
+  double compute_s = 0, recompute_s = 0;
+  std::array<double, traffic_classes> traffic_s{};      //!< seconds with a transfer of the class in flight
+  std::array<double, traffic_classes> traffic_bytes{};  //!< bytes sent
+};
+
+//! The traffic class of a flow's task kind (-1 for a compute kind).
+[[nodiscard]] constexpr int traffic_class_of(task_kind k) noexcept {
+  switch (k) {
+    case task_kind::tp_transfer:
+    case task_kind::parameter_gather:
+    case task_kind::gradient_scatter: return static_cast<int>(traffic_class::tp);
+    case task_kind::kv:
+    case task_kind::dkv:
+    case task_kind::remap: return static_cast<int>(traffic_class::cp);
+    case task_kind::activation:
+    case task_kind::gradient: return static_cast<int>(traffic_class::pp);
+    case task_kind::gradient_sync:
+    case task_kind::parameter_sync: return static_cast<int>(traffic_class::dp);
+    default: return -1;
+  }
+}
+
+namespace detail {
+
+// The flow kind of a transfer.
+[[nodiscard]] constexpr task_kind flow_kind_of(const step_transfer& t) noexcept {
+  switch (t.from.tensor) {
+    case step_tensor::activation: return task_kind::activation;
+    case step_tensor::activation_gradient: return task_kind::gradient;
+    case step_tensor::layer_input:
+    case step_tensor::layer_output: return task_kind::tp_transfer;
+    case step_tensor::parameters: return t.traffic == traffic_class::tp ? task_kind::parameter_gather : task_kind::parameter_sync;
+    case step_tensor::gradients: return t.traffic == traffic_class::tp ? task_kind::gradient_scatter : task_kind::gradient_sync;
+    case step_tensor::context: return task_kind::kv;
+    case step_tensor::context_gradient: return task_kind::dkv;
+  }
+  return task_kind::activation;
+}
+
+// Per-second seconds of interval unions (the in-flight time of a traffic class on a rank).
+inline double union_length(std::vector<std::pair<double, double>>& spans) {
+  std::sort(spans.begin(), spans.end());
+  double total = 0, start = 0, end = -1;
+  for (const auto& [s, e] : spans) {
+    if (s > end) {
+      if (end > start) total += end - start;
+      start = s, end = e;
+    } else {
+      end = std::max(end, e);
+    }
+  }
+  if (end > start) total += end - start;
+  return total;
+}
+
+}  // namespace detail
+
+class step_sim_backend {
+ public:
+  //! Runs `ranks` (ascending) of `prog` on `e`. `record` (optional) receives what it runs
+  //! (every_op pricing only).
+  step_sim_backend(event_engine& e, const step_program& prog, const topology& t, const sim_cost_model& cost, block_pricing pricing,
+                   std::span<const rank_index> ranks, step_record* record = nullptr)
+      : e_(e), prog_(prog), t_(t), cost_(cost), pricing_(pricing), record_(record), ranks_(ranks.begin(), ranks.end()) {
+    ZEPPELIN_EXPECTS(record == nullptr || pricing == block_pricing::every_op, "a step record needs every op priced (block_pricing::every_op)", {});
+    const auto R = prog.ranks.size();
+    step_task_.resize(R);
+    for (const rank_index r : ranks_) step_task_[static_cast<std::size_t>(r)].assign(prog.ranks[static_cast<std::size_t>(r)].size(), no_task);
+    step_compute_.assign(R, no_task);
+    step_comm_.assign(R, no_task);
+    step_post_.assign(prog.transfers.size() * 2, no_task);
+    step_flow_.assign(prog.transfers.size(), no_task);
+    shaped_.assign(R, {});
+    const model_config& m = prog.model;
+    const linear_flops_breakdown f = linear_forward_flops_breakdown(m);
+    part_flops_ = {0.0, f.qkv, f.output, f.mlp + f.router, lm_head_flops_per_token(m)};
+    linear_priority_ = 1 << 20;
+  }
+
+  [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return ranks_; }
+  //! Per rank, what its blocks priced per shape did (zeros under every_op).
+  [[nodiscard]] const std::vector<shaped_block_time>& shaped() const noexcept { return shaped_; }
+  //! Whether task `id` recomputes (the report splits compute from recomputation).
+  [[nodiscard]] bool recomputes(task_id id) const noexcept {
+    return static_cast<std::size_t>(id) < recompute_.size() && recompute_[static_cast<std::size_t>(id)] != 0;
+  }
+  //! The block each compute task belongs to (-1: none), by task id.
+  [[nodiscard]] const std::vector<std::int32_t>& block_of_task() const noexcept { return block_of_task_; }
+
+  // ---- the step level
+  void post(rank_index rank, std::int32_t index, const step_group& g) {
+    if (block_ != nullptr) return post_in_block(rank, index, g);
+    const auto r = static_cast<std::size_t>(rank);
+    deps_.assign(1, step_comm_[r]);
+    for (const std::int32_t a : prog_.ranks[r][static_cast<std::size_t>(index)].after) deps_.push_back(step_task_[r][static_cast<std::size_t>(a)]);
+    const task_id posted = joined(deps_);
+    for (const std::int32_t x : g.transfers) mark_posted(step_post_, prog_.transfers[static_cast<std::size_t>(x)], x, rank, posted);
+  }
+  void complete(rank_index rank, std::int32_t index, const step_group& g) {
+    if (block_ != nullptr) return complete_in_block(rank, index, g);
+    const auto r = static_cast<std::size_t>(rank);
+    const task_id done = flows_of(g, prog_.transfers, step_post_, step_flow_, -1, -1);
+    step_comm_[r] = done;
+    step_task_[r][static_cast<std::size_t>(index)] = done;
+  }
+  void block(std::int32_t index, std::span<const rank_index> ranks, std::span<const std::int32_t> at) {
+    const step_block& b = prog_.blocks[static_cast<std::size_t>(index)];
+    // each rank's start: its previous block and the groups the block waits for
+    std::vector<task_id> start(ranks.size());
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto r = static_cast<std::size_t>(ranks[i]);
+      deps_.assign(1, step_compute_[r]);
+      for (const std::int32_t a : prog_.ranks[r][static_cast<std::size_t>(at[i])].after) deps_.push_back(step_task_[r][static_cast<std::size_t>(a)]);
+      start[i] = joined(deps_);
+    }
+    std::vector<task_id> end(ranks.size());
+    if (pricing_ == block_pricing::per_shape) {
+      const shape_cost& cost = shape_of(index, ranks);
+      const task_id all = e_.join(start);
+      for (std::size_t i = 0; i < ranks.size(); ++i) {
+        const auto m = static_cast<std::size_t>(member_index(b, ranks[i]));
+        const task_tag tag{b.pass == step_pass::forward ? task_kind::linear_forward : task_kind::linear_backward, flow_leg::direct, -1, -1,
+                           b.first_layer, b.micro_batch};
+        end[i] = note_block(e_.compute(ranks[i], cost.seconds[m], tag, linear_priority_, {all}), index, false);
+        shaped_block_time& s = shaped_[static_cast<std::size_t>(ranks[i])];
+        const shaped_block_time& c = cost.inside[m];
+        s.compute_s += c.compute_s;
+        s.recompute_s += c.recompute_s;
+        for (int k = 0; k < traffic_classes; ++k) s.traffic_s[static_cast<std::size_t>(k)] += c.traffic_s[static_cast<std::size_t>(k)],
+                                                  s.traffic_bytes[static_cast<std::size_t>(k)] += c.traffic_bytes[static_cast<std::size_t>(k)];
+      }
+    } else {
+      end = run_expanded(index, ranks, start);
+    }
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto r = static_cast<std::size_t>(ranks[i]);
+      step_compute_[r] = end[i];
+      step_task_[r][static_cast<std::size_t>(at[i])] = end[i];
+    }
+  }
+
+  // ---- the layer level
+  void compute(rank_index rank, std::int32_t index, const layer_op& op) {
+    const auto m = static_cast<std::size_t>(block_->member_of(rank));
+    deps_.assign(1, layer_compute_[m]);
+    for (const std::int32_t a : op.after) deps_.push_back(layer_task_[m][static_cast<std::size_t>(a)]);
+    const bool forward = op.pass != step_pass::backward;
+    const bool attention_part = op.part == model_part::context_attention;
+    const task_tag tag{attention_part ? (forward ? task_kind::attention_forward : task_kind::attention_backward)
+                                      : (forward ? task_kind::linear_forward : task_kind::linear_backward),
+                       flow_leg::direct, -1, -1, op.layer, block_info_->micro_batch};
+    const task_id id = e_.compute(rank, seconds_of(op), tag, linear_priority_, deps_);
+    note_block(id, block_index_, op.pass == step_pass::recompute);
+    layer_compute_[m] = id;
+    layer_task_[m][static_cast<std::size_t>(index)] = id;
+    if (record_ != nullptr) record_->add(rank, *block_info_, op);
+  }
+  void attention(const block_attention& a, std::span<const rank_index> ranks, std::span<const std::int32_t> at) {
+    const step_block& b = *block_info_;
+    const step_layout& lay = prog_.layout(b.replica, b.micro_batch);
+    const std::vector<detail::call_cost>& prices = prices_of(b.replica, b.micro_batch);
+    const auto C = a.ranks.size();
+    std::vector<task_id> prev(C);
+    std::vector<std::int32_t> op_at(C);
+    for (std::size_t c = 0; c < C; ++c) {
+      const auto i = static_cast<std::size_t>(std::lower_bound(ranks.begin(), ranks.end(), a.ranks[c]) - ranks.begin());
+      const auto m = static_cast<std::size_t>(block_->member_of(a.ranks[c]));
+      deps_.assign(1, layer_compute_[m]);
+      for (const std::int32_t x : block_->ops[m][static_cast<std::size_t>(at[i])].after) deps_.push_back(layer_task_[m][static_cast<std::size_t>(x)]);
+      prev[c] = joined(deps_);
+      op_at[c] = at[i];
+    }
+    std::vector<rank_index> program_ranks(C);
+    for (std::size_t c = 0; c < C; ++c) program_ranks[c] = static_cast<rank_index>(c);
+    execution_record rec;
+    const std::size_t first_task = e_.size();
+    sim_backend be(e_, lay.attention, attention_pass(a.pass), t_, prices, prev, a.layer, b.micro_batch, stats_, program_ranks,
+                   record_ != nullptr ? &rec : nullptr, a.ranks);
+    run_pass(lay.attention, attention_pass(a.pass), be, [](const program_segment&) { return true; });
+    for (std::size_t id = first_task; id < e_.size(); ++id) note_block(static_cast<task_id>(id), block_index_, a.pass == step_pass::recompute);
+    for (std::size_t c = 0; c < C; ++c) {
+      const auto m = static_cast<std::size_t>(block_->member_of(a.ranks[c]));
+      layer_compute_[m] = prev[c];
+      layer_task_[m][static_cast<std::size_t>(op_at[c])] = prev[c];
+    }
+    if (record_ != nullptr) record_->add(b, a, rec);
+  }
+
+ private:
+  struct shape_cost {
+    std::vector<double> seconds;             // [member]
+    std::vector<shaped_block_time> inside;   // [member]
+  };
+
+  // the engine task joining `deps` (the single one itself)
+  task_id joined(std::vector<task_id>& deps) {
+    deps.erase(std::remove(deps.begin(), deps.end(), no_task), deps.end());
+    if (deps.empty()) return no_task;
+    return deps.size() == 1 ? deps.front() : e_.join(deps);
+  }
+  // records that `rank` posted its end of transfer x (both ends, for a transfer to itself)
+  static void mark_posted(std::vector<task_id>& posts, const step_transfer& t, std::int32_t x, rank_index rank, task_id posted) {
+    const auto at = static_cast<std::size_t>(x) * 2;
+    if (t.src == rank) posts[at] = posted;
+    if (t.dst == rank) posts[at + 1] = posted;
+  }
+  // creates the flows of `g` that do not exist yet (both ends have posted) and returns the
+  // task completing when all of them have
+  task_id flows_of(const step_group& g, const std::vector<step_transfer>& transfers, const std::vector<task_id>& posts, std::vector<task_id>& flows,
+                   std::int32_t layer, std::int32_t micro_batch) {
+    done_.clear();
+    for (const std::int32_t x : g.transfers) {
+      const step_transfer& t = transfers[static_cast<std::size_t>(x)];
+      task_id& f = flows[static_cast<std::size_t>(x)];
+      if (f == no_task) {
+        const task_tag tag{detail::flow_kind_of(t), flow_leg::direct, -1, -1, layer >= 0 ? layer : t.from.layer,
+                           micro_batch >= 0 ? micro_batch : t.from.micro_batch};
+        f = e_.flow(t.src, t.dst, static_cast<double>(t.bytes), tag,
+                    {posts[static_cast<std::size_t>(x) * 2], posts[static_cast<std::size_t>(x) * 2 + 1]});
+        if (record_ != nullptr) record_->add(t);
+      }
+      done_.push_back(f);
+    }
+    return joined(done_);
+  }
+  void post_in_block(rank_index rank, std::int32_t index, const step_group& g) {
+    const auto m = static_cast<std::size_t>(block_->member_of(rank));
+    deps_.assign(1, layer_comm_[m]);
+    for (const std::int32_t a : block_->ops[m][static_cast<std::size_t>(index)].after) deps_.push_back(layer_task_[m][static_cast<std::size_t>(a)]);
+    const task_id posted = joined(deps_);
+    for (const std::int32_t x : g.transfers) mark_posted(layer_post_, block_->transfers[static_cast<std::size_t>(x)], x, rank, posted);
+  }
+  void complete_in_block(rank_index rank, std::int32_t index, const step_group& g) {
+    const auto m = static_cast<std::size_t>(block_->member_of(rank));
+    const task_id done = flows_of(g, block_->transfers, layer_post_, layer_flow_, -1, block_info_->micro_batch);
+    layer_comm_[m] = done;
+    layer_task_[m][static_cast<std::size_t>(index)] = done;
+  }
+
+  // the index of `rank` among the ranks of block b's stage (member c x tp + t)
+  [[nodiscard]] std::int32_t member_index(const step_block& b, rank_index rank) const {
+    const step_replica& rep = prog_.replica(b.replica);
+    const auto per_stage = static_cast<std::size_t>(rep.tp) * static_cast<std::size_t>(rep.cp);
+    const auto first = rep.ranks.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b.stage) * per_stage);
+    return static_cast<std::int32_t>(std::find(first, first + static_cast<std::ptrdiff_t>(per_stage), rank) - first);
+  }
+
+  // every op of block `index` in this engine; returns each rank's end
+  std::vector<task_id> run_expanded(std::int32_t index, std::span<const rank_index> ranks, std::span<const task_id> start) {
+    const block_program bp = make_block_program(prog_, index);
+    block_ = &bp;
+    block_index_ = index;
+    block_info_ = &prog_.blocks[static_cast<std::size_t>(index)];
+    const std::size_t members = bp.members.size();
+    layer_compute_.assign(members, no_task);
+    layer_comm_.assign(members, no_task);
+    layer_task_.assign(members, {});
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto m = static_cast<std::size_t>(bp.member_of(ranks[i]));
+      layer_compute_[m] = layer_comm_[m] = start[i];
+      layer_task_[m].assign(bp.ops[m].size(), no_task);
+    }
+    layer_post_.assign(bp.transfers.size() * 2, no_task);
+    layer_flow_.assign(bp.transfers.size(), no_task);
+    run_block(bp, ranks, *this);
+    std::vector<task_id> end(ranks.size());
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto m = static_cast<std::size_t>(bp.member_of(ranks[i]));
+      deps_.assign({layer_compute_[m], layer_comm_[m]});
+      end[i] = joined(deps_);
+    }
+    block_ = nullptr;
+    block_info_ = nullptr;
+    block_index_ = -1;
+    return end;
+  }
+
+  // the cost of block `index`'s shape, simulated once
+  const shape_cost& shape_of(std::int32_t index, std::span<const rank_index> ranks) {
+    const step_block& b = prog_.blocks[static_cast<std::size_t>(index)];
+    const step_replica& rep = prog_.replica(b.replica);
+    // the placement of the stage's ranks, relative to its first rank's node
+    std::vector<std::int64_t> key{b.replica, b.micro_batch, static_cast<std::int64_t>(b.pass), b.first_layer == 0 ? 0 : 1, b.layers, b.recomputed,
+                                  b.first ? 1 : 0, b.last ? 1 : 0};
+    const std::span<const rank_index> members(rep.ranks.data() + static_cast<std::size_t>(b.stage) * static_cast<std::size_t>(rep.tp * rep.cp),
+                                              static_cast<std::size_t>(rep.tp * rep.cp));
+    const int node0 = t_.node_of(members.front());
+    for (const rank_index g : members) key.insert(key.end(), {t_.node_of(g) - node0, t_.local_gpu_of(g), t_.nic_of(g) - t_.nic_of(members.front())});
+    auto it = shapes_.find(key);
+    if (it != shapes_.end()) return it->second;
+    // price it alone: an engine and a backend of its own, every op
+    event_engine sub(t_, e_policy_, cost_.link, cost_.contention.slowdown(t_.gpu()));
+    step_sim_backend inner(sub, prog_, t_, cost_, block_pricing::every_op, ranks);
+    inner.prices_ = prices_;  // share the launch prices priced so far
+    std::vector<task_id> start(ranks.size(), no_task);
+    const std::vector<task_id> end = inner.run_expanded(index, ranks, start);
+    const engine_run run = sub.run();
+    shape_cost out;
+    out.seconds.assign(members.size(), 0.0);
+    out.inside.assign(members.size(), {});
+    std::vector<std::vector<std::pair<double, double>>> spans(members.size() * traffic_classes);
+    const auto member_of = [&](rank_index g) -> std::int64_t {
+      const auto i = std::find(members.begin(), members.end(), g);
+      return i == members.end() ? -1 : i - members.begin();
+    };
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const std::int64_t m = member_of(ranks[i]);
+      out.seconds[static_cast<std::size_t>(m)] = end[i] == no_task ? 0.0 : run.end[static_cast<std::size_t>(end[i])];
+    }
+    for (const compute_segment& s : run.segments) {
+      const std::int64_t m = member_of(s.rank);
+      if (m < 0) continue;
+      (inner.recomputes(s.task) ? out.inside[static_cast<std::size_t>(m)].recompute_s : out.inside[static_cast<std::size_t>(m)].compute_s) += s.end - s.start;
+    }
+    for (const flow_record& f : run.flows) {
+      const int k = traffic_class_of(run.tags[static_cast<std::size_t>(f.task)].kind);
+      if (k < 0) continue;
+      for (const rank_index g : {f.source, f.destination}) {
+        const std::int64_t m = member_of(g);
+        if (m >= 0) spans[static_cast<std::size_t>(m) * traffic_classes + static_cast<std::size_t>(k)].emplace_back(f.start, f.end);
+      }
+      const std::int64_t src = member_of(f.source);
+      if (src >= 0) out.inside[static_cast<std::size_t>(src)].traffic_bytes[static_cast<std::size_t>(k)] += f.bytes;
+    }
+    for (std::size_t m = 0; m < members.size(); ++m)
+      for (int k = 0; k < traffic_classes; ++k)
+        out.inside[m].traffic_s[static_cast<std::size_t>(k)] = detail::union_length(spans[m * traffic_classes + static_cast<std::size_t>(k)]);
+    prices_ = std::move(inner.prices_);
+    return shapes_.emplace(std::move(key), std::move(out)).first->second;
+  }
+
+  // the launch prices of a micro-batch's attention program, priced once
+  const std::vector<detail::call_cost>& prices_of(std::int32_t replica, std::int32_t micro_batch) {
+    auto& p = prices_[{replica, micro_batch}];
+    if (!p) p = std::make_shared<const std::vector<detail::call_cost>>(price_launches(prog_.layout(replica, micro_batch).attention, cost_.attention));
+    return *p;
+  }
+
+  // the seconds of a compute op
+  [[nodiscard]] double seconds_of(const layer_op& op) const {
+    const model_config& m = prog_.model;
+    const step_replica& rep = prog_.replica(block_info_->replica);
+    const gpu_spec& gpu = t_.gpu();
+    const bool backward = op.pass == step_pass::backward;
+    const auto rows = static_cast<double>(op.rows);
+    const double kv_row_bytes = 2.0 * (m.kv_heads / rep.tp) * m.head_dim * prog_.options.activation_bytes;
+    switch (op.part) {
+      case model_part::embedding: return rows * m.hidden * prog_.options.activation_bytes / gpu.memory_bandwidth;
+      case model_part::context_save: return 2.0 * rows * kv_row_bytes / gpu.memory_bandwidth;
+      case model_part::context_gradient: return 3.0 * rows * kv_row_bytes / gpu.memory_bandwidth;
+      case model_part::context_attention:
+        return backward ? cost_.attention.backward_seconds(op.rows, op.pairs, m.heads / rep.tp, m.head_dim)
+                        : cost_.attention.forward_seconds(op.rows, op.pairs, m.heads / rep.tp, m.head_dim);
+      case model_part::attention_input:
+      case model_part::attention_output:
+      case model_part::mlp:
+      case model_part::head: break;
+    }
+    const double flops = rows * part_flops_[static_cast<std::size_t>(op.part)] / rep.tp * (backward ? 2.0 : 1.0);
+    return cost_.linear.seconds(flops, gpu);
+  }
+
+  task_id note_block(task_id id, std::int32_t block, bool recompute) {
+    const auto i = static_cast<std::size_t>(id);
+    if (recompute_.size() <= i) recompute_.resize(i + 1, 0), block_of_task_.resize(i + 1, -1);
+    recompute_[i] = recompute ? 1 : 0;
+    block_of_task_[i] = block;
+    return id;
+  }
+
+ public:
+  //! The stream policy of the engines it makes for shapes (the caller's engine's).
+  void set_stream_policy(stream_policy p) noexcept { e_policy_ = p; }
+
+ private:
+  event_engine& e_;
+  const step_program& prog_;
+  const topology& t_;
+  const sim_cost_model& cost_;
+  block_pricing pricing_;
+  step_record* record_;
+  std::vector<rank_index> ranks_;
+  stream_policy e_policy_ = stream_policy::in_order;
+  std::array<double, 5> part_flops_{};
+  std::int64_t linear_priority_ = 0;
+  launch_stats stats_;
+  // the step level
+  std::vector<std::vector<task_id>> step_task_;  // [rank][op]
+  std::vector<task_id> step_compute_, step_comm_;  // [rank]
+  std::vector<task_id> step_post_, step_flow_;     // [transfer x 2 ends], [transfer]
+  // the block being expanded
+  const block_program* block_ = nullptr;
+  const step_block* block_info_ = nullptr;
+  std::int32_t block_index_ = -1;
+  std::vector<std::vector<task_id>> layer_task_;    // [member][op]
+  std::vector<task_id> layer_compute_, layer_comm_; // [member]
+  std::vector<task_id> layer_post_, layer_flow_;
+  // per shape
+  std::map<std::vector<std::int64_t>, shape_cost> shapes_;
+  std::vector<shaped_block_time> shaped_;
+  std::map<std::pair<std::int32_t, std::int32_t>, std::shared_ptr<const std::vector<detail::call_cost>>> prices_;
+  std::vector<char> recompute_;
+  std::vector<std::int32_t> block_of_task_;
+  std::vector<task_id> deps_, done_;
+};
+
+ZEPPELIN_NAMESPACE_END
