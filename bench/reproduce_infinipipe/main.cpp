@@ -1,29 +1,34 @@
-// bench/reproduce_infinipipe: the InfiniPipe evaluation (pack/elastic_pipeline.hpp,
-// sim/elastic_step.hpp) beside the paper's numbers.
+// bench/reproduce_infinipipe: the InfiniPipe evaluation (pack/elastic_pipeline.hpp, its step
+// plans priced by the step simulator: pack/infinipipe_methods.hpp) beside the paper's numbers.
 //   reproduce_infinipipe [--smoke | --quick | --full] [--seed S]
 // Prints:
 //   Table 3   a 13B Ulysses step of one sequence (batch 1) at SP 8, 16, 32 (one, two, four
-//             nodes of A800 + 400 Gb/s InfiniBand): its time and the all-to-all share, from
-//             the chunk cost model (Eqs. 1 and 3) with the all-to-all over the topology
-//             (ulysses_all_to_all_link on clusters::infinipipe_a800_ib: one 400 Gb/s port
-//             per node), no pipeline;
+//             nodes of A800 + 400 Gb/s InfiniBand, clusters::infinipipe_a800_ib: one 400 Gb/s
+//             port per node): its simulated time and the share of it during which CP traffic
+//             (the all-to-alls; with 40 heads, SP 16 and 32 run Ulysses 8 x ring) is in
+//             flight; a step plan of one replica (TP 1, CP = SP, PP 1, ulysses layout, ZeRO-3
+//             over the group, no recomputation) on the step simulator;
 //   Table 2   relative standard deviation (RSD) of the chunks' backward time and length for
-//             the sequence processor on a GitHub-like global batch (paper, balancing time and
-//             length: 6.2 % / 5.5 %);
+//             the sequence processor on a GitHub-like global batch (the chunk cost model the
+//             planner balances; paper, balancing time and length: 6.2 % / 5.5 %);
 //   speedup   InfiniPipe (sequence processor, grouping, stage-aware checkpointing) over its
-//             baselines (sim/infinipipe_methods.hpp), all on the 4D simulator with ZeRO-3's
-//             parameter gathers and gradient reduce-scatters, 32 GPUs, GPT 7B / 13B / 30B: Seq1F1B-like (fixed 16K chunks
-//             through SP 8 x PP 4; paper: up to 1.27x at 48K, 1.40x at 96K context),
-//             Megatron-like (sequences packed whole into micro-batches of the context through
-//             the same SP x PP; paper: up to 2.60x over Megatron-LM), DeepSpeed-Ulysses-like
-//             (the same packing, Ulysses over all 32 GPUs, ZeRO-3 over all of them, no
-//             pipeline; paper: up to 2.07x) (pack/fixed_chunk_pipeline.hpp, each with the
-//             least uniform recompute that fits), and FlexSP-like (sim/flexsp_step.hpp:
-//             per-sequence Ulysses groups, ZeRO-3 over all GPUs; paper: up to 1.69x).
+//             baselines, every method's step plans (pack/elastic_step_plan.hpp,
+//             pack/flexsp_step_plan.hpp) simulated by the one step simulator: all-to-alls,
+//             K/V context of slices, pipeline sends and ZeRO-3's per-layer gathers and
+//             reduce-scatters as flows on the links; 32 GPUs, GPT 7B / 13B / 30B:
+//             Seq1F1B-like (fixed 16K chunks through SP 8 x PP 4; paper: up to 1.27x at 48K,
+//             1.40x at 96K context), Megatron-like (sequences packed whole into micro-batches
+//             of the context through the same SP x PP; paper: up to 2.60x over Megatron-LM),
+//             DeepSpeed-Ulysses-like (the same packing, Ulysses over all 32 GPUs, ZeRO-3 over
+//             all of them, no pipeline; paper: up to 2.07x) (pack/fixed_chunk_pipeline.hpp,
+//             each with the least uniform recompute that fits), and FlexSP-like
+//             (pack/flexsp_assignment.hpp: per-sequence Ulysses groups per micro-batch, the
+//             groups of a micro-batch one step plan; paper: up to 1.69x).
 // Documents: "GitHub-like" is Zeppelin's GitHub distribution (data/datasets.hpp) clamped at
 // the context; the paper's GitHub set has 91.5 % of sequences <= 8K and 0.6 % >= 64K.
-// Modes: --smoke (one model, 64 sequences, for ctest), --quick (128 sequences), --full (512,
+// Modes: --smoke (one model, 24 sequences, for ctest), --quick (128 sequences), --full (512,
 // the paper's global batch).
+#include <zeppelin/checkpoint/basic_policies.hpp>
 #include <zeppelin/checkpoint/stage_aware.hpp>
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/topology_presets.hpp>
@@ -31,8 +36,11 @@
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/pack/chunk_order.hpp>
 #include <zeppelin/pack/elastic_pipeline.hpp>
-#include <zeppelin/sim/elastic_step.hpp>
-#include <zeppelin/sim/infinipipe_methods.hpp>
+#include <zeppelin/pack/elastic_step_plan.hpp>
+#include <zeppelin/pack/infinipipe_methods.hpp>
+#include <zeppelin/pack/sequence_step_plan.hpp>
+#include <zeppelin/partition/ulysses.hpp>
+#include <zeppelin/step/make_plan.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -64,6 +72,16 @@ std::vector<token_count> github_batch(int sequences, token_count context, std::u
   return out;
 }
 
+// One sequence of `length` tokens on `sp` GPUs: one replica, TP 1, CP sp, PP 1, no recomputation.
+sequence_step_plan one_sequence_step(const topology& topo, const model_config& m, int sp, token_count length) {
+  std::vector<rank_index> ranks(static_cast<std::size_t>(sp));
+  for (int c = 0; c < sp; ++c) ranks[static_cast<std::size_t>(c)] = c;
+  step_plan p{topo.nodes(), topo.gpus_per_node(), {length}, {}, gradient_sync::fully_sharded};
+  p.replicas.push_back(make_replica(topo, m, 1, sp, 1, std::move(ranks), tp_collectives::all_reduce, any_pipeline_schedule{one_f_one_b{}},
+                                    {{{0, 0, length}}}, ulysses{.capacity = length, .cp_size = 0}, no_recompute{}));
+  return {std::move(p), {0}};
+}
+
 void table3() {
   std::printf("\n## Table 3: all-to-all share of a 13B Ulysses step (batch 1), ours (paper)\n");
   std::printf("| SP | 32K | 48K | 72K | 108K | 162K |\n|---|---|---|---|---|---|\n");
@@ -74,11 +92,11 @@ void table3() {
   const int degrees[] = {8, 16, 32};
   for (int d = 0; d < 3; ++d) {
     const topology topo = clusters::infinipipe_a800_ib(std::max(1, degrees[d] / 8));
-    const chunk_cost_model cost = chunk_cost_model::for_model(m, topo, degrees[d], 1);
     std::printf("| %d |", degrees[d]);
     for (int l = 0; l < 5; ++l) {
-      const chunk c{0, {{0, 0, lengths[l]}}};
-      const double total = cost.seconds(cost.forward, c) + cost.seconds(cost.backward, c), a2a = 2 * cost.all_to_all_seconds(c);
+      const sequence_step_plan step = one_sequence_step(topo, m, degrees[d], lengths[l]);
+      const back_to_back_result r = simulate_back_to_back(std::span<const sequence_step_plan>(&step, 1), topo, m);
+      const double total = r.iteration_s, a2a = r.parts.front().stages.front().traffic_s[static_cast<std::size_t>(traffic_class::cp)];
       std::printf(" %.2f s, %.1f %% (%.2f s, %.1f %%) |", total, 100 * a2a / total, paper_s[d][l], paper_share[d][l]);
     }
     std::printf("\n");
@@ -131,7 +149,7 @@ void speedups(const mode& md) {
           elastic_pipeline_options::for_model(m, topo, sp_degree, pp_degree, usable_bytes);
       if (md.smoke) o.processor.max_slices = 4;
       const elastic_plan plan = plan_elastic_pipeline(lengths, o);
-      const double ours = simulate_elastic_step(plan, m, o, topo).iteration_s;
+      const double ours = simulate_back_to_back(elastic_step_plans(plan, lengths, m, o, topo), topo, m).iteration_s;
       const infinipipe_setting setting{.sp_degree = sp_degree, .pp_degree = pp_degree, .usable_bytes = usable_bytes, .fixed_chunk_tokens = 16384,
                                        .context = context};
       const auto baseline = [&](infinipipe_method method) { return simulate_infinipipe_method(method, lengths, m, topo, setting); };
@@ -151,7 +169,7 @@ void speedups(const mode& md) {
 int main(int argc, char** argv) {
   mode md;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--smoke")) md.smoke = true, md.sequences = 64;
+    if (!std::strcmp(argv[i], "--smoke")) md.smoke = true, md.sequences = 24;
     else if (!std::strcmp(argv[i], "--quick")) md.sequences = 128;
     else if (!std::strcmp(argv[i], "--full")) md.sequences = 512;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) md.seed = std::strtoull(argv[++i], nullptr, 10);

@@ -1,5 +1,5 @@
-// bench/reproduce_wlb: the WLB-LLM evaluation (OSDI '25) on the packers and the 4D step
-// simulator.
+// bench/reproduce_wlb: the WLB-LLM evaluation (OSDI '25) on the packers and the one step
+// simulator (every iteration a step plan: TP, CP, PP and DP traffic priced with the compute).
 //   reproduce_wlb [--smoke | --quick | --full] [--iterations N] [--seed S]
 // Prints, beside the numbers the paper reports, ours:
 //   Table 2   7B-128K (TP 8, CP 2, PP 4, DP 1: N = 4 micro-batches of the 128K context per
@@ -9,7 +9,7 @@
 //             (Eq. 1, our branch and bound with a node limit) over 1 / 2 / 4, and WLB-LLM
 //             with 1 / 2 / 3 outlier queues;
 //   ablation  7B-128K step time of Plain-4D and of each technique alone, all together, and
-//             Fixed-4D (sim/packing_methods.hpp), as speedups over Plain-4D;
+//             Fixed-4D (pack/packing_methods.hpp), as speedups over Plain-4D;
 //   configs   every (model, context) of Table 1 with its (TP, CP, PP, DP): WLB-LLM's
 //             speedup over Plain-4D and Fixed-4D (--quick: the 7B and 550M rows).
 // Documents: the paper's data is internal and unpublished ("majority short, some extremely
@@ -29,8 +29,8 @@
 #include <zeppelin/data/sampler.hpp>
 #include <zeppelin/pack.hpp>
 #include <zeppelin/schedule/pipeline.hpp>
-#include <zeppelin/sim/packed_stream.hpp>
-#include <zeppelin/sim/packing_methods.hpp>
+#include <zeppelin/pack/packed_stream.hpp>
+#include <zeppelin/pack/packing_methods.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -85,9 +85,7 @@ std::vector<wlb_config> configs(bool all) {
   return out;
 }
 
-analytic_stage_time stage_of(const wlb_config& c) {
-  return analytic_stage_time::for_gpu(c.model, gpus::h100_sxm(), c.layout.tp, c.layout.cp);
-}
+packing_target target_of(const wlb_config& c) { return {c.model, gpus::h100_sxm(), c.layout}; }
 
 topology topology_of(const parallel_layout& l) { return clusters::wlb_h100_roce(std::max<long long>(1, (l.gpus() + 7) / 8)); }
 
@@ -176,7 +174,7 @@ void table2(const mode& md) {
   const int n = c.layout.pp * c.layout.dp;
   const token_count context = c.context;
   const std::vector<token_count> lengths = stream(context, n, md);
-  const document_workload workload = workload_of(stage_of(c));
+  const document_workload workload = target_of(c).workload();
   const packing_limits fixed{.micro_batches = n, .max_tokens = context};
   std::printf("\n## Table 2: packing imbalance and time per global batch (7B-128K, N = %d, %zu documents, %lld iterations)\n\n", n,
               lengths.size(), static_cast<long long>(md.iterations));
@@ -227,29 +225,36 @@ struct step_result {
   double latency_imbalance = 1;
 };
 
+// Megatron-LM's 4D: 1F1B, sequence parallelism with TP, the distributed optimizer, full
+// recomputation; each block priced once per shape (the step simulator's per_shape pricing).
 step_result train(const packing_method& m, const wlb_config& c, std::span<const token_count> lengths) {
-  const analytic_stage_time stage = stage_of(c);
-  const pipeline_memory_model memory{c.model, c.layout, {}};
-  const packed_stream_result r = simulate_packed_stream(m, lengths, c.context, one_f_one_b{}, full_recompute{}, stage, memory,
-                                                        topology_of(c.layout));
+  step_shape shape;
+  shape.layout = c.layout;
+  shape.schedule = make_pipeline_schedule(pipeline_schedule_kind::one_f_one_b);
+  shape.tp_mode = tp_collectives::sequence_parallel;
+  shape.sync = gradient_sync::sharded_optimizer;
+  const topology topo = topology_of(c.layout);
+  const packed_stream_result r = simulate_packed_stream(m, lengths, c.context, shape, full_recompute{}, c.model, topo,
+                                                        sim_cost_model::for_topology(topo), {.pricing = block_pricing::per_shape});
   return {r.seconds, r.mean_latency_imbalance()};
 }
 
 void ablation(const mode& md) {
   const wlb_config c = configs(false)[3];  // 7B-128K
-  const analytic_stage_time stage = stage_of(c);
+  const packing_target target = target_of(c);
   const std::vector<token_count> lengths = stream(c.context, c.layout.pp * c.layout.dp, md);
-  const packing_method plain = packing_methods::plain_4d(stage);
-  const packing_method all = packing_methods::wlb_4d(stage, c.context);
+  const packing_method plain = packing_methods::plain_4d(target, c.context);
+  const packing_method all = packing_methods::wlb_4d(target, c.context);
   struct row {
     const char* name;
     packing_method method;
     const char* paper;
   };
-  packing_method per_document = plain, adaptive = plain, packing = all, fixed = packing_methods::fixed_4d(stage);
-  per_document.sharding = {padding_free_sharding{}};
-  adaptive.sharding = all.sharding;
-  packing.sharding = {per_sequence_sharding{}};
+  packing_method per_document = plain, adaptive = plain, packing = all, fixed = packing_methods::fixed_4d(target, c.context);
+  per_document.layout = packing_methods::fixed_4d(target, c.context).layout;
+  // the adaptive choice within the plain packer's micro-batches (at most the context each)
+  adaptive.layout = packing_methods::wlb_4d(target, c.context, 1.0).layout;
+  packing.layout = {partitioner_by_name("per_sequence", {.capacity = max_tokens_of(all, c.context)})};
   const row rows[] = {{"Plain-4D", plain, "1.00x"},
                       {"+ per-document CP sharding", per_document, "1.02x"},
                       {"+ adaptive CP sharding", adaptive, "1.05x"},
@@ -267,7 +272,7 @@ void ablation(const mode& md) {
     std::printf("| %-34s | %10.2f | %9.3f | %7.3fx | %s\n", r.name, s.seconds, s.latency_imbalance, base / s.seconds, r.paper);
   }
   std::printf("\nseconds: the whole stream trained (every token once, flush included); imbalance: mean per-iteration\n"
-              "Max_Latency x PP / Total_Latency of the simulator; speedup: Plain-4D seconds / method seconds.\n");
+              "max / mean micro-batch forward latency of the simulator; speedup: Plain-4D seconds / method seconds.\n");
 }
 
 void configs_table(const mode& md) {
@@ -279,11 +284,11 @@ void configs_table(const mode& md) {
   double sum64 = 0, sum128 = 0;
   int n64 = 0, n128 = 0;
   for (const wlb_config& c : configs(md.all_configs)) {
-    const analytic_stage_time stage = stage_of(c);
+    const packing_target target = target_of(c);
     const std::vector<token_count> lengths = stream(c.context, c.layout.pp * c.layout.dp, md);
-    const double plain = train(packing_methods::plain_4d(stage), c, lengths).seconds;
-    const double fixed = train(packing_methods::fixed_4d(stage), c, lengths).seconds;
-    const double wlb_s = train(packing_methods::wlb_4d(stage, c.context), c, lengths).seconds;
+    const double plain = train(packing_methods::plain_4d(target, c.context), c, lengths).seconds;
+    const double fixed = train(packing_methods::fixed_4d(target, c.context), c, lengths).seconds;
+    const double wlb_s = train(packing_methods::wlb_4d(target, c.context), c, lengths).seconds;
     char layout[32];
     std::snprintf(layout, sizeof layout, "%d,%d,%d,%d", c.layout.tp, c.layout.cp, c.layout.pp, c.layout.dp);
     std::printf("| %-10s | %-13s | %12.2f | %12.2f | %12.2f | %6.2fx / %5.2fx |\n", c.name, layout, plain, fixed, wlb_s, plain / wlb_s,

@@ -9,7 +9,6 @@
 #include <zeppelin/cost/attention_time_model.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/cost/chunk_cost.hpp>
-#include <zeppelin/cost/chunk_stage_time.hpp>
 #include <zeppelin/cost/cp_shares.hpp>
 #include <zeppelin/cost/cp_sharding.hpp>
 #include <zeppelin/cost/layer_split.hpp>

@@ -8,6 +8,7 @@
 #include <zeppelin/strategy/dispatch.hpp>
 #include <zeppelin/strategy/homogeneous_baseline.hpp>
 #include <zeppelin/strategy/iteration_plan.hpp>
+#include <zeppelin/strategy/iteration_step_plan.hpp>
 #include <zeppelin/strategy/parallel_scheme.hpp>
 #include <zeppelin/strategy/pipeline_packing.hpp>
 #include <zeppelin/strategy/plan_strategy.hpp>

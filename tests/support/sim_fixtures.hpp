@@ -1,6 +1,6 @@
 // tests/support/sim_fixtures.hpp
 // Small inputs the simulator tests share: a topology of chosen links (latency 0, a test
-// GPU), LLaMA-7B cut to a number of layers, a two-layer toy model, an unlimited memory, and
+// GPU), LLaMA-7B and GPT-7B cut to a number of layers, a two-layer toy model, an unlimited memory, and
 // the method setup of a batch spread evenly.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <zeppelin/sim/method_spec.hpp>
 
 #include <limits>
+#include <string>
 
 namespace zeppelin_test {
 
@@ -47,5 +48,16 @@ inline zeppelin::model_config toy_model(int layers) {
   m.layers = layers;
   return m;
 }
+
+//! GPT-7B with `layers` layers.
+inline zeppelin::model_config gpt_7b_layers(int layers) {
+  zeppelin::model_config m = zeppelin::models::gpt_7b();
+  m.name = "gpt-7b-" + std::to_string(layers) + "-layers";
+  m.layers = layers;
+  return m;
+}
+
+//! Bytes in a GiB.
+inline constexpr double gib = double(1ull << 30);
 
 }  // namespace zeppelin_test

@@ -21,7 +21,7 @@
 //      forward compute per layer the stage-aware checkpointing recomputes there
 //      (checkpoint/stage_aware.hpp), estimated by greedy_stage_aware_checkpointing (a
 //      maximal plan in O(windows); +infinity when even full recomputation does not fit).
-//      This is the 4D simulator's step without the sends between stages. (The paper's
+//      This is the step simulator's step (sim/simulate_step.hpp) without the transfers. (The paper's
 //      closed form, sum T + (d_p - 1) mean T, misses the bubbles of unequal chunks and of
 //      slice chains: up to 28 % below the simulated time on fixed-size chunks.)
 // The plan of least predicted seconds wins (ties: the smaller n, then the slices). Its pipelines' checkpoint

@@ -1,8 +1,8 @@
 // zeppelin/pack/fixed_chunk_pipeline.hpp
 // The plan of InfiniPipe's fixed-chunk baselines (Wang et al., "InfiniPipe: Elastic
 // Pipeline Parallelism for Efficient Variable-Length Long-Context LLM Training", section 5)
-// as an elastic_plan, so that the 4D step simulator runs them exactly as it runs InfiniPipe's
-// own (sim/elastic_step.hpp):
+// as an elastic_plan, so that they become step plans (pack/elastic_step_plan.hpp) and the one
+// step simulator prices them exactly as it prices InfiniPipe's own:
 //   Seq1F1B-like      chunks of a fixed size (16K in the paper's setting) through SP x PP;
 //   Megatron-like     sequences packed whole into micro-batches of the context, through the
 //                     same SP x PP (fixed-size PP packing);

@@ -22,8 +22,9 @@
 // model's bytes more than ZeRO's reduce-scatter, spread over all GPUs.
 // Time: switching_seconds bounds a step from below by its busiest port: a GPU's NVLink
 // bytes sent or received, or a NIC's cross-node bytes sent or received (every GPU behind
-// it), each at full bandwidth; sim/heterogeneous_step.hpp's simulate_switching runs the
-// transfers on the event engine. Hydraulis
+// it), each at full bandwidth; a step program (step/build.hpp) carries the transfers of
+// make_switching_plan as its gradient sync, and sim/simulate_step.hpp runs them on the event
+// engine. Hydraulis
 // overlaps the pull and push with propagation when every micro-batch of a pipeline holds at
 // least TP x CP x F / B tokens (overlap_tokens: F the GPU's bf16 FLOP/s, B the slowest link).
 // Errors: invalid_argument for N < the strategy's GPUs, an empty strategy, an invalid model,
@@ -102,18 +103,18 @@ inline std::vector<switching_user> switching_users(const strategy& s, const mode
 
 }  // namespace detail
 
-//! The pull and push plans of `s` on N GPUs (see the file comment).
-[[nodiscard]] inline switching_plan make_switching_plan(const strategy& s, long long gpus, const model_config& model,
+//! The pull and push plans of the GPUs `users` describe on N GPUs (see the file comment):
+//! each user a GPU with its TP degree and rank, its copy (pipeline x CP rank, numbered from 0
+//! without gaps) and the layers (and parameter elements, before TP) of one of its stages.
+[[nodiscard]] inline switching_plan make_switching_plan(std::span<const detail::switching_user> users, long long gpus,
                                                         double bytes_per_element = 2) {
-  validate(model);
-  ZEPPELIN_EXPECTS(!s.parts.empty(), "a switching plan needs a strategy with pipelines", {});
-  ZEPPELIN_EXPECTS(gpus >= s.gpus(), "the cluster has fewer GPUs than the strategy uses", {{"gpus", double(gpus)}, {"strategy_gpus", double(s.gpus())}});
+  ZEPPELIN_EXPECTS(!users.empty(), "a switching plan needs GPUs that hold parameters", {});
   ZEPPELIN_EXPECTS(bytes_per_element > 0, "bytes per element must be positive", {{"bytes_per_element", bytes_per_element}});
-  const std::vector<detail::switching_user> users = detail::switching_users(s, model);
   int tp_max = 1, copies = 0;
-  for (const strategy_part& part : s.parts) {
-    tp_max = std::max(tp_max, part.profile.scheme.tp);
-    copies += part.pipelines * part.profile.scheme.cp;
+  for (const detail::switching_user& u : users) {
+    ZEPPELIN_EXPECTS(u.gpu >= 0 && u.gpu < gpus, "a switching user's GPU is outside the cluster", {{"gpu", double(u.gpu)}, {"gpus", double(gpus)}});
+    tp_max = std::max(tp_max, u.tp);
+    copies = std::max(copies, u.copy + 1);
   }
   switching_plan plan;
   plan.copies = copies;
@@ -156,6 +157,16 @@ inline std::vector<switching_user> switching_users(const strategy& s, const mode
     }
   }
   return plan;
+}
+
+//! The pull and push plans of `s` on N GPUs (see the file comment).
+[[nodiscard]] inline switching_plan make_switching_plan(const strategy& s, long long gpus, const model_config& model,
+                                                        double bytes_per_element = 2) {
+  validate(model);
+  ZEPPELIN_EXPECTS(!s.parts.empty(), "a switching plan needs a strategy with pipelines", {});
+  ZEPPELIN_EXPECTS(gpus >= s.gpus(), "the cluster has fewer GPUs than the strategy uses", {{"gpus", double(gpus)}, {"strategy_gpus", double(s.gpus())}});
+  const std::vector<detail::switching_user> users = detail::switching_users(s, model);
+  return make_switching_plan(users, gpus, bytes_per_element);
 }
 
 //! Bytes each GPU sends and receives in `transfers`, split into same-node and cross-node.
