@@ -5,59 +5,79 @@
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K] [--gradient-check N]
 //             [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
+//             [--record FILE] [--write-job FILE]
 //             [--world host|device|nccl] [--device d] [--rank r] [--id-file F]
-// Each step, on every rank:
-//   1. the step's documents (corpus.hpp) are planned with method M (any method of
-//      `zeppelin simulate`, sim/methods.hpp; `zeppelin`, the default, lets the cost-driven
-//      planner choose the layout and execution, priced for LLaMA-7B with this attention shape;
-//      or a partitioner name, run with the baselines' execution);
-//   2. each rank takes its slice of the packed stream (the data loader's layout) and dispatches
-//      its (token, target, position) rows to the layout of the linear modules (exec/relayout.hpp,
-//      exec/linear_layout.hpp: the token-balanced layout where the method remaps);
-//   3. forward: embedding, then per layer RMSNorm, Q/K/V, rotary embedding at the token's
-//      position in its document, Q|K|V to the attention layout, the library's attention engine
-//      (exec/attention_engine.hpp: rings, all-gather or all-to-all as planned), O back to the
-//      linear layout, output projection, MLP; the LM head and the next-token cross-entropy
-//      (gpt.hpp);
-//   4. backward through the same path (dO to the attention layout, the engine's backward,
-//      dQ|dK|dV back), gradients summed over the ranks (all-gather in rank order, so every rank
-//      gets the same bits), AdamW. --checkpoint (checkpoint/any_checkpoint_policy.hpp) makes the
-//      ranks keep only the input of the first K layers and run their forward, attention
-//      included, again right before their backward; the reference keeps everything, so parity
-//      also proves the recomputation exact.
-// --stages S (pipeline_stage.hpp) runs S x N x P ranks: the layers split over S stages (S x V
-// virtual stages with the interleaved schedule), each stage a group of N x P ranks running
-// the plan's attention, the step's documents cut into M micro-batches of whole documents
-// (default M = S) driven through the schedule by the library's pipeline runner
-// (exec/pipeline_runner.hpp); --micro-batches alone accumulates gradients over micro-batches.
-// The reference is the same code with one rank. Prints a progress bar on a terminal (plain
-// lines otherwise) and, last,
+// Every step of a host run (the reference's too) is one step program (step/build.hpp) that
+// every rank runs with the library's step runner (exec/step_runner.hpp):
+//   1. the step's documents (corpus.hpp) are cut into M micro-batches of whole documents
+//      (step.hpp split_documents; M = --micro-batches, default the stage count), each planned
+//      for the N x P ranks of a stage with method M (any method of `zeppelin simulate`,
+//      sim/methods.hpp; `zeppelin`, the default, lets the cost-driven planner choose the layout
+//      and execution, priced for LLaMA-7B with this attention shape; or a partitioner name,
+//      run with the baselines' execution); a plan that runs in several passes (hybrid_dp,
+//      micro_batched) gives a micro-batch per pass (step.hpp plan_steps); the step's execution
+//      is one: a micro-batch whose planner chose another than the first micro-batch's is
+//      planned with the first's;
+//   2. the step plan (step/step_plan.hpp): one replica of TP 1, CP = the N x P ranks of a
+//      stage, PP = --stages S, rank (c, s) = s x N x P + c, on the cluster of S x N nodes of P
+//      GPUs; each micro-batch's CP layout its plan; the schedule from --schedule and
+//      --virtual-stages; the layers split over the S x V virtual stages (cost/layer_split.hpp,
+//      the first ones one more); the layers recomputed from --checkpoint
+//      (checkpoint/any_checkpoint_policy.hpp: a recomputed layer keeps only its input and runs
+//      its forward, attention included, again right before its backward; the reference keeps
+//      everything, so parity also proves the recomputation exact); the gradients all-reduced
+//      over each stage's ranks. Every element is sizeof(T) bytes;
+//   3. each rank runs its part of the step program with the GPT as its step model
+//      (step_model.hpp): its (token, target, position) rows dispatched to the layout of the
+//      linear modules (exec/relayout.hpp, exec/linear_layout.hpp: the token-balanced layout
+//      where the method remaps), the embedding, per layer RMSNorm, Q/K/V, rotary embedding at
+//      the token's position in its document, Q|K|V to the attention layout, the library's
+//      attention engine (rings, all-gather or all-to-all as planned), O back, output
+//      projection, MLP; the LM head and the next-token cross-entropy (gpt.hpp); the backward
+//      through the same path; the hidden states of the rank's rows between stages;
+//   4. the gradients of a stage's parameters, summed over its ranks by the program's ring
+//      all-reduce (the same bits on every rank), go into AdamW; the loss is gathered from the
+//      last stage.
+// The reference is the same code with one rank and one micro-batch. Prints a progress bar on a
+// terminal (plain lines otherwise) and, last,
 //   loss parity: max |loss - reference| = X over S steps
 // Exit status 0 when X <= 1e-10 (fp64) or 1e-4 (fp32, a relative bound times the loss), 1
-// otherwise, 2 on bad input. --gradient-check N instead compares the distributed gradient of
-// the first step's loss with central differences of the distributed loss at N coordinates
-// spread over every tensor (exit status 0 when the largest relative error is <= 1e-5 in fp64).
-// --world device and --world nccl run the same loop on GPUs (device_main.cpp: the CUDA engine
-// in bf16, the device loopback world or one process per GPU over NCCL).
+// otherwise, 2 on bad input. --record FILE writes the step record (step/record.hpp) of step 0
+// of the distributed run, all ranks merged; --write-job FILE its step job
+// (examples/common/step_job.hpp), from which `zeppelin pipeline --job FILE --record F2`
+// simulates the same step program and writes the same bytes. A file that cannot be written is
+// an error (exit status 1) and leaves no partial file. --gradient-check N instead compares the
+// distributed gradient of the first step's loss with central differences of the distributed
+// loss at N coordinates spread over every tensor (exit status 0 when the largest relative
+// error is <= 1e-5 in fp64), with the plain loop of train_loop.hpp. --world device and --world
+// nccl run that plain loop on GPUs (device_main.cpp: the CUDA engine in bf16, the device
+// loopback world or one process per GPU over NCCL).
 #include "corpus.hpp"
-#include "gpt.hpp"
-#include "pipeline_stage.hpp"
 #include "device_world.hpp"
+#include "gpt.hpp"
 #include "options.hpp"
 #include "step.hpp"
+#include "step_model.hpp"
 #include "train_loop.hpp"
 
+#include "../common/checked_output.hpp"
 #include "../common/cli_integers.hpp"
 #include "../common/priced_model.hpp"
+#include "../common/step_job.hpp"
 
 #include <zeppelin/checkpoint/any_checkpoint_policy.hpp>
 #include <zeppelin/comm.hpp>
 #include <zeppelin/comm/sub_communicator.hpp>
 #include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/cost/layer_split.hpp>
 #include <zeppelin/exec.hpp>
+#include <zeppelin/exec/step_runner.hpp>
 #include <zeppelin/program.hpp>
 #include <zeppelin/schedule/pipeline/any_schedule.hpp>
 #include <zeppelin/sim/methods.hpp>
+#include <zeppelin/step/build.hpp>
+#include <zeppelin/step/make_plan.hpp>
+#include <zeppelin/step/record.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -68,6 +88,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -75,7 +96,6 @@
 using namespace zeppelin;
 using train_gpt::gpt_config;
 using train_gpt::gpt_params;
-using train_gpt::layer_cache;
 using train_gpt::planned_step;
 
 namespace {
@@ -83,6 +103,26 @@ namespace {
 using train_gpt::method_or_partitioner;
 using train_gpt::options;
 using train_gpt::run_result;
+
+// The files a run writes of its first step (empty: none).
+struct step_outputs {
+  std::string record;  //!< --record: the step record of the distributed run's step 0
+  std::string job;     //!< --write-job: its step job
+};
+
+// An output file that could not be written (exit status 1, not a usage error).
+struct output_failed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class Write>
+void write_output(const std::string& path, Write&& write, const char* what) {
+  try {
+    example_cli::write_checked_file(path, std::forward<Write>(write), what);
+  } catch (const zeppelin::error& e) {
+    throw output_failed(e.what());
+  }
+}
 
 // The host world's all-gather of every rank's `flat`, rank by rank.
 template <class T, communicator C>
@@ -103,107 +143,132 @@ void sum_over_ranks(C& c, gpt_params<T>& grads, double& loss) {
   train_gpt::sum_over_ranks(grads, loss, static_cast<std::size_t>(c.size()), [&](const std::vector<T>& flat) { return gather_ranks(c, flat); });
 }
 
-// The calling rank's share of one step (train_loop.hpp forward_backward) on host thread ranks:
-// its loader rows dispatched to the linear layout, attention through the host engine.
+// The calling rank's share of one step with the plain loop (train_loop.hpp forward_backward) on
+// host thread ranks: its loader rows dispatched to the linear layout, attention through the
+// host engine. The gradient check's loop.
 template <class T, communicator C>
 double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy& recompute, const planned_step<T>& step,
-                        const gpt_params<T>& w, gpt_params<T>* grads, double* kept = nullptr) {
+                        const gpt_params<T>& w, gpt_params<T>* grads) {
   const train_gpt::linear_rows rows = train_gpt::dispatch_rows(c, step);
-  const train_gpt::host_attention<T, C> attention{c, cfg, step, rows};
-  return train_gpt::forward_backward(attention, cfg, recompute, rows, 1.0 / step.targets, w, grads, kept);
+  const train_gpt::host_attention<T, C> attention{c, cfg, step.engine, step.layout, rows};
+  return train_gpt::forward_backward(attention, cfg, recompute, rows, 1.0 / step.targets, w, grads);
 }
 
-// One pipelined step on a world of o.stages x R ranks (pipeline_stage.hpp): the step's
-// documents cut into micro-batches, each planned for the R ranks of a stage, run through the
-// schedule; every rank's gradients summed over its stage's group; the loss gathered from the
-// last stage. Returns the step's mean loss; `kept` receives the most activation values a rank
-// held.
+// The micro-batches of one step (see the file comment, 1.), planned for `group`, a stage's ranks.
 template <class T>
-double pipelined_step(const options& o, const topology& t, const any_checkpoint_policy& recompute, const train_gpt::step_batch& sb,
-                      const method_spec& requested, host_loopback_world& world, std::vector<gpt_params<T>>& params,
-                      std::vector<train_gpt::adamw<T>>& optimizers, double& kept, std::string& executed) {
-  const gpt_config& cfg = o.model;
-  const rank_index R = t.num_ranks();
-  std::vector<planned_step<T>> steps;
-  std::vector<token_count> tokens;
-  double targets = 0;
+std::vector<planned_step<T>> plan_micro_batches(const options& o, const train_gpt::step_batch& sb, const topology& group,
+                                                const method_spec& requested) {
+  std::vector<planned_step<T>> out;
   for (train_gpt::step_batch& part : train_gpt::split_documents(sb, o.micro_batch_count())) {
-    tokens.push_back(part.lengths.total_tokens());
-    steps.push_back(train_gpt::plan_step<T>(std::move(part), t, requested, cfg));
-    targets += steps.back().targets;
+    std::vector<planned_step<T>> planned = train_gpt::plan_steps<T>(part, group, requested, o.model);
+    if (!out.empty() && planned.front().options != out.front().options)
+      planned = train_gpt::plan_steps<T>(std::move(part), group, out.front().executed, o.model);
+    for (planned_step<T>& p : planned) {
+      ZEPPELIN_EXPECTS(out.empty() || p.options == out.front().options, "train_gpt: a step's micro-batches need one execution",
+                       {{"micro_batch", double(out.size())}});
+      out.push_back(std::move(p));
+    }
   }
-  executed = std::string(steps.back().executed.name);
-  const pipeline_schedule schedule =
-      make_pipeline_schedule(o.schedule, o.chunks()).build(o.stages, std::span<const token_count>(tokens));
-  double step_loss = 0;
-  std::mutex m;
-  world.run([&](host_loopback_comm& c) {
-    const rank_index stage = c.rank() / R, r = c.rank() % R;
-    std::vector<rank_index> group(static_cast<std::size_t>(R)), stage_ranks(static_cast<std::size_t>(o.stages));
-    for (rank_index i = 0; i < R; ++i) group[static_cast<std::size_t>(i)] = stage * R + i;
-    for (int s = 0; s < o.stages; ++s) stage_ranks[static_cast<std::size_t>(s)] = s * R + r;
-    sub_communicator<host_loopback_comm> cp(c, group);
-    const auto ri = static_cast<std::size_t>(c.rank());
-    gpt_params<T> g = train_gpt::zero_params<T>(cfg);
-    train_gpt::gpt_stage<T, sub_communicator<host_loopback_comm>> model(cp, cfg, steps, params[ri], g, recompute, stage, o.stages,
-                                                                         o.chunks(), 1.0 / targets);
-    (void)run_pipeline_stage(schedule, stage, model, c, std::span<const rank_index>(stage_ranks));
-    // the loss of every rank's rows (nonzero on the last stage), summed in rank order
-    double loss = 0;
-    std::vector<double> losses(static_cast<std::size_t>(c.size()));
-    std::vector<rank_index> everyone(static_cast<std::size_t>(c.size()));
-    for (rank_index i = 0; i < c.size(); ++i) everyone[static_cast<std::size_t>(i)] = i;
-    const double mine = model.loss();
-    const std::vector<token_count> ones(everyone.size(), 1);
-    all_gather_v(c, std::span<const rank_index>(everyone), std::span<const double>(&mine, 1), std::span<double>(losses),
-                 std::span<const token_count>(ones), "loss gather");
-    for (const double x : losses) loss += x;
-    double unused = 0;
-    sum_over_ranks(cp, g, unused);  // the stage's gradients over its group
-    optimizers[ri].step(params[ri], g);
-    std::lock_guard lock(m);
-    kept = std::max(kept, model.peak_kept());
-    if (c.rank() == 0) step_loss = loss / targets;
-  });
-  return step_loss;
+  return out;
 }
 
+// The step plan of one step (see the file comment, 2.) on `cluster`, from its micro-batches'
+// plans (their documents in order are the step's).
 template <class T>
-run_result train(const options& o, const topology& t, const any_checkpoint_policy& recompute, bool progress, const char* label) {
+step_plan plan_of_step(const options& o, const topology& cluster, const model_config& model, const any_checkpoint_policy& recompute,
+                       const std::vector<planned_step<T>>& micro_batches) {
+  const int R = o.nodes * o.gpus_per_node;
+  step_plan p;
+  p.nodes = cluster.nodes();
+  p.gpus_per_node = cluster.gpus_per_node();
+  p.sync = gradient_sync::all_reduce;
+  step_replica r;
+  r.tp = 1, r.cp = R, r.pp = o.stages;
+  for (int s = 0; s < o.stages; ++s)
+    for (int c = 0; c < R; ++c) r.ranks.push_back(s * R + c);
+  r.schedule = make_pipeline_schedule(o.schedule, o.chunks());
+  r.layers = split_layers(model.layers, o.stages * o.chunks());
+  for (const planned_step<T>& mb : micro_batches) {
+    step_micro_batch x;
+    const batch& b = mb.data.lengths;
+    for (sequence_index q = 0; q < b.size(); ++q) {
+      x.pieces.push_back({static_cast<std::int64_t>(p.documents.size()), 0, b.length(q)});
+      p.documents.push_back(b.length(q));
+    }
+    x.layout = mb.layout;
+    r.micro_batches.push_back(std::move(x));
+  }
+  r.recompute = recompute_counts(r, recompute);
+  p.replicas.push_back(std::move(r));
+  return p;
+}
+
+// Trains o.steps steps on o.stages x o.nodes x o.gpus_per_node host thread ranks, each step one
+// step program (see the file comment); writes `outputs` of step 0.
+template <class T>
+run_result train(const options& o, const any_checkpoint_policy& recompute, bool progress, const char* label, const step_outputs& outputs) {
   const gpt_config& cfg = o.model;
   const method_spec requested = method_or_partitioner(o.method);
   train_gpt::corpus data = train_gpt::corpus_of(o);
-  const rank_index R = t.num_ranks(), world_ranks = R * o.stages;
+  const topology group = cluster_by_name(o.cluster, o.nodes, o.gpus_per_node);  // a stage's ranks: what a micro-batch is planned on
+  const topology cluster = cluster_by_name(o.cluster, o.stages * o.nodes, o.gpus_per_node);
+  const rank_index R = group.num_ranks(), world_ranks = cluster.num_ranks();
+  const model_config model = train_gpt::gpt_model_config(cfg, static_cast<int>(sizeof(T)));
   // every rank keeps its own copy of the parameters and optimizer state, as processes would
   // (with pipeline stages a rank uses and updates only its stage's layers)
   std::vector<gpt_params<T>> params(static_cast<std::size_t>(world_ranks), train_gpt::init_params<T>(cfg, o.seed));
   std::vector<train_gpt::adamw<T>> optimizers(static_cast<std::size_t>(world_ranks), train_gpt::fresh_adamw<T>(o));
-  host_loopback_world world{.ranks = world_ranks, .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
+  host_loopback_world world{.ranks = world_ranks, .gpus_per_node = cluster.gpus_per_node(), .timeout = std::chrono::seconds(600)};
 
   run_result result;
   for (int step = 0; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    train_gpt::step_batch sb = data.next(step, o.tokens);
+    const train_gpt::step_batch sb = data.next(step, o.tokens);
     const auto tokens = static_cast<double>(sb.lengths.total_tokens());
-    double step_loss = 0;
-    if (o.pipelined()) {
-      step_loss = pipelined_step<T>(o, t, recompute, sb, requested, world, params, optimizers, result.kept, result.executed);
-    } else {
-      const planned_step<T> planned = train_gpt::plan_step<T>(std::move(sb), t, requested, cfg);
-      result.executed = std::string(planned.executed.name);
-      std::mutex m;
-      world.run([&](host_loopback_comm& c) {
-        const auto ri = static_cast<std::size_t>(c.rank());
-        gpt_params<T> g;
-        double kept = 0;
-        double loss = forward_backward(c, cfg, recompute, planned, params[ri], &g, &kept);
-        sum_over_ranks(c, g, loss);
-        optimizers[ri].step(params[ri], g);
-        std::lock_guard lock(m);
-        result.kept = std::max(result.kept, kept);
-        if (c.rank() == 0) step_loss = loss / planned.targets;
-      });
+    const std::vector<planned_step<T>> micro_batches = plan_micro_batches<T>(o, sb, group, requested);
+    double targets = 0;
+    for (const planned_step<T>& mb : micro_batches) targets += mb.targets;
+    result.executed = std::string(micro_batches.back().executed.name);
+    step_program_options po;
+    po.attention = micro_batches.front().options;
+    po.activation_bytes = po.parameter_bytes = po.gradient_bytes = po.accumulator_bytes = static_cast<int>(sizeof(T));
+    const step_program prog = make_step_program(plan_of_step(o, cluster, model, recompute, micro_batches), cluster, model, po);
+    if (step == 0 && !outputs.job.empty()) {
+      const example_cli::step_job job{o.cluster, cluster.nodes(), cluster.gpus_per_node(), model, po, prog.plan};
+      write_output(outputs.job, [&](std::ostream& out) { example_cli::write_step_job(out, job); }, "--write-job");
     }
+    const bool recording = step == 0 && !outputs.record.empty();
+    step_record record;
+    double step_loss = 0;
+    std::mutex m;
+    world.run([&](host_loopback_comm& c) {
+      const rank_index stage = c.rank() / R;
+      std::vector<rank_index> members(static_cast<std::size_t>(R));
+      for (rank_index i = 0; i < R; ++i) members[static_cast<std::size_t>(i)] = stage * R + i;
+      sub_communicator<host_loopback_comm> stage_comm(c, members);
+      const auto ri = static_cast<std::size_t>(c.rank());
+      train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(prog, c.rank(), stage_comm, cfg, micro_batches, params[ri], 1.0 / targets);
+      step_record mine;
+      run_step_rank(prog, rank_model, c, recording ? &mine : nullptr);
+      // the loss of every rank's rows (nonzero on the last stage), summed in rank order
+      std::vector<rank_index> everyone(static_cast<std::size_t>(c.size()));
+      for (rank_index i = 0; i < c.size(); ++i) everyone[static_cast<std::size_t>(i)] = i;
+      const double own = rank_model.loss();
+      std::vector<double> losses(everyone.size());
+      const std::vector<token_count> ones(everyone.size(), 1);
+      all_gather_v(c, std::span<const rank_index>(everyone), std::span<const double>(&own, 1), std::span<double>(losses),
+                   std::span<const token_count>(ones), "loss gather");
+      double loss = 0;
+      for (const double x : losses) loss += x;
+      gpt_params<T> g = train_gpt::zero_params<T>(cfg);
+      rank_model.gradients_into(g);
+      optimizers[ri].step(params[ri], g);
+      std::lock_guard lock(m);
+      result.kept = std::max(result.kept, rank_model.peak_kept());
+      if (recording) record.merge(mine);
+      if (c.rank() == 0) step_loss = loss / targets;
+    });
+    if (recording) write_output(outputs.record, [&](std::ostream& out) { write_step_record_json(out, record); }, "--record");
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     train_gpt::report_step(result, progress, label, step, o.steps, step_loss, tokens, seconds);
   }
@@ -264,9 +329,8 @@ double gradient_check(const options& o, const topology& t, int samples) {
 }
 
 template <class T>
-int run(const options& o) {
+int run(const options& o, const step_outputs& outputs) {
   const topology t = cluster_by_name(o.cluster, o.nodes, o.gpus_per_node);
-  const topology single = cluster_by_name(o.cluster, 1, 1);
   const bool progress = isatty(fileno(stdout)) != 0;
   std::printf("train_gpt: %s, %d layers, width %d, %d heads (%d K/V), vocab %d; %d steps of %lld tokens; method %s on %d x %d "
               "ranks, %s\n",
@@ -280,11 +344,13 @@ int run(const options& o) {
                 t.num_ranks(), tolerance);
     return worst <= tolerance ? 0 : 1;
   }
-  // the reference keeps every activation; the ranks recompute what --checkpoint says
-  options one_rank = o;  // no stages, no micro-batches
-  one_rank.stages = 1, one_rank.micro_batches = 1;
-  const run_result reference = train<T>(one_rank, single, {no_recompute{}}, progress, "reference");
-  const run_result distributed = train<T>(o, t, checkpoint_policy_by_name(o.checkpoint), progress, "ranks");
+  // the reference keeps every activation on one rank, its step's documents not cut into
+  // micro-batches; the ranks recompute what --checkpoint says
+  options one_rank = o;
+  one_rank.nodes = 1, one_rank.gpus_per_node = 1, one_rank.stages = 1, one_rank.micro_batches = 1;
+  one_rank.schedule = pipeline_schedule_kind::one_f_one_b;
+  const run_result reference = train<T>(one_rank, {no_recompute{}}, progress, "reference", {});
+  const run_result distributed = train<T>(o, checkpoint_policy_by_name(o.checkpoint), progress, "ranks", outputs);
   const auto [worst, scale] = train_gpt::max_loss_gap(reference, distributed);
   const double tolerance = o.fp32 ? 1e-4 * std::max(1.0, scale) : 1e-10;
   std::printf("loss: %.6f -> %.6f; tokens/s: reference %.0f, %d ranks %.0f (method %s, last step: %s)\n", reference.loss.front(),
@@ -339,6 +405,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   add_integer_option(&app, "--virtual-stages", o.virtual_stages, "model chunks per stage of the interleaved schedule")
       ->check(CLI::Range(1, 16));
+  step_outputs outputs;
+  app.add_option("--record", outputs.record, "write the step record of the distributed run's first step (zeppelin.step_record)");
+  app.add_option("--write-job", outputs.job,
+                 "write the distributed run's first step as a step job (zeppelin.step_job) for `zeppelin pipeline --job`");
   add_integer_option(&app, "--gradient-check", o.gradient_check,
                      "instead of training: check the distributed gradient of the first step at N coordinates against "
                      "central differences")
@@ -368,8 +438,13 @@ int main(int argc, char** argv) {
                      {{"layers", double(o.model.layers)}, {"stages", double(o.stages)}, {"virtual_stages", double(o.chunks())}});
     ZEPPELIN_EXPECTS(o.gradient_check == 0 || !o.pipelined(), "--gradient-check runs without pipeline stages or micro-batches",
                      {{"stages", double(o.stages)}, {"micro_batches", double(o.micro_batch_count())}});
+    ZEPPELIN_EXPECTS((outputs.record.empty() && outputs.job.empty()) || (o.world == train_gpt::world_kind::host && o.gradient_check == 0),
+                     "--record and --write-job write a host training run's first step (not --gradient-check or a GPU world)", {});
     if (o.world != train_gpt::world_kind::host) return train_gpt::run_on_device(o);
-    return o.fp32 ? run<float>(o) : run<double>(o);
+    return o.fp32 ? run<float>(o, outputs) : run<double>(o, outputs);
+  } catch (const output_failed& e) {
+    std::cerr << "train_gpt: " << e.what() << '\n';
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "train_gpt: " << e.what() << '\n';
     return 2;

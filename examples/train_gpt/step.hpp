@@ -1,16 +1,26 @@
 // examples/train_gpt/step.hpp
-// One training step of train_gpt, in the pieces that the plain loop (main.cpp) and a pipeline
-// stage (pipeline_stage.hpp) both compose:
-//   plan_step        the step's plan, attention engine and dispatch (the same on every rank)
+// One training step of train_gpt, in the pieces that the step model (step_model.hpp: the host
+// run through the step program) and the plain loop (train_loop.hpp: the gradient check and
+// the GPU worlds) both compose:
+//   split_documents  a step's documents cut into micro-batches of whole documents
+//   plan_step        a micro-batch's plan, attention engine and dispatch (the same on every rank);
+//                    plan_steps: one per pass of a plan that runs in several (micro_batch_plan)
 //   dispatch_rows    a rank's (token, target, position) rows, from the data loader's layout to
 //                    the linear modules' layout (loader_rows and unpack_rows: the parts a
 //                    device rank shares, device_attention.hpp)
 //   host_attention   one layer's attention through the library's host engine: packed Q|K|V
-//                    rows of the linear layout in, O rows out (and back for the backward)
-//   embed / layer_forward / head_forward       the forward of the embedding, one transformer
-//                    layer (attention through an attention object: host_attention, or
-//                    device_attention on a GPU) and the final norm, LM head and cross-entropy
-//   head_backward / layer_backward / embed_backward   their backward passes
+//                    rows of the linear layout in, O rows out (and back for the backward),
+//                    optionally into an execution record
+//   embed / head_forward        the embedding, and the final norm, LM head and cross-entropy
+//   the model parts of a layer, as step/block.hpp names them (model_part):
+//     attention_input_forward    RMSNorm, Q/K/V projections, rotary embedding
+//     (the attention)            an attention object: host_attention, or device_attention
+//     attention_output_forward   output projection, residual
+//     mlp_forward                RMSNorm, W1, SiLU, W2, residual
+//   and their backward passes in reverse (mlp_backward, attention_output_backward, the
+//   attention's backward, attention_input_backward); layer_forward / layer_backward compose
+//   them with an attention object, the same arithmetic in the same order
+//   head_backward / embed_backward   the head's and the embedding's backward passes
 // Every piece runs on the calling rank's rows; the ones that move rows across ranks (dispatch,
 // the engine's layout changes and attention) are collective over the communicator of the
 // plan's ranks, which every rank calls in the same order.
@@ -74,6 +84,32 @@ std::vector<T> concat_columns(const std::vector<const std::vector<T>*>& parts, c
   return out;
 }
 
+//! The documents of `s` in order, cut into at most `count` micro-batches of whole documents:
+//! a cut falls where the running token count first reaches the next equal share, and every
+//! micro-batch keeps at least one document.
+inline std::vector<step_batch> split_documents(const step_batch& s, int count) {
+  const batch& b = s.lengths;
+  const int parts = std::max(1, std::min(count, b.size()));
+  std::vector<step_batch> out;
+  std::vector<token_count> lengths;
+  std::vector<std::int64_t> tokens;
+  token_count done = 0;
+  for (sequence_index q = 0; q < b.size(); ++q) {
+    lengths.push_back(b.length(q));
+    tokens.insert(tokens.end(), s.tokens.begin() + b.offset(q), s.tokens.begin() + b.offset(q) + b.length(q));
+    done += b.length(q);
+    const int made = static_cast<int>(out.size());
+    const bool share_reached = done * parts >= b.total_tokens() * (made + 1);
+    const bool must_leave_rest = b.size() - 1 - q == parts - 1 - made;  // one document left per part still to make
+    if (made + 1 < parts && (share_reached || must_leave_rest)) {
+      out.push_back({batch(std::move(lengths)), std::move(tokens)});
+      lengths.clear(), tokens.clear();
+    }
+  }
+  out.push_back({batch(std::move(lengths)), std::move(tokens)});
+  return out;
+}
+
 // One step's plan and data movement, the same on every rank.
 template <class T>
 struct planned_step {
@@ -88,8 +124,10 @@ struct planned_step {
   attention_engine<T> engine;
 };
 
+// A planned_step of `sb` from plan `p`, which method `executed` made, run with `options`: the
+// targets and positions, the engine, the loader layout and the dispatch.
 template <class T>
-planned_step<T> plan_step(step_batch sb, const topology& t, const method_spec& requested, const gpt_config& cfg) {
+planned_step<T> prepare_step(step_batch sb, const topology& t, const gpt_config& cfg, method_spec executed, plan p, program_options options) {
   const batch& b = sb.lengths;
   std::vector<std::int64_t> target(sb.tokens.size(), -1), position(sb.tokens.size());
   double targets = 0;
@@ -99,19 +137,100 @@ planned_step<T> plan_step(step_batch sb, const topology& t, const method_spec& r
       position[g] = i;
       if (i + 1 < b.length(s)) target[g] = sb.tokens[g + 1], targets += 1;
     }
+  const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
+  attention_engine<T> engine(p, b, t, dims, options);
+  std::vector<placement> loader = loader_layout(b, t.num_ranks());
+  relayout_plan dispatch = make_dispatch_plan(loader, linear_layout(p, engine.program()));
+  return {std::move(sb),      std::move(target), std::move(position), targets,           executed,
+          std::move(p),       std::move(options), std::move(loader),  std::move(dispatch), std::move(engine)};
+}
+
+template <class T>
+planned_step<T> plan_step(step_batch sb, const topology& t, const method_spec& requested, const gpt_config& cfg) {
+  const batch& b = sb.lengths;
   const model_config priced = example_cli::priced_model(cfg.heads, cfg.kv_heads, cfg.head_dim(), static_cast<int>(sizeof(T)));
   method_setup setup;
   setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
   auto [spec, p] = plan_method(requested, b, t, priced, setup);
-  const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
   program_options options = to_program_options(options_for(spec, setup), {});
-  attention_engine<T> engine(p, b, t, dims, options);
-  std::vector<placement> loader = loader_layout(b, t.num_ranks());
-  relayout_plan dispatch = make_dispatch_plan(loader, linear_layout(p, engine.program()));
-  return {std::move(sb), std::move(target),  std::move(position), targets,  spec, std::move(p), std::move(options),
-          std::move(loader), std::move(dispatch), std::move(engine)};
+  return prepare_step<T>(std::move(sb), t, cfg, spec, std::move(p), std::move(options));
 }
 
+//! Plan `p` restricted to its micro-batch `j`: its shards of j, with their sequences renumbered
+//! in ascending order (`sequences` receives the original indices) and micro-batch 0, the
+//! groups they name renumbered alike, the notes on the whole plan or on those sequences.
+inline plan micro_batch_plan(const plan& p, std::int32_t j, std::vector<sequence_index>& sequences) {
+  sequences.clear();
+  std::vector<group_index> groups;
+  for (const placement& x : p.placements)
+    for (const shard& s : x.shards) {
+      if (s.micro_batch != j) continue;
+      sequences.push_back(s.seq);
+      if (s.group != no_group) groups.push_back(s.group);
+    }
+  const auto unique_sorted = [](auto& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
+  unique_sorted(sequences);
+  unique_sorted(groups);
+  const auto index_in = [](const auto& v, auto x) { return static_cast<std::int32_t>(std::lower_bound(v.begin(), v.end(), x) - v.begin()); };
+  plan out;
+  out.method = p.method, out.nodes = p.nodes, out.gpus_per_node = p.gpus_per_node, out.capacity = p.capacity;
+  for (const placement& x : p.placements) {
+    placement& y = out.placements.emplace_back();
+    for (shard s : x.shards) {
+      if (s.micro_batch != j) continue;
+      s.seq = index_in(sequences, s.seq);
+      if (s.group != no_group) s.group = index_in(groups, s.group);
+      s.micro_batch = 0;
+      y.shards.push_back(s);
+    }
+  }
+  for (const group_index g : groups) {
+    ring_group r = p.groups[static_cast<std::size_t>(g)];
+    r.id = index_in(groups, g);
+    out.groups.push_back(std::move(r));
+  }
+  for (plan_note n : p.notes) {
+    const bool whole = n.sequences.empty();
+    std::vector<sequence_index> mine;
+    for (const sequence_index q : n.sequences)
+      if (std::binary_search(sequences.begin(), sequences.end(), q)) mine.push_back(index_in(sequences, q));
+    if (!whole && mine.empty()) continue;
+    n.sequences = std::move(mine);
+    out.notes.push_back(std::move(n));
+  }
+  return out;
+}
+
+//! plan_step, one planned_step per micro-batch of the method's plan: a method that runs the
+//! batch in several passes (hybrid_dp, micro_batched) gives one per pass, each of its
+//! documents in their order, with the same execution.
+template <class T>
+std::vector<planned_step<T>> plan_steps(step_batch sb, const topology& t, const method_spec& requested, const gpt_config& cfg) {
+  std::vector<planned_step<T>> out;
+  planned_step<T> whole = plan_step<T>(std::move(sb), t, requested, cfg);
+  const std::int32_t passes = whole.layout.micro_batches();
+  if (passes == 1) {
+    out.push_back(std::move(whole));
+    return out;
+  }
+  const batch& b = whole.data.lengths;
+  std::vector<sequence_index> sequences;
+  for (std::int32_t j = 0; j < passes; ++j) {
+    plan p = micro_batch_plan(whole.layout, j, sequences);
+    if (sequences.empty()) continue;
+    std::vector<token_count> lengths;
+    std::vector<std::int64_t> tokens;
+    for (const sequence_index q : sequences) {
+      lengths.push_back(b.length(q));
+      tokens.insert(tokens.end(), whole.data.tokens.begin() + b.offset(q), whole.data.tokens.begin() + b.offset(q) + b.length(q));
+    }
+    out.push_back(prepare_step<T>({batch(std::move(lengths)), std::move(tokens)}, t, cfg, whole.executed, std::move(p), whole.options));
+  }
+  return out;
+}
 
 // A rank's rows of one step in the linear layout, and its attention-layout row count.
 struct linear_rows {
@@ -152,31 +271,35 @@ linear_rows dispatch_rows(C& c, const planned_step<T>& step) {
   return unpack_rows(rows, static_cast<std::size_t>(step.engine.rows(c.rank())));
 }
 
-// One layer's attention through the library's host engine, on the calling rank of the plan's
-// communicator c: forward takes the layer's packed Q|K|V rows (linear layout, rotary embedding
-// applied) and returns its O rows (linear layout), keeping the attention-layout Q, K, V, O and
-// LSE in the layer's cache; backward takes dO (linear layout) and that cache and returns the
-// packed dQ|dK|dV rows (linear layout). Collective: every rank calls it.
+// One layer's attention through the library's host engine, on the calling rank of the
+// engine's communicator c: forward takes the layer's packed Q|K|V rows (linear layout, rotary
+// embedding applied) and returns its O rows (linear layout), keeping the attention-layout Q, K,
+// V, O and LSE in the layer's cache; backward takes dO (linear layout) and that cache and
+// returns the packed dQ|dK|dV rows (linear layout). `layout` is the plan the engine's program
+// was built from; `record`, when given, receives what the rank moved and launched
+// (program/record.hpp). Collective: every rank calls it.
 template <class T, communicator C>
 struct host_attention {
   C& c;
   const gpt_config& cfg;
-  const planned_step<T>& step;
+  const attention_engine<T>& engine;
+  const plan& layout;
   const linear_rows& rows;
+  execution_record* record = nullptr;
 
   std::vector<T> forward(const std::vector<T>& qkv_rows, layer_cache<T>& k) const {
     const auto D = static_cast<std::size_t>(cfg.dim), H = static_cast<std::size_t>(cfg.heads), kvw = static_cast<std::size_t>(cfg.kv_width());
     const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
     std::vector<T> att(na * qkv);
-    to_attention_layout(step.engine, c, step.layout, pass_kind::forward, std::span<const T>(qkv_rows), std::span<T>(att),
-                        static_cast<std::int64_t>(qkv));
+    to_attention_layout(engine, c, layout, pass_kind::forward, std::span<const T>(qkv_rows), std::span<T>(att),
+                        static_cast<std::int64_t>(qkv), record);
     k.aq = columns(att, na, qkv, 0, D), k.ak = columns(att, na, qkv, D, kvw), k.av = columns(att, na, qkv, D + kvw, kvw);
     k.ao.assign(na * D, T(0)), k.lse.assign(na * H, T(0));
-    step.engine.forward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<T>(k.ao),
-                        std::span<T>(k.lse));
+    engine.forward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<T>(k.ao),
+                   std::span<T>(k.lse), record);
     std::vector<T> o(n * D);
-    to_linear_layout(step.engine, c, step.layout, pass_kind::forward, std::span<const T>(k.ao), std::span<T>(o),
-                     static_cast<std::int64_t>(D));
+    to_linear_layout(engine, c, layout, pass_kind::forward, std::span<const T>(k.ao), std::span<T>(o), static_cast<std::int64_t>(D),
+                     record);
     return o;
   }
 
@@ -184,14 +307,15 @@ struct host_attention {
     const auto D = static_cast<std::size_t>(cfg.dim), kvw = static_cast<std::size_t>(cfg.kv_width());
     const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
     std::vector<T> a_do(na * D), adq(na * D), adk(na * kvw), adv(na * kvw);
-    to_attention_layout(step.engine, c, step.layout, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do),
-                        static_cast<std::int64_t>(D));
-    step.engine.backward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<const T>(k.ao),
-                         std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(adq), std::span<T>(adk), std::span<T>(adv));
+    to_attention_layout(engine, c, layout, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do),
+                        static_cast<std::int64_t>(D), record);
+    engine.backward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<const T>(k.ao),
+                    std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(adq), std::span<T>(adk), std::span<T>(adv),
+                    record);
     const std::vector<T> agrad = concat_columns<T>({&adq, &adk, &adv}, {D, kvw, kvw}, na);
     std::vector<T> grad(n * qkv);
-    to_linear_layout(step.engine, c, step.layout, pass_kind::backward, std::span<const T>(agrad), std::span<T>(grad),
-                     static_cast<std::int64_t>(qkv));
+    to_linear_layout(engine, c, layout, pass_kind::backward, std::span<const T>(agrad), std::span<T>(grad),
+                     static_cast<std::int64_t>(qkv), record);
     return grad;
   }
 };
@@ -215,12 +339,12 @@ void embed_backward(const gpt_config& cfg, gpt_params<T>& g, const linear_rows& 
     for (std::size_t i = 0; i < D; ++i) g.embed[static_cast<std::size_t>(rows.tok[r]) * D + i] += dx[r * D + i];
 }
 
-// One layer's forward from its input k.x, filling the rest of its cache; returns its output.
-// `attention` runs the layer's attention (host_attention, or device_attention on a GPU).
-template <class T, class Attention>
-std::vector<T> layer_forward(const Attention& attention, const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw,
-                             layer_cache<T>& k) {
-  const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
+// The model parts of one layer (step/block.hpp's model_part), forward: each reads what the
+// one before left in the layer's cache. attention_input_forward: RMSNorm, Q/K/V projections and
+// the rotary embedding of k.x; returns the packed Q|K|V rows for the attention.
+template <class T>
+std::vector<T> attention_input_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k) {
+  const auto D = static_cast<std::size_t>(cfg.dim);
   const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
   const std::size_t kvw = KV * hd, n = rows.n;
   rmsnorm(k.x, lw.norm1, k.h1, k.inv1, n, D, cfg.eps);
@@ -229,30 +353,56 @@ std::vector<T> layer_forward(const Attention& attention, const gpt_config& cfg, 
   matmul(k.h1, lw.wv, k.v, n, D, kvw);
   rope(k.q, rows.pos, H, hd, cfg.rope_base, 1);
   rope(k.k, rows.pos, KV, hd, cfg.rope_base, 1);
-  k.o = attention.forward(concat_columns<T>({&k.q, &k.k, &k.v}, {D, kvw, kvw}, n), k);
+  return concat_columns<T>({&k.q, &k.k, &k.v}, {D, kvw, kvw}, n);
+}
+
+// attention_output: the output projection of the attention's k.o and the residual: k.x1.
+template <class T>
+void attention_output_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k) {
+  const auto D = static_cast<std::size_t>(cfg.dim);
   std::vector<T> y;
-  matmul(k.o, lw.wo, y, n, D, D);
+  matmul(k.o, lw.wo, y, rows.n, D, D);
   k.x1 = k.x;
   add(k.x1, y);
+}
+
+// mlp: RMSNorm, W1, SiLU, W2 and the residual of k.x1; returns the layer's output.
+template <class T>
+std::vector<T> mlp_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k) {
+  const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
+  const std::size_t n = rows.n;
   rmsnorm(k.x1, lw.norm2, k.h2, k.inv2, n, D, cfg.eps);
   matmul(k.h2, lw.w1, k.z, n, D, F);
   k.act.resize(k.z.size());
   for (std::size_t i = 0; i < k.z.size(); ++i) k.act[i] = k.z[i] * sigmoid(k.z[i]);
+  std::vector<T> y;
   matmul(k.act, lw.w2, y, n, F, D);
   std::vector<T> out = k.x1;
   add(out, y);
   return out;
 }
 
-// One layer's backward from the gradient of its output, adding into its parameter gradients
-// `gl`; returns the gradient of its input. The cache must be complete (recompute first).
+// One layer's forward from its input k.x, filling the rest of its cache; returns its output:
+// the parts above, the attention between them. `attention` runs the layer's attention
+// (host_attention, or device_attention on a GPU).
 template <class T, class Attention>
-std::vector<T> layer_backward(const Attention& attention, const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw,
-                              layer_params<T>& gl, const layer_cache<T>& k, const std::vector<T>& dx) {
+std::vector<T> layer_forward(const Attention& attention, const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw,
+                             layer_cache<T>& k) {
+  const std::vector<T> qkv = attention_input_forward(cfg, rows, lw, k);
+  k.o = attention.forward(qkv, k);
+  attention_output_forward(cfg, rows, lw, k);
+  return mlp_forward(cfg, rows, lw, k);
+}
+
+// The parts' backward passes, in the order they run; each adds into the layer's parameter
+// gradients `gl`. mlp_backward: from the gradient dx of the layer's output, returns the
+// gradient of x1 (the residual's included).
+template <class T>
+std::vector<T> mlp_backward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_params<T>& gl,
+                            const layer_cache<T>& k, const std::vector<T>& dx) {
   const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
-  const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
-  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n;
-  // MLP: x_out = x1 + silu(norm2(x1) W1) W2
+  const std::size_t n = rows.n;
+  // x_out = x1 + silu(norm2(x1) W1) W2
   std::vector<T> dact, dz, dh2, dx1;
   matmul_backward(k.act, lw.w2, dx, dact, gl.w2, n, F, D);
   dz.resize(dact.size());
@@ -263,10 +413,30 @@ std::vector<T> layer_backward(const Attention& attention, const gpt_config& cfg,
   matmul_backward(k.h2, lw.w1, dz, dh2, gl.w1, n, D, F);
   rmsnorm_backward(k.x1, lw.norm2, k.inv2, dh2, dx1, gl.norm2, n, D);
   add(dx1, dx);
-  // attention: x1 = x + attention(rope(norm1(x) Wq), rope(norm1(x) Wk), norm1(x) Wv) Wo
-  std::vector<T> d_o, dxq, dxk, dxv, dxn;
-  matmul_backward(k.o, lw.wo, dx1, d_o, gl.wo, n, D, D);
-  const std::vector<T> grad = attention.backward(d_o, k);
+  return dx1;
+}
+
+// attention_output_backward: from the gradient dx1 of x1, returns dO (the attention's output
+// gradient, linear layout).
+template <class T>
+std::vector<T> attention_output_backward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_params<T>& gl,
+                                         const layer_cache<T>& k, const std::vector<T>& dx1) {
+  const auto D = static_cast<std::size_t>(cfg.dim);
+  std::vector<T> d_o;
+  matmul_backward(k.o, lw.wo, dx1, d_o, gl.wo, rows.n, D, D);
+  return d_o;
+}
+
+// attention_input_backward: from the attention's packed dQ|dK|dV rows and dx1 (the residual
+// path), returns the gradient of the layer's input.
+template <class T>
+std::vector<T> attention_input_backward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_params<T>& gl,
+                                        const layer_cache<T>& k, const std::vector<T>& grad, const std::vector<T>& dx1) {
+  const auto D = static_cast<std::size_t>(cfg.dim);
+  const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
+  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n;
+  // x1 = x + attention(rope(norm1(x) Wq), rope(norm1(x) Wk), norm1(x) Wv) Wo
+  std::vector<T> dxq, dxk, dxv, dxn;
   std::vector<T> dq = columns(grad, n, qkv, 0, D), dk = columns(grad, n, qkv, D, kvw), dv = columns(grad, n, qkv, D + kvw, kvw);
   rope(dq, rows.pos, H, hd, cfg.rope_base, -1);
   rope(dk, rows.pos, KV, hd, cfg.rope_base, -1);
@@ -278,6 +448,18 @@ std::vector<T> layer_backward(const Attention& attention, const gpt_config& cfg,
   rmsnorm_backward(k.x, lw.norm1, k.inv1, dxq, dxn, gl.norm1, n, D);
   add(dxn, dx1);
   return dxn;
+}
+
+// One layer's backward from the gradient of its output, adding into its parameter gradients
+// `gl`; returns the gradient of its input: the parts' backward passes, the attention's between
+// them. The cache must be complete (recompute first).
+template <class T, class Attention>
+std::vector<T> layer_backward(const Attention& attention, const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw,
+                              layer_params<T>& gl, const layer_cache<T>& k, const std::vector<T>& dx) {
+  const std::vector<T> dx1 = mlp_backward(cfg, rows, lw, gl, k, dx);
+  const std::vector<T> d_o = attention_output_backward(cfg, rows, lw, gl, k, dx1);
+  const std::vector<T> grad = attention.backward(d_o, k);
+  return attention_input_backward(cfg, rows, lw, gl, k, grad, dx1);
 }
 
 // What the head keeps between its forward and backward.

@@ -4,7 +4,8 @@
 //      degree inside a node), --pp Dp (pipeline stages), --model 7b | 13b | 30b (the paper's
 //      GPT shapes; any preset's full name also works), --gpu-memory-gib G (default 80, an
 //      A800's), --margin-gib M (kept free; default 8), --max-slices N (default 16), --json,
-//      --compare (also simulate the plan and the paper's baselines: sim/infinipipe_methods.hpp)
+//      --compare (also simulate the plan and the paper's baselines as step plans on the step
+//      simulator: pack/infinipipe_methods.hpp)
 //      with --context T (the packing baselines' micro-batch; default 0: the longest sequence)
 //      and --fixed-chunk-tokens S (the Seq1F1B-like chunk; default 16384).
 // Runs: the sequence processor for every slice count up to N, the longest-first chunk order,
@@ -17,7 +18,8 @@
 //       "order":[chunk ids],"checkpoint":[[layers per chunk in order] per stage],
 //       "pipelines":[chunks per pipeline],"iteration_s":x}, with --compare also
 //       "simulated":{"infinipipe":s,"seq1f1b_like":s,"megatron_like":s,"deepspeed_like":s,
-//       "flexsp_like":s} (simulated iteration seconds; null where a method does not fit)
+//       "flexsp_like":s} (simulated iteration seconds: the sum of simulate_step over each
+//       method's step plans; null where a method does not fit)
 // Bad input is an error on stderr with exit status 1: degrees < 1, a batch that fits no
 // plan even with full recomputation (naming the longest sequence), an unknown model.
 #include "commands.hpp"
@@ -27,8 +29,9 @@
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/length_file.hpp>
 #include <zeppelin/pack/elastic_pipeline.hpp>
-#include <zeppelin/sim/elastic_step.hpp>
-#include <zeppelin/sim/infinipipe_methods.hpp>
+#include <zeppelin/pack/elastic_step_plan.hpp>
+#include <zeppelin/pack/infinipipe_methods.hpp>
+#include <zeppelin/pack/sequence_step_plan.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -71,8 +74,9 @@ std::vector<std::pair<zeppelin::infinipipe_method, double>> simulate_methods(con
                                    .fixed_chunk_tokens = o.fixed_chunk_tokens, .context = o.context, .max_slices = o.max_slices};
   std::vector<std::pair<infinipipe_method, double>> out;
   for (const infinipipe_method m : infinipipe_methods)
-    out.emplace_back(m, m == infinipipe_method::infinipipe ? simulate_elastic_step(plan, model, options, topo).iteration_s
-                                                           : simulate_infinipipe_method(m, lengths, model, topo, setting));
+    out.emplace_back(m, m == infinipipe_method::infinipipe
+                            ? simulate_back_to_back(elastic_step_plans(plan, lengths, model, options, topo), topo, model).iteration_s
+                            : simulate_infinipipe_method(m, lengths, model, topo, setting));
   return out;
 }
 
@@ -130,7 +134,7 @@ void run_chunk(const chunk_options& o) {
   }
   std::printf("iteration %.4f s (predicted)\n", plan.seconds);
   if (!o.compare) return;
-  std::printf("simulated iteration (4D simulator, ZeRO-3 traffic included):\n");
+  std::printf("simulated iteration (step simulator, ZeRO-3 traffic included):\n");
   const double ours = simulated.front().second;
   for (const auto& [m, seconds] : simulated) {
     if (!std::isfinite(seconds)) {

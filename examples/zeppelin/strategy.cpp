@@ -6,22 +6,30 @@
 //      dispatch; default 100), --seed S, --json.
 // Runs: the schemes <TP, PP, CP> the model and cluster allow with their MaxLen, UtilLen and
 //      T(l, P) (A800 tables), the strategy-proposal DP over the file's lengths, then for
-//      every candidate greedy dispatch and greedy packing, keeping the fastest.
+//      every candidate greedy dispatch and greedy packing, keeping the fastest; then the
+//      chosen plan as a step plan (strategy/iteration_step_plan.hpp: 1F1B, switching sync)
+//      on the one step simulator (per_shape pricing), on A800 nodes of P GPUs with
+//      InfiniBand (clusters::hydraulis_a800_ib, the GPU memory given).
 // Out: the chosen strategy (schemes and pipeline counts), every pipeline's MaxLen and
-//      micro-batches (sequence indices into the file) and the predicted iteration seconds;
-//      with --json
+//      micro-batches (sequence indices into the file), the predicted iteration seconds and
+//      the simulated ones (the planner's T(l, P) leaves out the switching of parameters and
+//      gradients, pipeline sends and unequal micro-batches' bubbles); with --json
 //      {"strategy":[{"tp":..,"pp":..,"cp":..,"count":d}],
 //       "pipelines":[{"tp":..,"pp":..,"cp":..,"max_len":..,"micro_batches":[[...]]}],
-//       "iteration_s":x}
+//       "iteration_s":x,"simulated_iteration_s":y}
 // Bad input is an error on stderr with exit status 1: a sequence no scheme can hold
-// (naming it and the largest MaxLen), a model that fits no scheme on the GPUs, N < 1.
+// (naming it and the largest MaxLen), a model that fits no scheme on the GPUs, N < 1; a
+// plan the simulator finds over the GPU memory (naming stage and bytes).
 #include "commands.hpp"
 
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/length_file.hpp>
+#include <zeppelin/sim/simulate_step.hpp>
+#include <zeppelin/step/build.hpp>
 #include <zeppelin/strategy.hpp>
+#include <zeppelin/strategy/iteration_step_plan.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -62,6 +70,15 @@ void run_strategy(const strategy_options& o) {
                                                lengths);
   const iteration_plan& plan = choice.plan;
   const strategy& chosen = choice.chosen();
+  // the plan on the one step simulator, with Hydraulis' model states (as MaxLen assumes)
+  topology_config cluster_config =
+      cluster_by_name("hydraulis", static_cast<int>((o.gpus + o.gpus_per_node - 1) / o.gpus_per_node), o.gpus_per_node).config();
+  cluster_config.gpu = gpu;
+  const topology cluster(std::move(cluster_config));
+  const step_program prog = make_step_program(step_plan_of(plan, lengths, cluster, model), cluster, model, hydraulis_program_options());
+  const double simulated_s = simulate_step(prog, cluster, sim_cost_model::for_topology(cluster),
+                                           {.pricing = block_pricing::per_shape, .memory = scheme_profile_options{}.memory})
+                                 .iteration_s;
   if (o.json) {
     auto j = with_format<nlohmann::ordered_json>("strategy");
     j["strategy"] = nlohmann::ordered_json::array();
@@ -75,6 +92,7 @@ void run_strategy(const strategy_options& o) {
                                 {"max_len", p.profile.max_len},
                                 {"micro_batches", p.packing.micro_batches}});
     j["iteration_s"] = plan.seconds;
+    j["simulated_iteration_s"] = simulated_s;
     std::cout << j.dump() << '\n';
     return;
   }
@@ -91,6 +109,7 @@ void run_strategy(const strategy_options& o) {
                 p.packing.count(), p.packing.seconds);
   }
   std::printf("iteration %.4f s (predicted)\n", plan.seconds);
+  std::printf("simulated iteration %.4f s (step simulator: switching, TP, CP and pipeline traffic with the compute)\n", simulated_s);
 }
 
 void add_strategy_command(CLI::App& app) {
@@ -105,7 +124,7 @@ void add_strategy_command(CLI::App& app) {
   add_integer_option(cmd, "--trials", options->trials, "greedy dispatch trials")->capture_default_str();
   add_integer_option(cmd, "--seed", options->seed, "seed of the dispatch trials")->capture_default_str();
   cmd->add_flag("--json", options->json,
-                "print {\"strategy\":[...],\"pipelines\":[{...,\"micro_batches\":[[...]]}],\"iteration_s\":x}");
+                "print {\"strategy\":[...],\"pipelines\":[{...,\"micro_batches\":[[...]]}],\"iteration_s\":x,\"simulated_iteration_s\":y}");
   cmd->callback([options] { run_strategy(*options); });
 }
 

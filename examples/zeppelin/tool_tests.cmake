@@ -126,8 +126,8 @@ zeppelin_add_cli_test(tool.simulate_refuses_oversized_program EXIT_CODE 1
 
 # `zeppelin pipeline`: the JSON schema of the issue, a trace file, and bad input.
 zeppelin_add_cli_test(tool.pipeline_json EXIT_CODE 0
-  STDOUT "\"bubble_ratio\".*\"iteration_s\".*\"ops\":..\\{\"chunk\":0,\"mb\":0,\"op\":\"F\"\\}.*\"peak_memory_gib\":.[0-9].*\"schedule\":\"1f1b\",\"stages\":4"
-  COMMAND ${zeppelin_tool_cmd} pipeline --schedule 1f1b --stages 4 --micro-batch-tokens 4096,8192,2048+2048,16384 --model 7b
+  STDOUT "\"bubble_ratio\".*\"iteration_s\".*\"ops\":..\\{\"chunk\":0,\"mb\":0,\"op\":\"F\"\\}.*\"peak_memory_gib\":.[0-9].*\"schedule\":\"1f1b\",\"stage_reports\":.\\{\"bubble_s\":[0-9.e-]+,\"busy_s\":[0-9.e-]+,\"classes\":\\{\"compute\":\\{\"seconds\":[0-9.e-]+\\},\"cp\":\\{\"bytes\":[0-9.e+]+,\"seconds\":[0-9.e-]+\\},\"dp\":.*\"pp\":\\{\"bytes\":[1-9].*\"recompute\":.*\"tp\":\\{\"bytes\":[1-9].*\"stages\":4"
+  COMMAND ${zeppelin_tool_cmd} pipeline --schedule 1f1b --stages 4 --tp 2 --micro-batch-tokens 4096,8192,2048+2048,16384 --model 7b
           --cluster c --json)
 zeppelin_add_cli_test(tool.pipeline_interleaved EXIT_CODE 0 STDOUT "interleaved, 4 stages x 2 chunks, 7 micro-batches.*iteration"
   COMMAND ${zeppelin_tool_cmd} pipeline --schedule interleaved --virtual-stages 2 --stages 4 --checkpoint selective:2
@@ -142,7 +142,7 @@ zeppelin_add_cli_test(tool.pipeline_rejects_more_stages_than_layers EXIT_CODE 1 
 zeppelin_add_cli_test(tool.pipeline_rejects_micro_batch_over_memory EXIT_CODE 1
   STDERR "stage 0 runs out of GPU memory at micro-batch 0.*GiB"
   COMMAND ${zeppelin_tool_cmd} pipeline --stages 4 --micro-batch-tokens 131072)
-zeppelin_add_cli_test(tool.pipeline_rejects_unknown_schedule EXIT_CODE 1 STDERR "unknown pipeline schedule 'zb' \\(valid: gpipe, 1f1b, interleaved\\)"
+zeppelin_add_cli_test(tool.pipeline_rejects_unknown_schedule EXIT_CODE 1 STDERR "unknown pipeline schedule 'zb' \\(valid: gpipe, 1f1b, interleaved, chunk-1f1b\\)"
   COMMAND ${zeppelin_tool_cmd} pipeline --schedule zb)
 zeppelin_add_cli_test(tool.pipeline_rejects_bad_checkpoint EXIT_CODE 1 STDERR "unknown checkpoint policy 'some'"
   COMMAND ${zeppelin_tool_cmd} pipeline --checkpoint some)
@@ -161,6 +161,14 @@ endforeach()
 zeppelin_add_cli_test(tool.pack_wlb_queues EXIT_CODE 0 STDOUT "wlb: 12 documents, 2 micro-batches x 1000 tokens.*mean imbalance"
   COMMAND ${zeppelin_tool_cmd} pack --method wlb --queues 1 --lengths ${zeppelin_fixtures}/lengths_wlb.txt
           --micro-batches 2 --max-tokens 1000)
+# --simulate: every iteration's step plan priced by the step simulator (CP 2, adaptive layouts).
+zeppelin_add_cli_test(tool.pack_simulate EXIT_CODE 0
+  STDOUT "iteration 0: imbalance [0-9.]+, step [0-9.]+ s.*simulated: [0-9.]+ s for the stream .model 7b on cluster wlb."
+  COMMAND ${zeppelin_tool_cmd} pack --method wlb --lengths ${zeppelin_fixtures}/lengths_wlb.txt --micro-batches 2
+          --max-tokens 1000 --simulate --cp 2 --stages 2 --layout adaptive)
+zeppelin_add_cli_test(tool.pack_simulate_json EXIT_CODE 0 STDOUT "\"step_s\":[0-9.e-]+.*\"seconds\":[0-9.e-]+\\}"
+  COMMAND ${zeppelin_tool_cmd} pack --method original --lengths ${zeppelin_fixtures}/lengths_wlb.txt --micro-batches 2
+          --max-tokens 1000 --simulate --json)
 zeppelin_add_cli_test(tool.pack_keep_pending EXIT_CODE 0 STDOUT "\"pending\":.[0-9]"
   COMMAND ${zeppelin_tool_cmd} pack --method wlb --queues 3 --lengths ${zeppelin_fixtures}/lengths_wlb.txt
           --micro-batches 4 --max-tokens 1000 --keep-pending --json)
@@ -178,16 +186,35 @@ zeppelin_add_cli_test(tool.pack_rejects_unknown_method EXIT_CODE 1
   STDERR "unknown packing method 'lpt' .valid: original, fixed_greedy, fixed_exact, wlb."
   COMMAND ${zeppelin_tool_cmd} pack --method lpt --lengths ${zeppelin_fixtures}/lengths_wlb.txt
           --micro-batches 2 --max-tokens 1000)
-zeppelin_add_cli_test(tool.pipeline_cp_sharding EXIT_CODE 0 STDOUT "TP 1, CP 4 .*iteration"
-  COMMAND ${zeppelin_tool_cmd} pipeline --stages 2 --cp 4 --cp-sharding adaptive --micro-batch-tokens 256+256+256+256,8192,512+512)
-zeppelin_add_cli_test(tool.pipeline_rejects_unknown_cp_sharding EXIT_CODE 1
-  STDERR "unknown CP sharding 'ring' \\(valid: per_document, padding_free, per_sequence, adaptive\\)"
-  COMMAND ${zeppelin_tool_cmd} pipeline --cp-sharding ring)
+# Every class of traffic in one step: TP 2 x CP 2 inside each of 2 stages, 2 replicas.
+zeppelin_add_cli_test(tool.pipeline_four_classes EXIT_CODE 0
+  STDOUT "TP 2, CP 2, DP 2 .*layouts per_sequence.*\n +0 +0 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0.0*[1-9][0-9]* +0.0*[1-9][0-9]* +0.0*[1-9][0-9]* +0.0*[1-9][0-9]* .*iteration"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 2 --tp 2 --cp 2 --dp 2 --partitioner per_sequence --sync all_reduce
+          --micro-batch-tokens 256+256+256+256,8192,512+512,4096)
+zeppelin_add_cli_test(tool.pipeline_record EXIT_CODE 0 STDOUT "iteration"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 2 --tp 2 --cp 2 --schedule gpipe --micro-batch-tokens 300,500+100
+          --model 7b --record ${CMAKE_CURRENT_BINARY_DIR}/pipeline_record.json)
+zeppelin_add_cli_test(tool.pipeline_record_per_shape_refused EXIT_CODE 1 STDERR "--record needs --pricing every_op"
+  COMMAND ${zeppelin_tool_cmd} pipeline --pricing per_shape --record ${CMAKE_CURRENT_BINARY_DIR}/pipeline_record_refused.json)
+zeppelin_add_cli_test(tool.pipeline_record_to_full_disk EXIT_CODE 1 STDERR "writing the --record file failed.*/dev/full"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 2 --micro-batch-tokens 300,500 --record /dev/full)
+zeppelin_add_cli_test(tool.pipeline_per_shape EXIT_CODE 0 STDOUT "per_shape pricing.*iteration"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 4 --tp 2 --cp 2 --pricing per_shape --schedule interleaved --virtual-stages 2)
+zeppelin_add_cli_test(tool.pipeline_rejects_unknown_partitioner EXIT_CODE 1
+  STDERR "unknown partitioner 'ring' \\(valid: hierarchical, even_split, allgather, hybrid_dp, per_document, ulysses, micro_batched, per_sequence\\)"
+  COMMAND ${zeppelin_tool_cmd} pipeline --partitioner ring)
+zeppelin_add_cli_test(tool.pipeline_rejects_unknown_sync EXIT_CODE 1
+  STDERR "unknown gradient sync 'ring' \\(valid: all_reduce, sharded_optimizer, fully_sharded, switching\\)"
+  COMMAND ${zeppelin_tool_cmd} pipeline --sync ring)
 
 # `zeppelin strategy`: the JSON schema, the text summary, and bad input.
 zeppelin_add_cli_test(tool.strategy_json EXIT_CODE 0
-  STDOUT "^\\{\"format\":\"zeppelin.strategy\",\"version\":1,\"strategy\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"count\":[0-9]+\\}.*\"pipelines\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"max_len\":[0-9]+,\"micro_batches\":..[0-9].*\"iteration_s\":[0-9.e-]+\\}"
+  STDOUT "^\\{\"format\":\"zeppelin.strategy\",\"version\":1,\"strategy\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"count\":[0-9]+\\}.*\"pipelines\":.\\{\"tp\":[0-9]+,\"pp\":[0-9]+,\"cp\":[0-9]+,\"max_len\":[0-9]+,\"micro_batches\":..[0-9].*\"iteration_s\":[0-9.e-]+,\"simulated_iteration_s\":[0-9.e-]+\\}"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 16 --model 7b --json)
+# The chosen plan on the one step simulator (switching sync), on a cluster of 4-GPU nodes.
+zeppelin_add_cli_test(tool.strategy_simulated_iteration EXIT_CODE 0
+  STDOUT "iteration [0-9.]+ s .predicted.\nsimulated iteration [0-9]+\\.[0-9]+ s .step simulator"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 32 --model 13b --gpus-per-node 4)
 zeppelin_add_cli_test(tool.strategy_summary EXIT_CODE 0
   STDOUT "llama-13b on 32 GPUs .8 per node.: 64 sequences.*strategy: .*pipeline 0 <TP [0-9]+, PP [0-9]+, CP 1>: MaxLen.*iteration [0-9.]+ s"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 32 --model 13b)
@@ -212,13 +239,14 @@ zeppelin_add_cli_test(tool.chunk_rejects_batch_that_fits_nowhere EXIT_CODE 1
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpu-memory-gib 12)
 zeppelin_add_cli_test(tool.chunk_rejects_zero_sp EXIT_CODE 1 STDERR "SP and PP degrees must be at least 1 .sp=0"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 0)
-# --compare: the plan and the four baselines on the 4D simulator, text and JSON
+# --compare: the plan and the four baselines as step plans on the step simulator, text and JSON
+# (one node, SP 4 x PP 2: every method's step plans priced op by op in a few seconds)
 zeppelin_add_cli_test(tool.chunk_compare EXIT_CODE 0
-  STDOUT "simulated iteration .4D simulator, ZeRO-3 traffic included.:.*infinipipe +[0-9.]+ s.*seq1f1b_like +[0-9.]+ s  .InfiniPipe [0-9.]+x faster.*megatron_like +[0-9.]+ s.*deepspeed_like +[0-9.]+ s.*flexsp_like +[0-9.]+ s"
-  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --model 7b --max-slices 4 --compare --context 96K)
+  STDOUT "simulated iteration .step simulator, ZeRO-3 traffic included.:.*infinipipe +[0-9.]+ s.*seq1f1b_like +[0-9.]+ s  .InfiniPipe [0-9.]+x faster.*megatron_like +[0-9.]+ s.*deepspeed_like +[0-9.]+ s.*flexsp_like +[0-9.]+ s"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --model 7b --sp 4 --pp 2 --max-slices 4 --compare --context 96K)
 zeppelin_add_cli_test(tool.chunk_compare_json EXIT_CODE 0
   STDOUT "\"iteration_s\":[0-9.e-]+,\"simulated\":\{\"infinipipe\":[0-9.e-]+,\"seq1f1b_like\":[0-9.e-]+,\"megatron_like\":[0-9.e-]+,\"deepspeed_like\":[0-9.e-]+,\"flexsp_like\":[0-9.e-]+\}\}"
-  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --model 7b --max-slices 4 --compare --json)
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --model 7b --sp 4 --pp 2 --max-slices 4 --compare --json)
 zeppelin_add_cli_test(tool.chunk_rejects_bad_fixed_chunk EXIT_CODE 1 STDERR "fixed chunk >= 1 token .*fixed_chunk_tokens=0"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --max-slices 2 --compare --fixed-chunk-tokens 0)
 

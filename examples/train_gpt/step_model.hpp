@@ -1,0 +1,333 @@
+// examples/train_gpt/step_model.hpp
+// train_gpt's GPT as the step runner's model (exec/step_runner.hpp's step_model) for one rank
+// of the host world: what the rank computes, keeps and hands the runner when it runs its part
+// of a step program; and gpt_model_config, the GPT as the library's model_config.
+//   in : the step program (one replica: TP 1, a stage's CP ranks, pp stages), the rank's world
+//        rank, its stage's communicator (the stage's CP ranks, for the dispatch), the model,
+//        the micro-batches' plans (step.hpp plan_step, in the program's micro-batch order:
+//        their plans are the program's CP layouts), the rank's parameters and the loss scale
+//        (1 / the step's targets: the gradients are those of the step's mean loss)
+//   out: the runner's calls answered (buffer, compute, attention); afterwards loss() (the
+//        summed cross-entropy of the rank's rows, nonzero on the last stage), peak_kept() and
+//        gradients_into(g) (the stage's gradients, as the program's all-reduce left them)
+// Compute ops (step/block.hpp's model parts, step.hpp's functions), per micro-batch k and
+// virtual stage v of the rank, each layer's cache kept per (k, v, layer):
+//   forward    embedding (the first virtual stage), then per layer attention_input, the
+//              attention (the micro-batch's engine, built from the program's attention
+//              program), attention_output, mlp; the head and the loss (the last virtual
+//              stage). The first `recompute` layers of (v, k) keep only their input.
+//   recompute  those layers' forward parts again from the kept input, before their backward:
+//              the same arithmetic on the same values, so the same bits
+//   backward   the head's, then per layer from the last mlp, attention_output, the attention,
+//              attention_input; the embedding's last. Gradients add up over the micro-batches.
+// Tensors the program names (step_buffer):
+//   activation (k, v), activation_gradient (k, v)   the hidden states [rows][dim] leaving
+//              virtual stage v forward (their gradient: backward) for micro-batch k, rows the
+//              rank's rows of k's linear layout, which every stage shares (the sender's
+//              output, the receiver's next input)
+//   gradients (layer -1)   the flat gradients of exactly the parameters the rank's stage owns,
+//              in gpt_params::for_each order: the embedding (virtual stage 0's stage), the
+//              layers of its virtual stages ascending, the final norm and LM head (the last
+//              virtual stage's); flattened when the all-reduce first asks, after the rank's
+//              last backward; their count is checked against the program's stage parameters
+// A micro-batch's rows are dispatched (step.hpp dispatch_rows, collective over the stage)
+// by the rank's first compute op of it, which every rank of the stage reaches in the same order.
+// Errors: invalid_argument for a program of several replicas, TP, a tensor the model does not
+// hold (TP collectives, sliced documents' context, ZeRO shards), a gradient count or rows that
+// differ from the program's, the gradients asked for before the last backward.
+#pragma once
+
+#include "gpt.hpp"
+#include "step.hpp"
+
+#include <zeppelin/comm/sub_communicator.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/core/model.hpp>
+#include <zeppelin/exec/attention_engine.hpp>
+#include <zeppelin/program/record.hpp>
+#include <zeppelin/step/block.hpp>
+#include <zeppelin/step/program.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace train_gpt {
+
+//! The GPT's shape as the library's model_config (what make_step_program counts and the
+//! simulator prices): a plain (not gated) MLP of width cfg.hidden, no experts, elements of
+//! `element_bytes` bytes.
+inline model_config gpt_model_config(const gpt_config& cfg, int element_bytes) {
+  model_config m;
+  m.name = "train_gpt";
+  m.layers = cfg.layers;
+  m.hidden = cfg.dim;
+  m.heads = cfg.heads;
+  m.kv_heads = cfg.kv_heads;
+  m.head_dim = cfg.head_dim();
+  m.ffn_hidden = cfg.hidden;
+  m.vocab = cfg.vocab;
+  m.gated_mlp = false;
+  m.bytes_per_element = element_bytes;
+  return m;
+}
+
+template <class T, communicator W>
+class gpt_step_model {
+ public:
+  using value_type = T;
+
+  gpt_step_model(const step_program& prog, rank_index rank, sub_communicator<W>& stage, const gpt_config& cfg,
+                 const std::vector<planned_step<T>>& micro_batches, const gpt_params<T>& w, double loss_scale)
+      : prog_(&prog), at_(prog.positions.at(static_cast<std::size_t>(rank))), stage_(&stage), cfg_(&cfg), micro_batches_(&micro_batches),
+        w_(&w), g_(zero_params<T>(cfg)), loss_scale_(loss_scale) {
+    ZEPPELIN_EXPECTS(prog.plan.replicas.size() == 1 && at_.replica == 0 && replica().tp == 1,
+                     "train_gpt's step model runs one replica without tensor parallelism",
+                     {{"replicas", double(prog.plan.replicas.size())}, {"rank", double(rank)}});
+    const step_replica& r = replica();
+    ZEPPELIN_EXPECTS(micro_batches.size() == r.micro_batches.size(), "train_gpt's step model needs one plan per micro-batch of the program",
+                     {{"plans", double(micro_batches.size())}, {"micro_batches", double(r.micro_batches.size())}});
+    const auto M = micro_batches.size(), V = static_cast<std::size_t>(r.virtual_stages());
+    slots_.resize(M * V);
+    rows_.resize(M);
+    engines_.resize(M);
+    std::int64_t owned = 0;
+    for_each_owned(g_, [&](std::vector<T>& t) { owned += static_cast<std::int64_t>(t.size()); });
+    const auto expected = static_cast<std::int64_t>(std::llround(prog.stage_parameters.at(0).at(static_cast<std::size_t>(at_.stage))));
+    ZEPPELIN_EXPECTS(owned == expected, "train_gpt's stage holds other parameters than the step program counts (model_config mismatch)",
+                     {{"stage", double(at_.stage)}, {"parameters", double(owned)}, {"program_parameters", double(expected)}});
+    for (const step_op& op : prog.ranks.at(static_cast<std::size_t>(rank)))
+      if (op.kind == step_op_kind::block && prog.blocks[static_cast<std::size_t>(op.index)].pass == step_pass::backward) ++backwards_left_;
+  }
+
+  std::span<std::byte> buffer(const step_buffer& b) {
+    std::vector<T>* t = nullptr;
+    if (b.tensor == step_tensor::activation || b.tensor == step_tensor::activation_gradient) {
+      t = &boundary_[{static_cast<int>(b.tensor), b.micro_batch, b.virtual_stage}];
+      if (t->empty()) t->assign(linear_rows_of(b.micro_batch) * static_cast<std::size_t>(cfg_->dim), T(0));  // a receive's
+    } else if (b.tensor == step_tensor::gradients && b.layer == -1) {
+      if (!flattened_) {
+        ZEPPELIN_EXPECTS(backwards_left_ == 0, "train_gpt's step model: the gradients were asked for before the rank's last backward",
+                         {{"backwards_left", double(backwards_left_)}});
+        for_each_owned(g_, [&](std::vector<T>& x) { flat_.insert(flat_.end(), x.begin(), x.end()); });
+        flattened_ = true;
+      }
+      t = &flat_;
+    } else {
+      ZEPPELIN_THROW(invalid_argument, "train_gpt's step model holds no such tensor (it runs without TP, sliced documents or ZeRO-3)",
+                     {{"tensor", double(static_cast<int>(b.tensor))}, {"layer", double(b.layer)}});
+    }
+    const std::span<std::byte> bytes = std::as_writable_bytes(std::span<T>(*t));
+    ZEPPELIN_EXPECTS(b.offset >= 0 && b.bytes >= 0 && static_cast<std::size_t>(b.offset + b.bytes) <= bytes.size(),
+                     "train_gpt's step model: a buffer outside its tensor",
+                     {{"tensor", double(static_cast<int>(b.tensor))}, {"offset", double(b.offset)}, {"bytes", double(b.bytes)},
+                      {"tensor_bytes", double(bytes.size())}});
+    return bytes.subspan(static_cast<std::size_t>(b.offset), static_cast<std::size_t>(b.bytes));
+  }
+
+  void compute(const step_block& blk, const layer_op& op) {
+    const gpt_config& cfg = *cfg_;
+    slot& s = slot_of(blk);
+    const int k = blk.micro_batch, v = blk.virtual_stage;
+    const linear_rows& r = rows(k);
+    const bool forward = op.pass != step_pass::backward;
+    const int last_layer = blk.first_layer + blk.layers - 1;
+    if (op.part == model_part::embedding) {
+      if (forward) {
+        s.layers.assign(static_cast<std::size_t>(blk.layers), {});
+        s.hidden = embed(cfg, *w_, r);
+      } else {
+        embed_backward(cfg, g_, r, s.grad);
+        finish_backward(s);
+      }
+      return;
+    }
+    if (op.part == model_part::head) {
+      if (forward) loss_ += head_forward(cfg, *w_, r, std::move(s.hidden), s.head, loss_scale_);
+      else s.grad = head_backward(cfg, *w_, g_, r, s.head);
+      return;
+    }
+    ZEPPELIN_EXPECTS(op.layer >= blk.first_layer && op.layer <= last_layer &&
+                         (op.part == model_part::attention_input || op.part == model_part::attention_output || op.part == model_part::mlp),
+                     "train_gpt's step model: an op it does not compute (sliced documents' context)",
+                     {{"part", double(static_cast<int>(op.part))}, {"layer", double(op.layer)}});
+    if (op.pass == step_pass::forward && op.part == model_part::attention_input && op.layer == blk.first_layer && !blk.first) {
+      s.layers.assign(static_cast<std::size_t>(blk.layers), {});  // the block's input came from the previous stage
+      s.hidden = take(step_tensor::activation, k, v - 1);
+    }
+    const auto li = static_cast<std::size_t>(op.layer);
+    const layer_params<T>& lw = w_->layers[li];
+    layer_params<T>& gl = g_.layers[li];
+    layer_cache<T>& c = s.layers.at(static_cast<std::size_t>(op.layer - blk.first_layer));
+    switch (op.part) {
+      case model_part::attention_input:
+        if (forward) {
+          if (op.pass == step_pass::forward) c.x = std::move(s.hidden);  // a recomputation reads the kept input
+          s.qkv = attention_input_forward(cfg, r, lw, c);
+        } else {
+          s.grad = attention_input_backward(cfg, r, lw, gl, c, s.dqkv, s.dx1);
+          c = {};
+          if (op.layer == blk.first_layer) {
+            --backwards_left_;
+            if (!blk.first) {
+              boundary_[{static_cast<int>(step_tensor::activation_gradient), k, v}] = std::move(s.grad);
+              finish_backward(s);
+            }
+          }
+        }
+        return;
+      case model_part::attention_output:
+        if (forward) attention_output_forward(cfg, r, lw, c);
+        else s.d_o = attention_output_backward(cfg, r, lw, gl, c, s.dx1);
+        return;
+      default:  // mlp
+        if (forward) {
+          s.hidden = mlp_forward(cfg, r, lw, c);
+          if (op.pass != step_pass::forward) return;  // a recomputation's output is not used
+          if (op.layer - blk.first_layer < replica().recomputed(v, k)) {  // keep the input only
+            layer_cache<T> input_only;
+            input_only.x = std::move(c.x);
+            c = std::move(input_only);
+          }
+          if (op.layer != last_layer) return;
+          double held = 0;
+          for (const slot& x : slots_)
+            for (const layer_cache<T>& l : x.layers) held += cached_values(l);
+          peak_kept_ = std::max(peak_kept_, held);
+          if (!blk.last) boundary_[{static_cast<int>(step_tensor::activation), k, v}] = std::move(s.hidden);
+        } else {
+          if (op.layer == last_layer && !blk.last) s.grad = take(step_tensor::activation_gradient, k, v + 1);
+          s.dx1 = mlp_backward(cfg, r, lw, gl, c, s.grad);
+        }
+        return;
+    }
+  }
+
+  template <class CP>
+  void attention(const step_block& blk, const block_attention& a, CP& cp, execution_record* record) {
+    slot& s = slot_of(blk);
+    const int k = blk.micro_batch;
+    layer_cache<T>& c = s.layers.at(static_cast<std::size_t>(a.layer - blk.first_layer));
+    const host_attention<T, CP> run{cp, *cfg_, engine(k), replica().micro_batches[static_cast<std::size_t>(k)].layout, rows(k), record};
+    if (a.pass == step_pass::backward) s.dqkv = run.backward(s.d_o, c);
+    else c.o = run.forward(s.qkv, c);
+  }
+
+  //! The summed cross-entropy of the rank's rows over the micro-batches (nonzero on the last
+  //! stage only); the gradients carry the loss scale, this does not.
+  [[nodiscard]] double loss() const noexcept { return loss_; }
+  //! The most activation values the rank held in layer caches at the end of a forward.
+  [[nodiscard]] double peak_kept() const noexcept { return peak_kept_; }
+  //! The stage's gradients (after the step: summed over its CP ranks) into the tensors of `g`
+  //! that the stage owns; the others are left as they are.
+  void gradients_into(gpt_params<T>& g) const {
+    const std::vector<T>* from = nullptr;
+    std::vector<T> local;
+    if (flattened_) {
+      from = &flat_;
+    } else {  // a stage of one rank: no all-reduce asked for them
+      gpt_params<T> mine = g_;
+      for_each_owned(mine, [&](std::vector<T>& x) { local.insert(local.end(), x.begin(), x.end()); });
+      from = &local;
+    }
+    std::size_t at = 0;
+    for_each_owned(g, [&](std::vector<T>& x) {
+      std::copy_n(from->begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
+      at += x.size();
+    });
+  }
+
+ private:
+  // What one (micro-batch, virtual stage) of the rank holds between its ops.
+  struct slot {
+    std::vector<layer_cache<T>> layers;  // [layer - the virtual stage's first]
+    std::vector<T> hidden;               // forward: the hidden states flowing through the layers
+    std::vector<T> qkv;                  // forward: attention_input -> attention
+    std::vector<T> grad;                 // backward: the gradient flowing back
+    std::vector<T> dx1, d_o, dqkv;       // backward: mlp -> attention_output -> attention -> attention_input
+    head_cache<T> head;
+  };
+
+  [[nodiscard]] const step_replica& replica() const { return prog_->replica(0); }
+  slot& slot_of(const step_block& b) {
+    const auto V = static_cast<std::size_t>(replica().virtual_stages());
+    return slots_[static_cast<std::size_t>(b.micro_batch) * V + static_cast<std::size_t>(b.virtual_stage / replica().pp)];
+  }
+  void finish_backward(slot& s) { s = {}; }
+
+  // Visits the tensors of `p` the rank's stage owns, in gpt_params::for_each order.
+  template <class F>
+  void for_each_owned(gpt_params<T>& p, F&& f) const {
+    const step_replica& r = replica();
+    const int PV = static_cast<int>(r.layers.size());
+    if (at_.stage == 0) f(p.embed);  // virtual stage 0
+    for (int v = at_.stage; v < PV; v += r.pp)
+      for (int l = r.first_layer(v); l < r.first_layer(v) + r.layers[static_cast<std::size_t>(v)]; ++l) {
+        layer_params<T>& x = p.layers[static_cast<std::size_t>(l)];
+        for (std::vector<T>* t : {&x.norm1, &x.wq, &x.wk, &x.wv, &x.wo, &x.norm2, &x.w1, &x.w2}) f(*t);
+      }
+    if ((PV - 1) % r.pp == at_.stage) f(p.norm_final), f(p.lm_head);  // the last virtual stage
+  }
+
+  [[nodiscard]] std::size_t linear_rows_of(int k) const {
+    return static_cast<std::size_t>(prog_->layout(0, k).linear_rows.at(static_cast<std::size_t>(at_.cp)));
+  }
+
+  // A received boundary tensor, moved out of the runner's buffer.
+  std::vector<T> take(step_tensor tensor, int k, int v) {
+    const auto it = boundary_.find({static_cast<int>(tensor), k, v});
+    ZEPPELIN_EXPECTS(it != boundary_.end(), "train_gpt's step model: a block's input never arrived",
+                     {{"tensor", double(static_cast<int>(tensor))}, {"micro_batch", double(k)}, {"virtual_stage", double(v)}});
+    std::vector<T> out = std::move(it->second);
+    boundary_.erase(it);
+    return out;
+  }
+
+  // Micro-batch k's rows, dispatched by the rank's first op of k (collective over the stage).
+  const linear_rows& rows(int k) {
+    std::optional<linear_rows>& r = rows_[static_cast<std::size_t>(k)];
+    if (r) return *r;
+    r = dispatch_rows(*stage_, (*micro_batches_)[static_cast<std::size_t>(k)]);
+    const step_layout& lay = prog_->layout(0, k);
+    const auto c = static_cast<std::size_t>(at_.cp);
+    ZEPPELIN_EXPECTS(r->n == static_cast<std::size_t>(lay.linear_rows.at(c)) && r->na == static_cast<std::size_t>(lay.attention.rows.at(c)),
+                     "train_gpt's step model: the dispatched rows are not the step program's layout",
+                     {{"micro_batch", double(k)}, {"rows", double(r->n)}, {"program_rows", double(lay.linear_rows.at(c))},
+                      {"attention_rows", double(r->na)}, {"program_attention_rows", double(lay.attention.rows.at(c))}});
+    return *r;
+  }
+
+  // Micro-batch k's attention engine: the program's own attention program.
+  const attention_engine<T>& engine(int k) {
+    std::optional<attention_engine<T>>& e = engines_[static_cast<std::size_t>(k)];
+    if (!e)
+      e.emplace(prog_->layout(0, k).attention, attention_dims{.heads = cfg_->heads, .kv_heads = cfg_->kv_heads, .head_dim = cfg_->head_dim()});
+    return *e;
+  }
+
+  const step_program* prog_;
+  step_position at_;
+  sub_communicator<W>* stage_;
+  const gpt_config* cfg_;
+  const std::vector<planned_step<T>>* micro_batches_;
+  const gpt_params<T>* w_;
+  gpt_params<T> g_;  // the rank's gradients, added up over its micro-batches (its stage's tensors)
+  double loss_scale_;
+  std::vector<slot> slots_;  // [micro-batch x virtual stages + chunk]
+  std::vector<std::optional<linear_rows>> rows_;
+  std::vector<std::optional<attention_engine<T>>> engines_;
+  std::map<std::tuple<int, int, int>, std::vector<T>> boundary_;  // (tensor, micro-batch, virtual stage)
+  std::vector<T> flat_;
+  bool flattened_ = false;
+  int backwards_left_ = 0;
+  double loss_ = 0, peak_kept_ = 0;
+};
+
+}  // namespace train_gpt
