@@ -113,7 +113,10 @@ TEST_CASE("on free links the iteration is the longest path over the schedule's b
     for (std::size_t g = 0; g < prog.groups.size(); ++g)
       for (const std::int32_t x : prog.groups[g].transfers) {
         const step_transfer& t = prog.transfers[static_cast<std::size_t>(x)];
-        group_of_end[static_cast<std::size_t>(x)][t.src == prog.groups[g].rank ? 0 : 1] = static_cast<int>(g);
+        auto& ends = group_of_end[static_cast<std::size_t>(x)];
+        // a transfer to the rank itself has both ends in the one group
+        if (t.src == prog.groups[g].rank) ends[0] = static_cast<int>(g);
+        if (t.dst == prog.groups[g].rank) ends[1] = static_cast<int>(g);
       }
     std::vector<double> posted(prog.groups.size(), -1);
     std::vector<std::vector<double>> op_end(R);
@@ -138,6 +141,7 @@ TEST_CASE("on free links the iteration is the longest path over the schedule's b
           bool partners = true;
           for (const std::int32_t x : prog.groups[static_cast<std::size_t>(op.index)].transfers)
             for (const int g : group_of_end[static_cast<std::size_t>(x)]) {
+              REQUIRE(g >= 0);  // every transfer has both ends in some group
               if (posted[static_cast<std::size_t>(g)] < 0) partners = false;
               done = std::max(done, posted[static_cast<std::size_t>(g)]);
             }
