@@ -13,6 +13,7 @@
 //                                  or an integer's), naming the choices when refused (CLI11's
 //                                  CheckedTransformer prints the values, raw bytes for a uint8_t
 //                                  enum, and its message stops at a NUL)
+//   refuse_empty_values(app)       every value-taking option refuses '' (CLI11 reads it as 0)
 //   positive(), non_negative()     CLI11 checks of a number's sign whose message names the text
 //                                  and the bound (CLI11's PositiveNumber prints its range with
 //                                  DBL_MAX written out in 309 digits, and "0 not in range 0 to")
@@ -125,6 +126,17 @@ inline CLI::Validator token_size() {
 template <class T>
 CLI::Option* add_size_option(CLI::App* app, std::string name, T& variable, std::string description) {
   return app->add_option(std::move(name), variable, std::move(description))->transform(token_size());
+}
+
+//! Adds to every option of `app` and its subcommands that takes a value a check refusing an
+//! empty one: CLI11 reads `--slack ''` as 0, a value the user did not write. Call it once,
+//! after every option is added.
+inline void refuse_empty_values(CLI::App& app) {
+  const CLI::Validator non_empty(
+      [](std::string& text) -> std::string { return text.empty() ? std::string("an empty value is not a value; give one") : std::string(); },
+      "", "non_empty");
+  for (CLI::Option* option : app.get_options([](CLI::Option* o) { return o->get_type_size_min() > 0; })) option->check(non_empty);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_empty_values(*sub);
 }
 
 }  // namespace example_cli

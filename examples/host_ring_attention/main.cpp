@@ -19,6 +19,7 @@
 //   max_abs_err_out=<O and LSE> max_abs_err_grad=<dQ, dK, dV>
 // Exit status 1 when an error exceeds the tolerance (1e-10 in fp64, 1e-4 in fp32), 2 on bad input.
 #include <zeppelin/comm.hpp>
+#include <zeppelin/core/output_file.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/length_file.hpp>
@@ -213,9 +214,7 @@ int run(const options& o, const batch& b, const plan& p, const topology& t, cons
   });
   const double distributed_s = seconds_since(t0);
   if (!o.record_file.empty()) {
-    std::ofstream f(o.record_file);
-    if (!f) ZEPPELIN_THROW(invalid_argument, "cannot write the record file " + o.record_file, {});
-    write_record_json(f, record);
+    write_output_file(o.record_file, [&](std::ostream& out) { write_record_json(out, record); }, "--record");
   }
   const auto diff = [](const std::vector<T>& a, const std::vector<T>& r) {
     double x = 0;

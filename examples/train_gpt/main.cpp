@@ -60,7 +60,6 @@
 #include "step_model.hpp"
 #include "train_loop.hpp"
 
-#include "../common/checked_output.hpp"
 #include "../common/cli_integers.hpp"
 #include "../common/priced_model.hpp"
 #include "../common/step_job.hpp"
@@ -68,6 +67,7 @@
 #include <zeppelin/checkpoint/any_checkpoint_policy.hpp>
 #include <zeppelin/comm.hpp>
 #include <zeppelin/comm/sub_communicator.hpp>
+#include <zeppelin/core/output_file.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/cost/layer_split.hpp>
 #include <zeppelin/exec.hpp>
@@ -118,7 +118,7 @@ struct output_failed : std::runtime_error {
 template <class Write>
 void write_output(const std::string& path, Write&& write, const char* what) {
   try {
-    example_cli::write_checked_file(path, std::forward<Write>(write), what);
+    zeppelin::write_output_file(path, std::forward<Write>(write), what);
   } catch (const zeppelin::error& e) {
     throw output_failed(e.what());
   }
@@ -423,6 +423,7 @@ int main(int argc, char** argv) {
   add_integer_option(&app, "--device", o.device, "--world device: the GPU the ranks share")->check(CLI::Range(0, 1023));
   add_integer_option(&app, "--rank", o.rank, "--world nccl: this process's rank")->check(CLI::Range(0, 1 << 20));
   app.add_option("--id-file", o.id_file, "--world nccl: a path all ranks see, which must not exist yet (rank 0 writes the NCCL id)");
+  example_cli::refuse_empty_values(app);
   CLI11_PARSE(app, argc, argv);
   try {
     o.schedule = pipeline_schedule_kind_by_name(schedule);

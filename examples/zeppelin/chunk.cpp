@@ -49,6 +49,12 @@
 namespace zeppelin_tool {
 namespace {
 
+// Bounds of the size options, refused by name beyond them: every slice count up to
+// --max-slices is a whole plan search (1,024 of them take a minute on ten documents), and
+// --sp x --pp is computed in 64 bits and kept to clusters the A800 preset builds.
+constexpr int max_slices_tried = 256;
+constexpr std::int64_t max_chunk_gpus = std::int64_t{1} << 20;
+
 struct chunk_options {
   std::string lengths_file;
   int sp = 8;
@@ -83,9 +89,12 @@ std::vector<std::pair<zeppelin::infinipipe_method, double>> simulate_methods(con
 void run_chunk(const chunk_options& o) {
   using namespace zeppelin;
   ZEPPELIN_EXPECTS(o.sp >= 1 && o.pp >= 1, "the SP and PP degrees must be at least 1", {{"sp", double(o.sp)}, {"pp", double(o.pp)}});
+  const std::int64_t gpus = std::int64_t{o.sp} * o.pp;
+  ZEPPELIN_EXPECTS(gpus <= max_chunk_gpus, "--sp x --pp GPUs must be at most " + std::to_string(max_chunk_gpus),
+                   {{"sp", double(o.sp)}, {"pp", double(o.pp)}, {"gpus", double(gpus)}});
   const model_config model = model_by_name(o.model.find('-') == std::string::npos ? "gpt-" + o.model : o.model);
   const std::vector<token_count> lengths = read_lengths_file(o.lengths_file);
-  const topology topo = clusters::infinipipe_a800_ib((o.sp * o.pp + 7) / 8);  // A800 nodes, NVLink, one 400 Gb/s port each
+  const topology topo = clusters::infinipipe_a800_ib(static_cast<int>((gpus + 7) / 8));  // A800 nodes, NVLink, one 400 Gb/s port each
   elastic_pipeline_options options = elastic_pipeline_options::for_model(model, topo, o.sp, o.pp, (o.gpu_memory_gib - o.margin_gib) * double(1ull << 30));
   options.processor.max_slices = o.max_slices;
   const elastic_plan plan = plan_elastic_pipeline(lengths, options);
@@ -156,7 +165,9 @@ void add_chunk_command(CLI::App& app) {
   cmd->add_option("--model", options->model, "model: 7b, 13b, 30b (GPT shapes) or a preset's full name")->capture_default_str();
   cmd->add_option("--gpu-memory-gib", options->gpu_memory_gib, "GPU memory, GiB")->capture_default_str()->check(example_cli::positive());
   cmd->add_option("--margin-gib", options->margin_gib, "memory kept free per GPU, GiB")->capture_default_str()->check(example_cli::non_negative());
-  add_integer_option(cmd, "--max-slices", options->max_slices, "most slices of the longest sequence tried")->capture_default_str();
+  add_integer_option(cmd, "--max-slices", options->max_slices, "most slices of the longest sequence tried (1 .. " + std::to_string(max_slices_tried) + ")")
+      ->capture_default_str()
+      ->check(CLI::Range(1, max_slices_tried));
   cmd->add_flag("--json", options->json,
                 "print {\"mesh\":[...],\"chunks\":[...],\"order\":[...],\"checkpoint\":[[...]],\"pipelines\":[...],\"iteration_s\":x}");
   cmd->add_flag("--compare", options->compare,

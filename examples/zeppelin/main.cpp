@@ -1,11 +1,12 @@
 // examples/zeppelin/main.cpp
 // `zeppelin [subcommand] [options]`. With no subcommand it runs the main job
 // (`zeppelin simulate`, on its embedded defaults unless options are given). Errors go to
-// stderr, exit status 1.
+// stderr, exit status 1; so does a failed write of standard output.
 #include "commands.hpp"
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/core/output_file.hpp>
 
 #include <algorithm>
 #include <exception>
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   auto registry = zeppelin_tool::command_registry();
   std::stable_sort(registry.begin(), registry.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
   for (const auto& command : registry) command.add(app);
+  example_cli::refuse_empty_values(app);
 
   // No subcommand (no arguments, or options only): the options go to the main job.
   std::vector<const char*> args(argv, argv + argc);
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
     args.insert(args.begin() + 1, zeppelin_tool::default_command);
   try {
     app.parse(static_cast<int>(args.size()), args.data());
+    zeppelin::finish_standard_output();  // `--json > /dev/full` is an error, not exit 0
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::bad_alloc&) {

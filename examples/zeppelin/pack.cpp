@@ -23,7 +23,6 @@
 // message on stderr and exit status 1.
 #include "commands.hpp"
 
-#include "../common/checked_output.hpp"
 
 #include <zeppelin/checkpoint/basic_policies.hpp>
 #include <zeppelin/core/error.hpp>
@@ -125,7 +124,7 @@ void run_pack(const pack_options& o) {
     j["pending"] = run.pending;
     j["imbalance"] = imbalance;
     if (o.simulate) j["seconds"] = seconds;
-    example_cli::write_checked_stdout([&](std::ostream& out) { out << j.dump() << '\n'; });
+    std::cout << j.dump() << '\n';
     return;
   }
   std::printf("%s: %zu documents, %d micro-batches x %lld tokens per iteration -> %zu iterations, %zu pending\n",

@@ -31,12 +31,12 @@
 // output that cannot be written.
 #include "commands.hpp"
 
-#include "../common/checked_output.hpp"
 #include "../common/step_job.hpp"
 
 #include <zeppelin/checkpoint.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/output_file.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/partition/registry.hpp>
 #include <zeppelin/schedule/pipeline.hpp>
@@ -200,9 +200,9 @@ void run_pipeline(const pipeline_options& o) {
   constexpr double gib = double(1ull << 30);
 
   if (!o.trace_file.empty())
-    example_cli::write_checked_file(o.trace_file, [&](std::ostream& out) { write_step_trace(out, prog, r); }, "--trace");
+    write_output_file(o.trace_file, [&](std::ostream& out) { write_step_trace(out, prog, r); }, "--trace");
   if (!o.record_file.empty())
-    example_cli::write_checked_file(o.record_file, [&](std::ostream& out) { write_step_record_json(out, r.record); }, "--record");
+    write_output_file(o.record_file, [&](std::ostream& out) { write_step_record_json(out, r.record); }, "--record");
 
   const step_replica& first = plan.replicas.front();
   if (o.json) {
@@ -251,10 +251,11 @@ void run_pipeline(const pipeline_options& o) {
                                     {"peak_memory_gib", st.memory.peak_bytes / gib},
                                     {"classes", std::move(classes)}});
     }
-    example_cli::write_checked_stdout([&](std::ostream& out) { out << j.dump() << '\n'; });
+    std::cout << j.dump() << '\n';
     return;
   }
-  example_cli::write_checked_stdout([&](std::ostream& out) {
+  std::ostream& out = std::cout;
+  {
     char line[512];
     std::snprintf(line, sizeof line,
                   "%s, %d stages x %d chunks, %zu micro-batches; model %s, TP %d, CP %d, DP %d on cluster %s (%s, %.0f GiB); checkpoint %s\n",
@@ -277,7 +278,7 @@ void run_pipeline(const pipeline_options& o) {
     std::snprintf(line, sizeof line, "iteration %.4f s, bubble ratio %.4f; imbalance: attention %.3f, latency %.3f\n", r.iteration_s,
                   r.bubble_ratio, r.attention_imbalance, r.latency_imbalance);
     out << line;
-  });
+  }
 }
 
 void add_pipeline_command(CLI::App& app) {

@@ -23,6 +23,7 @@
 // Defaults: GitHub, cluster C (4 nodes x 8 H200), 128K tokens, LLaMA-7B, every method.
 #include "commands.hpp"
 
+#include <zeppelin/core/output_file.hpp>
 #include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
 
@@ -169,18 +170,14 @@ void run_simulate(const simulate_options& o) {
     bool written = false;
     for (const auto& r : runs)
       if (r.name == o.trace_method) {
-        std::ofstream f(o.trace_file);
-        if (!f) throw std::runtime_error("cannot write " + o.trace_file);
-        write_chrome_trace(f, r.result, r.view);
+        write_output_file(o.trace_file, [&](std::ostream& out) { write_chrome_trace(out, r.result, r.view); }, "--trace");
         written = true;
       }
     if (!written) throw std::runtime_error("--trace-method " + o.trace_method + " is not among --methods");
   }
 
   if (!o.record_file.empty()) {
-    std::ofstream f(o.record_file);
-    if (!f) throw std::runtime_error("cannot write " + o.record_file);
-    write_record_json(f, runs.front().result.record);
+    write_output_file(o.record_file, [&](std::ostream& out) { write_record_json(out, runs.front().result.record); }, "--record");
   }
 
   if (o.json) {

@@ -196,8 +196,19 @@ zeppelin_add_cli_test(tool.pipeline_record EXIT_CODE 0 STDOUT "iteration"
           --model 7b --record ${CMAKE_CURRENT_BINARY_DIR}/pipeline_record.json)
 zeppelin_add_cli_test(tool.pipeline_record_per_shape_refused EXIT_CODE 1 STDERR "--record needs --pricing every_op"
   COMMAND ${zeppelin_tool_cmd} pipeline --pricing per_shape --record ${CMAKE_CURRENT_BINARY_DIR}/pipeline_record_refused.json)
-zeppelin_add_cli_test(tool.pipeline_record_to_full_disk EXIT_CODE 1 STDERR "writing the --record file failed.*/dev/full"
+# A failed write is an error with exit status 1, never a silent exit 0 (a full disk: /dev/full).
+zeppelin_add_cli_test(tool.pipeline_record_to_full_disk EXIT_CODE 1 STDERR "--record file '/dev/full': writing failed"
   COMMAND ${zeppelin_tool_cmd} pipeline --stages 2 --micro-batch-tokens 300,500 --record /dev/full)
+zeppelin_add_cli_test(tool.pipeline_trace_to_full_disk EXIT_CODE 1 STDERR "--trace file '/dev/full': writing failed"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 2 --micro-batch-tokens 300,500 --trace /dev/full)
+zeppelin_add_cli_test(tool.simulate_trace_to_full_disk EXIT_CODE 1 STDERR "--trace file '/dev/full': writing failed"
+  COMMAND ${zeppelin_tool_cmd} simulate --methods te_cp --trace-method te_cp --trace /dev/full)
+zeppelin_add_cli_test(tool.simulate_record_to_full_disk EXIT_CODE 1 STDERR "--record file '/dev/full': writing failed"
+  COMMAND ${zeppelin_tool_cmd} simulate --method te_cp --record /dev/full)
+zeppelin_add_cli_test(tool.plan_json_to_full_disk EXIT_CODE 1 STDERR "zeppelin: writing standard output failed"
+  COMMAND sh -c "'$<TARGET_FILE:zeppelin_tool>' plan --json > /dev/full")
+zeppelin_add_cli_test(tool.record_into_missing_directory EXIT_CODE 1 STDERR "--record file '.*/no_such_dir/r.json': cannot be opened"
+  COMMAND ${zeppelin_tool_cmd} simulate --method te_cp --record ${CMAKE_CURRENT_BINARY_DIR}/no_such_dir/r.json)
 zeppelin_add_cli_test(tool.pipeline_per_shape EXIT_CODE 0 STDOUT "per_shape pricing.*iteration"
   COMMAND ${zeppelin_tool_cmd} pipeline --stages 4 --tp 2 --cp 2 --pricing per_shape --schedule interleaved --virtual-stages 2)
 zeppelin_add_cli_test(tool.pipeline_rejects_unknown_partitioner EXIT_CODE 1
@@ -239,6 +250,14 @@ zeppelin_add_cli_test(tool.chunk_rejects_batch_that_fits_nowhere EXIT_CODE 1
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpu-memory-gib 12)
 zeppelin_add_cli_test(tool.chunk_rejects_zero_sp EXIT_CODE 1 STDERR "SP and PP degrees must be at least 1 .sp=0"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 0)
+zeppelin_add_cli_test(tool.chunk_rejects_huge_sp EXIT_CODE 1 STDERR "--sp x --pp GPUs must be at most 1048576 .sp=2.147+e.09, pp=4, gpus=8.58+e.09"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 2147483647)
+zeppelin_add_cli_test(tool.chunk_rejects_zero_max_slices EXIT_CODE 109 STDERR "--max-slices: Value 0 not in range 1 to 256"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --max-slices 0)
+zeppelin_add_cli_test(tool.chunk_rejects_negative_max_slices EXIT_CODE 109 STDERR "--max-slices: Value -1 not in range 1 to 256"
+  COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --max-slices -1)
+zeppelin_add_cli_test(tool.empty_value_refused EXIT_CODE 109 STDERR "--slack: an empty value is not a value"
+  COMMAND ${zeppelin_tool_cmd} simulate --slack "")
 # --compare: the plan and the four baselines as step plans on the step simulator, text and JSON
 # (one node, SP 4 x PP 2: every method's step plans priced op by op in a few seconds)
 zeppelin_add_cli_test(tool.chunk_compare EXIT_CODE 0
@@ -268,3 +287,18 @@ zeppelin_add_cli_test(tool.plan_derives_capacity EXIT_CODE 0 STDOUT "on 2 x 4 GP
   COMMAND ${zeppelin_tool_cmd} plan --method hierarchical --lengths ${zeppelin_fixtures}/lengths_small.txt --nodes 2 --gpus-per-node 4)
 zeppelin_add_cli_test(tool.plan_help_shows_defaults EXIT_CODE 0 STDOUT "--nodes INT:POSITIVE=1.*--gpus-per-node INT:POSITIVE=8"
   COMMAND ${zeppelin_tool_cmd} plan --help)
+
+# Size parameters beyond what a run can hold are refused at once, naming the value and the bound
+# (they ran out of memory, or drew for minutes, before).
+zeppelin_add_cli_test(tool.pack_rejects_huge_micro_batches EXIT_CODE 1
+  STDERR "a packing needs 1 .. 1048576 micro-batches per iteration .micro_batches=2.14748e\\+09"
+  COMMAND ${zeppelin_tool_cmd} pack --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --micro-batches 2147483647)
+zeppelin_add_cli_test(tool.strategy_rejects_huge_cluster EXIT_CODE 1
+  STDERR "a strategy is planned for 1 .. 131072 GPUs .gpus=2.14748e\\+09"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpus 2147483647)
+zeppelin_add_cli_test(tool.sample_rejects_huge_budget EXIT_CODE 1
+  STDERR "the token budget needs more sequences than one sample draws .*max_sampled_sequences=6.71089e\\+07"
+  COMMAND ${zeppelin_tool_cmd} sample --dataset github --tokens 9223372036854775807)
+# a balanced input reads 1: eight equal micro-batches on four stages
+zeppelin_add_cli_test(tool.pipeline_balanced_reads_one EXIT_CODE 0 STDOUT "imbalance: attention 1.000, latency 1.000"
+  COMMAND ${zeppelin_tool_cmd} pipeline --stages 4 --micro-batch-tokens 1000,1000,1000,1000,1000,1000,1000,1000)

@@ -21,6 +21,7 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/core/output_file.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/data/length_distribution.hpp>
 
@@ -197,17 +198,6 @@ inline std::ifstream open_for_reading(const std::filesystem::path& path) {
   return in;
 }
 
-inline std::ofstream open_for_writing(const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::out | std::ios::trunc);
-  ZEPPELIN_EXPECTS(out.is_open(), "cannot open '" + path.string() + "' for writing", {});
-  return out;
-}
-
-inline void finish_writing(std::ostream& out, std::string_view what) {
-  out.flush();
-  if (!out) ZEPPELIN_THROW(error, std::string("writing ") + std::string(what) + " failed", {});
-}
-
 }  // namespace detail
 
 //! Lengths from a length file (format in the file comment), in file order. A stream with
@@ -247,15 +237,11 @@ inline void write_lengths(std::ostream& out, std::span<const token_count> length
   out << text;
 }
 
-//! write_lengths to the file at `path` (created or truncated). Throws invalid_argument if
-//! it cannot be opened, zeppelin::error if writing fails.
+//! write_lengths to the file at `path` (created or replaced whole, core/output_file.hpp).
+//! Throws invalid_argument for a length write_lengths refuses (leaving any old file as it
+//! was) and when the file cannot be opened, written or closed.
 inline void write_lengths_file(const std::filesystem::path& path, std::span<const token_count> lengths) {
-  for (std::size_t i = 0; i < lengths.size(); ++i)
-    ZEPPELIN_EXPECTS(lengths[i] > 0, "lengths must be positive to be written",
-                     {{"index", static_cast<double>(i)}, {"length", static_cast<double>(lengths[i])}});
-  auto out = detail::open_for_writing(path);
-  write_lengths(out, lengths);
-  detail::finish_writing(out, path.string());
+  write_output_file(path, [&](std::ostream& out) { write_lengths(out, lengths); }, "length");
 }
 
 //! Writes a `# lo hi weight` header and one `lo hi weight` line per bin, weights as given
@@ -274,9 +260,7 @@ inline void write_histogram(std::ostream& out, const length_histogram& histogram
 
 //! write_histogram to the file at `path` (created or truncated).
 inline void write_histogram_file(const std::filesystem::path& path, const length_histogram& histogram) {
-  auto out = detail::open_for_writing(path);
-  write_histogram(out, histogram);
-  detail::finish_writing(out, path.string());
+  write_output_file(path, [&](std::ostream& out) { write_histogram(out, histogram); }, "histogram");
 }
 
 ZEPPELIN_NAMESPACE_END

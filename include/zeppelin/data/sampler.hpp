@@ -47,6 +47,10 @@ enum class length_limit_rule {
   condition,  //!< draw from the distribution conditioned on the range
 };
 
+//! The most lengths one sample_lengths call draws (half a GB of lengths): a budget that
+//! needs more is a mistyped number, refused at once rather than drawn for minutes.
+inline constexpr std::int64_t max_sampled_sequences = std::int64_t{1} << 26;
+
 //! Options of sample_lengths / sample_batch, e.g. {.max_length = 65536}.
 struct sampler_options {
   //! Shortest length drawn (>= 1). The last, budget-truncated sequence may be shorter.
@@ -60,7 +64,9 @@ struct sampler_options {
 //! the budget rule in the file comment); continues rng's stream, so successive calls give
 //! successive independent batches. Throws invalid_argument if total_tokens <= 0,
 //! min_length < 1, max_length is neither 0 nor >= min_length, or (condition rule) the
-//! distribution has no mass in the range; rng is not advanced when it throws.
+//! distribution has no mass in the range; resource_limit when the budget needs more than
+//! max_sampled_sequences draws (refused before drawing when the distribution's mean says so).
+//! rng is not advanced when it throws invalid_argument.
 [[nodiscard]] inline std::vector<token_count> sample_lengths(const length_histogram& distribution,
                                                              token_count total_tokens, random_generator& rng,
                                                              const sampler_options& options = {}) {
@@ -81,9 +87,17 @@ struct sampler_options {
 
   std::vector<token_count> lengths;
   const double expected = static_cast<double>(total_tokens) / source.mean();
+  const auto too_many = [&](double sequences) {
+    ZEPPELIN_THROW(resource_limit,
+                   "the token budget needs more sequences than one sample draws (max_sampled_sequences); sample a smaller budget",
+                   {{"total_tokens", static_cast<double>(total_tokens)}, {"sequences", sequences},
+                    {"max_sampled_sequences", static_cast<double>(max_sampled_sequences)}});
+  };
+  if (expected > static_cast<double>(max_sampled_sequences)) too_many(expected);
   lengths.reserve(static_cast<std::size_t>(std::min(expected, double{1 << 20})) + 1);
   token_count remaining = total_tokens;
   while (remaining > 0) {
+    if (static_cast<std::int64_t>(lengths.size()) == max_sampled_sequences) too_many(static_cast<double>(lengths.size()) + 1);
     token_count length = source.sample(rng);
     if (options.limit_rule == length_limit_rule::clamp) length = std::clamp(length, min_len, std::max(cap, min_len));
     length = std::min(length, remaining);  // the budget rule: only the last draw is cut

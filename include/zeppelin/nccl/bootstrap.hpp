@@ -12,6 +12,7 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/core/output_file.hpp>
 #include <zeppelin/nccl/error.hpp>
 
 #include <nccl.h>
@@ -83,15 +84,11 @@ static_assert(unique_id_bytes == NCCL_UNIQUE_ID_BYTES);
   return from_bytes(bytes);
 }
 
-//! Writes the id's hex form to `path` so that readers never see a partial file.
+//! Writes the id's hex form to `path` so that readers never see a partial file (written
+//! beside it and renamed, core/output_file.hpp). Throws invalid_argument naming the path
+//! when it cannot be written.
 inline void write_unique_id(const std::filesystem::path& path, const ncclUniqueId& id) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << to_hex(id) << '\n';
-    if (!out) throw nccl_error(ncclSystemError, "nccl: cannot write the unique id file " + tmp.string(), __FILE__, __LINE__);
-  }
-  std::filesystem::rename(tmp, path);
+  write_output_file(path, [&](std::ostream& out) { out << to_hex(id) << '\n'; }, "NCCL unique id");
 }
 
 //! Waits up to `timeout` for `path` (written by write_unique_id) and reads the id.

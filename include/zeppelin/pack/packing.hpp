@@ -31,16 +31,20 @@ ZEPPELIN_NAMESPACE_BEGIN
 //! What one training iteration takes: `micro_batches` (N) micro-batches of at most
 //! `max_tokens` (L_max) tokens each.
 struct packing_limits {
-  int micro_batches = 1;     //!< N >= 1
+  //! The most micro-batches an iteration may have: every iteration allocates its N
+  //! micro-batches, and N beyond a million is a mistyped number, not a training step.
+  static constexpr int max_micro_batches = 1 << 20;
+  int micro_batches = 1;     //!< N in [1, max_micro_batches]
   token_count max_tokens = 0;  //!< L_max >= 1: the tokens GPU memory allows in one micro-batch
   friend constexpr bool operator==(const packing_limits&, const packing_limits&) = default;
 };
 
-//! Throws invalid_argument for N < 1, L < 1 or L > max_sequence_length (so a micro-batch's
-//! sum of d^2 fits 64 bits).
+//! Throws invalid_argument for N outside [1, max_micro_batches], L < 1 or
+//! L > max_sequence_length (so a micro-batch's sum of d^2 fits 64 bits).
 inline void validate(const packing_limits& limits) {
-  ZEPPELIN_EXPECTS(limits.micro_batches >= 1, "a packing needs at least 1 micro-batch per iteration",
-                   {{"micro_batches", double(limits.micro_batches)}});
+  ZEPPELIN_EXPECTS(limits.micro_batches >= 1 && limits.micro_batches <= packing_limits::max_micro_batches,
+                   "a packing needs 1 .. 1048576 micro-batches per iteration",
+                   {{"micro_batches", double(limits.micro_batches)}, {"max_micro_batches", double(packing_limits::max_micro_batches)}});
   ZEPPELIN_EXPECTS(limits.max_tokens >= 1 && limits.max_tokens <= max_sequence_length,
                    "the micro-batch token limit must lie in [1, max_sequence_length]",
                    {{"max_tokens", double(limits.max_tokens)}, {"max_sequence_length", double(max_sequence_length)}});

@@ -42,12 +42,22 @@ struct scheme_space {
   int max_pp = 0;  //!< the largest PP tried; 0: the model's layers
 };
 
+//! The most GPUs a strategy is planned for (131,072): the proposal's table holds a row per GPU
+//! count, so a mistyped cluster size is refused at once rather than allocated.
+inline constexpr long long max_strategy_gpus = 1LL << 17;
+
+//! Throws invalid_argument unless 1 <= gpus <= max_strategy_gpus.
+inline void check_strategy_gpus(long long gpus) {
+  ZEPPELIN_EXPECTS(gpus >= 1 && gpus <= max_strategy_gpus, "a strategy is planned for 1 .. 131072 GPUs",
+                   {{"gpus", double(gpus)}, {"max_strategy_gpus", double(max_strategy_gpus)}});
+}
+
 //! Every valid scheme of `space` for `model` on `gpus` GPUs with `gpus_per_node` per node,
 //! sorted by (tp, pp, cp).
 [[nodiscard]] inline std::vector<parallel_scheme> enumerate_schemes(const model_config& model, long long gpus, int gpus_per_node,
                                                                     const scheme_space& space = {}) {
   validate(model);
-  ZEPPELIN_EXPECTS(gpus >= 1, "a strategy needs at least 1 GPU", {{"gpus", double(gpus)}});
+  check_strategy_gpus(gpus);
   ZEPPELIN_EXPECTS(gpus_per_node >= 1, "a node needs at least 1 GPU", {{"gpus_per_node", double(gpus_per_node)}});
   ZEPPELIN_EXPECTS(space.max_pp >= 0, "max_pp must be >= 0 (0: the model's layers)", {{"max_pp", double(space.max_pp)}});
   for (const int d : space.tp) ZEPPELIN_EXPECTS(d >= 1, "a TP degree must be >= 1", {{"tp", double(d)}});

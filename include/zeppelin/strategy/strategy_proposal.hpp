@@ -81,7 +81,7 @@ class strategy_dp {
  public:
   strategy_dp(std::span<const scheme_profile> schemes, long long gpus, std::span<const token_count> sample, const proposal_options& options = {})
       : schemes_(schemes.begin(), schemes.end()), gpus_(gpus) {
-    ZEPPELIN_EXPECTS(gpus >= 1, "a strategy needs at least 1 GPU", {{"gpus", double(gpus)}});
+    check_strategy_gpus(gpus);
     ZEPPELIN_EXPECTS(options.length_step >= 1, "the length step must be >= 1 token", {{"length_step", double(options.length_step)}});
     ZEPPELIN_EXPECTS(options.sample_iterations > 0 && std::isfinite(options.sample_iterations),
                      "the sample must hold a positive, finite number of iterations", {{"sample_iterations", options.sample_iterations}});
