@@ -139,12 +139,13 @@ struct plan {
   std::vector<plan_note> notes;       //!< decisions worth telling the user (fallbacks taken)
 
   [[nodiscard]] rank_index num_ranks() const noexcept { return static_cast<rank_index>(placements.size()); }
-  //! 1 + the largest micro_batch of any shard (1 for an empty plan).
+  //! 1 + the largest micro_batch of any shard (1 for an empty plan); INT32_MAX for a shard
+  //! at INT32_MAX, a plan check_plan_indices (core/plan_indices.hpp) refuses.
   [[nodiscard]] std::int32_t micro_batches() const noexcept {
     std::int32_t m = 0;
     for (const auto& p : placements)
       for (const auto& s : p.shards) m = s.micro_batch > m ? s.micro_batch : m;
-    return m + 1;
+    return m == 0x7fff'ffff ? m : m + 1;
   }
   friend bool operator==(const plan&, const plan&) = default;
 };

@@ -23,6 +23,7 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/plan_indices.hpp>
 
 #include <bit>
 #include <cstddef>
@@ -192,6 +193,7 @@ inline plan read_plan_fields(plan_reader& r) {
       v.value = std::bit_cast<double>(r.unsigned_value<std::uint64_t>("note value"));
     }
   }
+  check_plan_indices(p, r.format());
   return p;
 }
 }  // namespace detail

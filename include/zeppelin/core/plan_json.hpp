@@ -30,6 +30,7 @@
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/plan_indices.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -219,6 +220,7 @@ inline plan_document read_plan_json_object(const json_value& doc) {
       x.values.push_back({v.at("name").as_string("notes[].values[].name"), detail::json_number(v.at("value"), "notes[].values[].value")});
     p.notes.push_back(std::move(x));
   }
+  check_plan_indices(p, "plan JSON");
 
   const std::string written = doc.at("fingerprint").as_string("fingerprint");
   const std::string computed = detail::fingerprint_hex(fingerprint(p));

@@ -7,14 +7,16 @@
 //        position in the ring order, the group size, the previous and next member in ring
 //        order (who sends r its K/V in round 1 and whom r sends to), the sequences r holds
 //        in that group and its tokens of them
-// The view is derived, never stored: plan stays the one source of truth. O(shards of r +
-// members of r's groups). Throws invalid_argument for a rank outside the plan or a plan whose
-// shards name a group that does not exist or does not list r. nvcc-safe.
+// The view is derived, never stored: plan stays the one source of truth. O(plan size): the
+// plan's indices are checked first (core/plan_indices.hpp), so a forged or hand-built plan
+// is refused, never read out of bounds. Throws invalid_argument for a rank outside the plan,
+// an index out of range, or a shard in a group that does not list r. nvcc-safe.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan.hpp>
+#include <zeppelin/core/plan_indices.hpp>
 #include <zeppelin/core/types.hpp>
 
 #include <algorithm>
@@ -57,6 +59,7 @@ struct rank_view {
 
 //! The view of rank `r` of plan `p`.
 [[nodiscard]] inline rank_view rank_view_of(const plan& p, rank_index r) {
+  check_plan_indices(p, "rank view");
   ZEPPELIN_EXPECTS(r >= 0 && r < p.num_ranks() && p.gpus_per_node >= 1, "rank view: no such rank in the plan",
                    {{"rank", double(r)}, {"ranks", double(p.num_ranks())}});
   rank_view v;
@@ -66,15 +69,9 @@ struct rank_view {
   v.shards = p.placements[static_cast<std::size_t>(r)].shards;
   v.tokens_per_micro_batch.assign(static_cast<std::size_t>(p.micro_batches()), 0);
   std::vector<group_index> ids;
-  for (const shard& s : v.shards) {
-    ZEPPELIN_EXPECTS(s.micro_batch >= 0, "rank view: a shard has a negative micro-batch",
-                     {{"rank", double(r)}, {"seq", double(s.seq)}, {"micro_batch", double(s.micro_batch)}});
+  for (const shard& s : v.shards) {  // indices checked above
     v.tokens_per_micro_batch[static_cast<std::size_t>(s.micro_batch)] += s.range.size();
-    if (s.group == no_group) continue;
-    ZEPPELIN_EXPECTS(s.group >= 0 && static_cast<std::size_t>(s.group) < p.groups.size(),
-                     "rank view: a shard names a group the plan does not have",
-                     {{"rank", double(r)}, {"seq", double(s.seq)}, {"group", double(s.group)}, {"groups", double(p.groups.size())}});
-    ids.push_back(s.group);
+    if (s.group != no_group) ids.push_back(s.group);
   }
   for (const ring_group& g : p.groups)  // a member may hold no shard of its group
     if (std::find(g.ranks.begin(), g.ranks.end(), r) != g.ranks.end()) ids.push_back(g.id);
