@@ -4,6 +4,8 @@
 //                  nonzero return and this thread's last_error message (one definition for the
 //                  whole library), so no C++ exception crosses the C ABI
 //   expect(ok, m)  throws invalid_argument(m) when !ok
+//   expect_buffers throws invalid_argument naming the call and the first NULL buffer of those
+//                  a call will touch, before anything reads or writes through them
 //   fill_table     the (out, room, count) convention of the int64 tables (fill_rows: of rows
 //                  built in full first)
 //   lengths_of     a batch's lengths from the caller's array
@@ -15,8 +17,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
 #include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zeppelin::capi {
@@ -41,6 +45,13 @@ int guarded(F&& f) noexcept {
 
 inline void expect(bool ok, const std::string& what) {
   if (!ok) ZEPPELIN_THROW(invalid_argument, what, {});
+}
+
+//! Throws invalid_argument "<call>: <name> must not be NULL" for the first NULL of `buffers`
+//! (name, pointer).
+inline void expect_buffers(const char* call, std::initializer_list<std::pair<const char*, const void*>> buffers) {
+  for (const auto& [name, pointer] : buffers)
+    expect(pointer != nullptr, std::string(call) + ": " + name + " must not be NULL");
 }
 
 //! *count = n; when out != NULL and room >= n, row(i, out + i * Width) writes row i.

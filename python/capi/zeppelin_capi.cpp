@@ -246,6 +246,8 @@ int zeppelin_attention_forward(int32_t dtype, int32_t heads, int32_t kv_heads, i
                                const void* k, const void* v, void* o, void* lse, int64_t lse_stride) {
   return zeppelin::capi::guarded([&] {
     const zeppelin::attention_dims d = checked_block(heads, kv_heads, head_dim, scale, q_begin, q_end, k_begin, k_end, lse_stride);
+    if (q_end > q_begin || k_end > k_begin)
+      zeppelin::capi::expect_buffers("zeppelin_attention_forward", {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse}});
     with_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
       zeppelin::host_attention{}.forward(zeppelin::attention_forward_args<T>{
@@ -261,6 +263,9 @@ int zeppelin_attention_backward(int32_t dtype, int32_t heads, int32_t kv_heads, 
                                 int64_t lse_stride, void* dq, void* dk, void* dv) {
   return zeppelin::capi::guarded([&] {
     const zeppelin::attention_dims d = checked_block(heads, kv_heads, head_dim, scale, q_begin, q_end, k_begin, k_end, lse_stride);
+    if (q_end > q_begin || k_end > k_begin)
+      zeppelin::capi::expect_buffers("zeppelin_attention_backward", {{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"d_o", d_o}, {"lse", lse},
+                                                                     {"dq", dq}, {"dk", dk}, {"dv", dv}});
     with_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
       zeppelin::host_attention{}.backward(zeppelin::attention_backward_args<T>{
@@ -276,6 +281,8 @@ int zeppelin_lse_merge(int32_t dtype, int64_t rows, int32_t heads, int32_t head_
   return zeppelin::capi::guarded([&] {
     expect(rows >= 0 && heads >= 1 && head_dim >= 1, "zeppelin_lse_merge: rows >= 0, heads >= 1 and head_dim >= 1 expected");
     expect(acc_lse_stride >= rows && blk_lse_stride >= rows, "zeppelin_lse_merge: LSE strides must be at least the rows");
+    if (rows > 0)
+      zeppelin::capi::expect_buffers("zeppelin_lse_merge", {{"o_acc", o_acc}, {"lse_acc", lse_acc}, {"o_blk", o_blk}, {"lse_blk", lse_blk}});
     with_dtype(dtype, [&](auto zero) {
       using T = decltype(zero);
       zeppelin::merge_block(static_cast<T*>(o_acc), static_cast<T*>(lse_acc), acc_lse_stride, static_cast<const T*>(o_blk),

@@ -146,6 +146,15 @@ TEST_CASE("failures return nonzero with the library's message and write nothing"
   CHECK(zeppelin_attention_forward(1, 3, 2, 2, 0, 0, 2, 0, 2, q, q, q, o, lse, 2) != 0);
   CHECK(zeppelin_attention_forward(1, 1, 1, 2, 0, 2, 1, 0, 2, q, q, q, o, lse, 2) != 0);
   CHECK(zeppelin_attention_forward(1, 1, 1, 2, 0, 0, 2, 0, 2, q, q, q, o, lse, 1) != 0);
+  // a NULL buffer the call would touch is refused by name, never dereferenced
+  CHECK(zeppelin_attention_forward(1, 1, 1, 2, 0, 0, 2, 0, 2, q, q, nullptr, o, lse, 2) != 0);
+  CHECK(std::string(zeppelin_last_error()).rfind("zeppelin_attention_forward: v must not be NULL", 0) == 0);
+  CHECK(zeppelin_attention_backward(1, 1, 1, 2, 0, 0, 2, 0, 2, q, q, q, o, q, lse, 2, q, nullptr, q) != 0);
+  CHECK(std::string(zeppelin_last_error()).rfind("zeppelin_attention_backward: dk must not be NULL", 0) == 0);
+  CHECK(zeppelin_lse_merge(1, 2, 1, 2, o, nullptr, 2, q, lse, 2) != 0);
+  CHECK(std::string(zeppelin_last_error()).rfind("zeppelin_lse_merge: lse_acc must not be NULL", 0) == 0);
+  CHECK(zeppelin_lse_merge(1, 0, 1, 2, nullptr, nullptr, 0, nullptr, nullptr, 0) == 0);  // nothing to touch
+  CHECK(zeppelin_attention_forward(1, 1, 1, 2, 0, 0, 0, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr, 0) == 0);
   if (zeppelin_capi_has_cuda() == 0) {
     CHECK(zeppelin_cuda_attention_preprocess(2, 1, 1, 64, q, q, nullptr, 1, nullptr) != 0);
     CHECK(std::string(zeppelin_last_error()).find("built without CUDA") != std::string::npos);
