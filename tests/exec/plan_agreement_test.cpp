@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <span>
@@ -38,6 +39,7 @@ struct check_counting_comm {
   [[nodiscard]] rank_index rank() const noexcept { return inner.rank(); }
   [[nodiscard]] rank_index size() const noexcept { return inner.size(); }
   [[nodiscard]] int node_of(rank_index r) const { return inner.node_of(r); }
+  [[nodiscard]] std::uint64_t world_id() const noexcept { return inner.world_id(); }
   void group_start() noexcept { inner.group_start(); }
   void send(std::span<const std::byte> b, rank_index peer) { inner.send(b, peer); }
   void recv(std::span<std::byte> b, rank_index peer) { inner.recv(b, peer); }
@@ -47,6 +49,14 @@ struct check_counting_comm {
   }
 };
 static_assert(communicator<check_counting_comm>);
+static_assert(identified_communicator<check_counting_comm>);
+
+// The same count through a communicator that does not say which world it is in.
+struct counting_without_world : check_counting_comm {
+  std::uint64_t world_id() const = delete;
+};
+static_assert(communicator<counting_without_world>);
+static_assert(!identified_communicator<counting_without_world>);
 
 // one forward of `engine` on the calling rank, with buffers of its size (zeros); returns what
 // the rank moved and launched
@@ -146,7 +156,7 @@ TEST_CASE("ranks with the same plan but different programs are refused and the s
   CHECK(launches > 0);
 }
 
-TEST_CASE("an engine checks once per rank and a copy checks again", "[exec]") {
+TEST_CASE("an engine checks once per rank and world, and a copy checks again", "[exec]") {
   const topology t = test_topology(1, 3);
   const batch b({7, 2, 5});
   const plan p = make_plan(1, b, t, 5);
@@ -159,24 +169,52 @@ TEST_CASE("an engine checks once per rank and a copy checks again", "[exec]") {
     forward_once(engine, cc);
   });
   CHECK(checks == 3);  // once per rank
+  // a communicator without world_id() counts as one world for the engine's life
   world.run([&](host_loopback_comm& c) {
-    check_counting_comm cc{c, checks};
-    forward_once(engine, cc);  // this engine has checked every rank already
+    counting_without_world cc{{c, checks}};
+    forward_once(engine, cc);
+    forward_once(engine, cc);
   });
-  CHECK(checks == 3);
+  CHECK(checks == 6);
+  world.run([&](host_loopback_comm& c) {
+    counting_without_world cc{{c, checks}};
+    forward_once(engine, cc);  // checked in the unidentified world already
+  });
+  CHECK(checks == 6);
+  world.run([&](host_loopback_comm& c) {  // another run is another world: checked again
+    check_counting_comm cc{c, checks};
+    forward_once(engine, cc);
+  });
+  CHECK(checks == 9);
   const attention_engine<double> copy = engine;
   world.run([&](host_loopback_comm& c) {
     check_counting_comm cc{c, checks};
     forward_once(copy, cc);
   });
-  CHECK(checks == 6);
+  CHECK(checks == 12);
   // one engine object per rank, as in a real job: each checks its rank
   const std::vector<attention_engine<double>> per_rank(3, engine);
   world.run([&](host_loopback_comm& c) {
     check_counting_comm cc{c, checks};
     forward_once(per_rank[static_cast<std::size_t>(c.rank())], cc);
   });
-  CHECK(checks == 9);
+  CHECK(checks == 15);
+}
+
+TEST_CASE("an engine kept across worlds meets plan_mismatch when another rank re-planned", "[exec]") {
+  const topology t = test_topology(1, 2);
+  const batch b({5, 3}), next({4, 4});
+  const plan p = even_split{.capacity = 8}.partition(b, t);
+  const attention_engine<double> kept(p, b, t, dims);
+  host_loopback_world world{.ranks = 2, .timeout = 20000ms};
+  world.run([&](host_loopback_comm& c) { forward_once(kept, c); });  // both ranks checked, world 1
+  // world 2: rank 0 keeps its engine, rank 1 re-planned for the next batch
+  const attention_engine<double> replanned(even_split{.capacity = 8}.partition(next, t), next, t, dims);
+  std::atomic<std::size_t> moved{0};
+  const plan_mismatch m = refused({&kept, &replanned}, moved);
+  CHECK(moved == 0);
+  CHECK(m.fingerprint() == kept.identity().plan);
+  CHECK(m.peer_fingerprint() == replanned.identity().plan);
 }
 
 TEST_CASE("check_plan_agreement names the reference, the differing ranks and both fingerprints", "[exec]") {

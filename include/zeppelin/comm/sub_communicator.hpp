@@ -16,12 +16,15 @@
 #pragma once
 
 #include <zeppelin/comm/communicator.hpp>
+#include <zeppelin/comm/world_id.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/core/fingerprint.hpp>
 #include <zeppelin/core/types.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -57,6 +60,14 @@ class sub_communicator {
     return members_[static_cast<std::size_t>(peer)];
   }
   [[nodiscard]] std::span<const rank_index> members() const noexcept { return members_; }
+  //! The parent's world (comm/world_id.hpp) mixed with the members: another subset of the
+  //! same parent, or the same subset of another world, is another world.
+  [[nodiscard]] std::uint64_t world_id() const noexcept {
+    fnv1a_hasher h;
+    h.add(static_cast<std::int64_t>(world_of(*parent_)));
+    for (const rank_index m : members_) h.add(static_cast<std::int64_t>(m));
+    return h.value() | 1;  // never 0, which no world is
+  }
 
   void group_start() { parent_->group_start(); }
   void send(std::span<const std::byte> bytes, rank_index peer) { parent_->send(bytes, parent_rank(peer)); }

@@ -185,12 +185,13 @@ class attention_engine {
   template <class C>
   void agree(C& c) const {
     const rank_index me = c.rank();
-    if (agreement_.checked(me)) return;
+    const std::uint64_t world = world_of(c);
+    if (agreement_.checked(me, world)) return;
     std::vector<plan_identity> all(static_cast<std::size_t>(c.size()));
     all_gather_bytes(c, std::as_bytes(std::span<const plan_identity>(&identity_, 1)),
                      std::as_writable_bytes(std::span<plan_identity>(all)), host_memory{}, plan_check_step);
     check_plan_agreement("attention engine", std::span<const plan_identity>(all), plan_check_step);
-    agreement_.set_checked(me);
+    agreement_.set_checked(me, world);
   }
   template <class C>
   void run(C& c, pass_kind pass, const host_tensors<T>& t, execution_record* record) const {

@@ -22,17 +22,20 @@
 //                                   throws plan_mismatch when the identities disagree: the
 //                                   plans first (among the ranks that know theirs: a different
 //                                   plan explains a different program), then the programs
-//   plan_agreement                  one engine's per-rank "checked" flags
+//   plan_agreement                  one engine's per rank "checked in world w" (comm/world_id.hpp)
 // Cost: once per engine and rank, one group of ranks - 1 sends and receives of 16 bytes (the
 // device engine also waits once for its communication stream); afterwards nothing.
-// Collective: every rank's engine checks on the first pass it runs (forward, backward or
-// remap), so ranks build their engines together, as they build their plans. An engine
-// shared by the rank threads of a loopback world checks once per rank; a copy of an engine
-// checks again. nvcc-safe.
+// Collective: every rank's engine checks on the first pass it runs in a world (forward,
+// backward or remap), so ranks build their engines together, as they build their plans. An
+// engine kept across worlds (a new loopback run, a new NCCL communicator) checks again in
+// the new one, so a rank that re-planned meets plan_mismatch there, never a wait for rounds
+// its peers do not run. An engine shared by the rank threads of a loopback world checks once
+// per rank; a copy of an engine checks again. nvcc-safe.
 #pragma once
 
 #include <zeppelin/comm/comm_error.hpp>
 #include <zeppelin/comm/communicator.hpp>
+#include <zeppelin/comm/world_id.hpp>
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
@@ -321,7 +324,7 @@ inline void check_plan_agreement(std::string_view who, std::span<const plan_iden
 class plan_agreement {
  public:
   explicit plan_agreement(rank_index ranks)
-      : ranks_(ranks), checked_(std::make_unique<std::atomic<bool>[]>(static_cast<std::size_t>(ranks))) {}
+      : ranks_(ranks), checked_in_(std::make_unique<std::atomic<std::uint64_t>[]>(static_cast<std::size_t>(ranks))) {}
   plan_agreement(const plan_agreement& other) : plan_agreement(other.ranks_) {}
   plan_agreement& operator=(const plan_agreement& other) {
     if (this != &other) *this = plan_agreement(other.ranks_);
@@ -331,15 +334,18 @@ class plan_agreement {
   plan_agreement& operator=(plan_agreement&&) noexcept = default;
   ~plan_agreement() = default;
 
-  //! Whether rank r has passed the check (r inside [0, ranks)).
-  [[nodiscard]] bool checked(rank_index r) const noexcept {
-    return checked_[static_cast<std::size_t>(r)].load(std::memory_order_acquire);
+  //! Whether rank r (inside [0, ranks)) has passed the check in world `world`
+  //! (comm/world_id.hpp: world_of(c)); in another world it checks again.
+  [[nodiscard]] bool checked(rank_index r, std::uint64_t world) const noexcept {
+    return checked_in_[static_cast<std::size_t>(r)].load(std::memory_order_acquire) == world;
   }
-  void set_checked(rank_index r) noexcept { checked_[static_cast<std::size_t>(r)].store(true, std::memory_order_release); }
+  void set_checked(rank_index r, std::uint64_t world) noexcept {
+    checked_in_[static_cast<std::size_t>(r)].store(world, std::memory_order_release);
+  }
 
  private:
   rank_index ranks_;
-  std::unique_ptr<std::atomic<bool>[]> checked_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> checked_in_;  // per rank: the world it passed in, 0 none
 };
 
 ZEPPELIN_NAMESPACE_END

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <zeppelin/comm/communicator.hpp>
+#include <zeppelin/comm/world_id.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
@@ -113,12 +114,14 @@ class nccl_communicator {
     ZEPPELIN_CUDA_CHECK(cudaSetDevice(device_));
     make_stream();
     comm_ = comm;
+    // the world is the borrowed NCCL communicator: every wrapper of it is in the same world
+    world_id_ = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(comm)) | (std::uint64_t{1} << 63);
     assign_nodes();
   }
   nccl_communicator(const nccl_communicator&) = delete;
   nccl_communicator& operator=(const nccl_communicator&) = delete;
   nccl_communicator(nccl_communicator&& o) noexcept
-      : options_(o.options_), rank_(o.rank_), size_(o.size_), device_(o.device_), stream_(std::move(o.stream_)),
+      : options_(o.options_), rank_(o.rank_), size_(o.size_), world_id_(o.world_id_), device_(o.device_), stream_(std::move(o.stream_)),
         comm_(std::exchange(o.comm_, nullptr)), node_(std::move(o.node_)), depth_(o.depth_), ownership_(o.ownership_) {}
   nccl_communicator& operator=(nccl_communicator&&) = delete;
 
@@ -149,6 +152,9 @@ class nccl_communicator {
   }
 
   [[nodiscard]] rank_index rank() const noexcept { return rank_; }
+  //! The world's id (comm/world_id.hpp): one per communicator created, the NCCL
+  //! communicator's own for a borrowed one.
+  [[nodiscard]] std::uint64_t world_id() const noexcept { return world_id_; }
   [[nodiscard]] rank_index size() const noexcept { return size_; }
   //! Node of rank r (see the file comment). Throws invalid_argument for a rank outside.
   [[nodiscard]] int node_of(rank_index r) const {
@@ -309,6 +315,7 @@ class nccl_communicator {
   nccl_options options_;
   rank_index rank_;
   rank_index size_;
+  std::uint64_t world_id_ = next_world_id();
   int device_ = 0;
   device::cuda_stream stream_;
   ncclComm_t comm_ = nullptr;

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <zeppelin/comm/comm_error.hpp>
+#include <zeppelin/comm/world_id.hpp>
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/types.hpp>
@@ -43,6 +44,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstddef>
 #include <deque>
 #include <exception>
@@ -101,6 +103,8 @@ class mailbox_world {
 
   [[nodiscard]] const char* name() const noexcept { return name_; }
   [[nodiscard]] rank_index ranks() const noexcept { return ranks_; }
+  //! This world's process-unique id (comm/world_id.hpp).
+  [[nodiscard]] std::uint64_t id() const noexcept { return id_; }
 
   //! The mailbox of the ordered pair (lock held).
   std::deque<Message>& box(rank_index src, rank_index dst) { return boxes_[index(src) * index(ranks_) + index(dst)]; }
@@ -407,6 +411,7 @@ class mailbox_world {
   }
 
   const char* name_;  // a string literal
+  std::uint64_t id_ = next_world_id();
   rank_index ranks_;
   std::chrono::milliseconds timeout_;
   std::condition_variable returned_;  // a rank returned, or the run failed (the watcher waits on it)
@@ -430,6 +435,8 @@ class mailbox_comm {
  public:
   [[nodiscard]] rank_index rank() const noexcept { return rank_; }
   [[nodiscard]] rank_index size() const noexcept { return world_->ranks(); }
+  //! The world's id (comm/world_id.hpp): a new one for every run of a loopback world.
+  [[nodiscard]] std::uint64_t world_id() const noexcept { return world_->id(); }
   //! Node of rank r: r / gpus_per_node. Throws invalid_argument for a rank outside the world.
   [[nodiscard]] int node_of(rank_index r) const {
     check_peer(r);

@@ -234,7 +234,8 @@ class device_attention_engine {
   template <class C>
   void agree(C& c) const {
     const rank_index me = c.rank();
-    if (agreement_.checked(me)) return;
+    const std::uint64_t world = world_of(c);
+    if (agreement_.checked(me, world)) return;
     const auto n = static_cast<std::size_t>(c.size());
     constexpr std::size_t k = sizeof(plan_identity);
     device::device_memory buf((n + 1) * k, c.stream());  // [rank] parts, then this rank's own
@@ -245,7 +246,7 @@ class device_attention_engine {
     ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(all.data(), d, n * k, cudaMemcpyDeviceToHost, c.stream()));
     c.synchronize(plan_check_step);
     check_plan_agreement("device attention engine", std::span<const plan_identity>(all), plan_check_step);
-    agreement_.set_checked(me);
+    agreement_.set_checked(me, world);
   }
   template <class C>
   void run(C& c, pass_kind pass, const device_tensors& t, cudaStream_t stream, execution_record* record, device_timeline* timeline) const {
