@@ -133,3 +133,48 @@ def test_group_ranks_run_two_plans_side_by_side():
     for parity in (0, 1):
         cases = [("even_split", 40 + parity, 1)]
         check_against_reference([[results[parity]], [results[parity + 2]]], cases, torch.float64, 1e-12)
+
+
+def mismatched_plans(rank, world):
+    """Each rank plans its own batch or capacity (as a rank that re-planned alone would); every
+    call must raise PlanMismatch on every rank before moving anything, and a matching call
+    afterwards must still run (no message of the refused call left behind)."""
+    lengths = [100, 50] if rank == 0 else [60, 90]
+    cases = (
+        zt.plan(lengths, gpus_per_node=world, partitioner="even_split"),  # another batch
+        zt.plan([100, 50], gpus_per_node=world, partitioner="even_split", capacity=75 + 25 * rank),  # another capacity
+    )
+    messages = []
+    for p in cases:
+        sched = zt.RankSchedule(p, rank)
+        q = torch.zeros(sched.layout.rows, HEADS, DIM, dtype=torch.float64)
+        kv = torch.zeros(sched.layout.rows, KV_HEADS, DIM, dtype=torch.float64)
+        try:
+            zt.ring_attention(q, kv, kv, sched)
+            messages.append(None)
+        except zt.PlanMismatch as e:
+            messages.append(str(e))
+    same = zt.plan([100, 50], gpus_per_node=world, partitioner="even_split")
+    rr = same.relayout().rank(rank) if rank == 0 else zt.plan([60, 90], gpus_per_node=world).relayout().rank(rank)
+    try:
+        zt.relayout(torch.zeros(rr.source.rows, 3, dtype=torch.float64), rr)
+        messages.append(None)
+    except zt.PlanMismatch as e:
+        messages.append(str(e))
+    sched = zt.RankSchedule(same, rank)
+    q = torch.ones(sched.layout.rows, HEADS, DIM, dtype=torch.float64)
+    kv = torch.ones(sched.layout.rows, KV_HEADS, DIM, dtype=torch.float64)
+    messages.append(zt.ring_attention(q, kv, kv, sched).shape[0])
+    return messages
+
+
+def test_ranks_with_different_plans_are_refused_on_every_rank():
+    results = run_world(2, mismatched_plans)
+    for rank, messages in enumerate(results):
+        for m in messages[:2]:
+            assert m is not None, f"rank {rank}: a mismatched ring_attention ran"
+            assert m.startswith("ring_attention: the ranks hold different plans: ranks ['0 (global 0)'] hold plan 0x")
+            assert "ranks ['1 (global 1)'] hold plan 0x" in m and m.endswith("refusing to run")
+        assert messages[2] is not None and messages[2].startswith("relayout: the ranks hold different plans: ranks ['0'] hold plan")
+        assert messages[3] > 0
+    assert results[0][:3] == results[1][:3], "the ranks must raise the same message"

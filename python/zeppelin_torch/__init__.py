@@ -8,6 +8,7 @@
 
 Host build: CPU tensors (float32, float64) and torch.distributed (gloo). See docs/pytorch.md.
 """
+from ._agreement import PlanMismatch
 from ._capi import ZeppelinError
 from .attention import varlen_attention
 from .chunk import Chunking, chunk
@@ -26,6 +27,7 @@ __all__ = [
     "Group",
     "Layout",
     "Plan",
+    "PlanMismatch",
     "RankRelayout",
     "RankSchedule",
     "Relayout",

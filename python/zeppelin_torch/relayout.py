@@ -6,7 +6,7 @@ import ctypes
 import torch
 import torch.distributed as dist
 
-from . import _capi
+from . import _agreement, _capi
 from .plan import Layout
 
 
@@ -18,12 +18,14 @@ class RankRelayout:
     recv_index  LongTensor: destination rows in the order they arrive
     recv_counts list[int]: rows received from each peer
     source, target: the Layouts before and after
+    identity    (plan fingerprint, micro-batch, ranks): what relayout checks across ranks
     """
 
-    def __init__(self, sends, receives, ranks, source, target):
+    def __init__(self, sends, receives, ranks, source, target, identity):
         self.send_index, self.send_counts = self._by_peer(sends, ranks)
         self.recv_index, self.recv_counts = self._by_peer(receives, ranks)
         self.source, self.target = source, target
+        self.identity = identity
 
     @staticmethod
     def _by_peer(segments, ranks):
@@ -50,7 +52,14 @@ class Relayout:
                 target = _capi.table(_capi.lib.zeppelin_relayout_target, 3, handle, r)
                 target = torch.cat([target, torch.full((len(target), 1), -1, dtype=torch.int64)], 1)
                 self.ranks.append(
-                    RankRelayout(sends, receives, plan.num_ranks, plan.layout(r, micro_batch), Layout(target, plan.offsets))
+                    RankRelayout(
+                        sends,
+                        receives,
+                        plan.num_ranks,
+                        plan.layout(r, micro_batch),
+                        Layout(target, plan.offsets),
+                        _agreement.identity(plan, micro_batch),
+                    )
                 )
         finally:
             _capi.lib.zeppelin_relayout_destroy(handle)
@@ -91,7 +100,9 @@ def _move(x, rr, inverse, group):
 def relayout(x, rank_relayout, *, inverse=False, group=None):
     """Rows of `x` (dim 0: this rank's rows in the source layout, or the target layout when
     `inverse`) moved to the other layout. Every rank of `group` (default: the world, whose
-    ranks are the plan's) must call it with its own RankRelayout. Differentiable."""
+    ranks are the plan's) must call it with its own RankRelayout of the same plan and
+    micro-batch: the ranks check that first (one all-gather of 24 bytes) and all raise
+    PlanMismatch naming the ranks that differ. Differentiable."""
     if not isinstance(rank_relayout, RankRelayout):
         raise TypeError(f"rank_relayout must be a RankRelayout (Relayout.rank(r)), got {type(rank_relayout).__name__}")
     if not isinstance(x, torch.Tensor):
@@ -103,4 +114,6 @@ def relayout(x, rank_relayout, *, inverse=False, group=None):
         raise ValueError(
             f"the process group has {dist.get_world_size()} ranks, the plan {len(rank_relayout.send_counts)}"
         )
+    if dist.is_initialized():
+        _agreement.check_group("relayout", rank_relayout.identity, group, x.device)
     return _Relayout.apply(x.contiguous(), rank_relayout, inverse, group)

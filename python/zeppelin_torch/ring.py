@@ -18,7 +18,7 @@ from typing import List, Tuple
 import torch
 import torch.distributed as dist
 
-from . import _checks
+from . import _agreement, _checks
 from .attention import check_scale
 from .kernels import kernels_for
 from .plan import Plan
@@ -209,8 +209,10 @@ def ring_attention(q, k, v, schedule, *, scale=0.0, group_ranks=None, return_lse
     """Causal attention of this rank's rows under a plan: q [rows, heads, dim], k and v
     [rows, kv_heads, dim] in schedule.layout's buffer order, contiguous (CPU float32 / float64
     with gloo; on a GPU bfloat16 / float16 with NCCL); schedule = RankSchedule(plan, rank, micro_batch) of the calling rank. Every
-    rank of the plan must call it (collectively) with the same plan. group_ranks maps a plan
-    rank to its global torch.distributed rank (default: the identity, the world group).
+    rank of the plan must call it (collectively) with the same plan and micro-batch: the ranks
+    check that first (24 bytes with every other rank) and all raise PlanMismatch naming the
+    ranks that differ. group_ranks maps a plan rank to its global torch.distributed rank
+    (default: the identity, the world group).
     Differentiable in q, k, v; returns O [rows, heads, dim] (and LSE [heads, rows])."""
     if not isinstance(schedule, RankSchedule):
         raise TypeError(f"schedule must be a RankSchedule, got {type(schedule).__name__}")
@@ -232,5 +234,8 @@ def ring_attention(q, k, v, schedule, *, scale=0.0, group_ranks=None, return_lse
             f"schedule is for plan rank {schedule.rank} (global {global_rank(schedule.rank)}), this process is rank {dist.get_rank()}"
         )
     _checks.qkv(q, k, v, rows=schedule.layout.rows)
+    if dist.is_initialized():
+        identity = _agreement.identity(schedule.plan, schedule.micro_batch)
+        _agreement.check_ring("ring_attention", identity, schedule.plan.num_ranks, schedule.rank, global_rank, q.device)
     o, lse = _RingAttention.apply(q, k, v, schedule, check_scale(scale), global_rank, kernels_for(q))
     return (o, lse) if return_lse else o
