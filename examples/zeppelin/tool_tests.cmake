@@ -176,7 +176,7 @@ zeppelin_add_cli_test(tool.pack_rejects_document_over_L EXIT_CODE 1
   STDERR "longer than the micro-batch token limit L.*index=0, length=900, L=850"
   COMMAND ${zeppelin_tool_cmd} pack --method wlb --lengths ${zeppelin_fixtures}/lengths_wlb.txt
           --micro-batches 2 --max-tokens 850)
-zeppelin_add_cli_test(tool.pack_rejects_zero_micro_batches EXIT_CODE 1 STDERR "at least 1 micro-batch.*micro_batches=0"
+zeppelin_add_cli_test(tool.pack_rejects_zero_micro_batches EXIT_CODE 1 STDERR "a packing needs 1 .. 1048576 micro-batches per iteration .micro_batches=0"
   COMMAND ${zeppelin_tool_cmd} pack --method original --lengths ${zeppelin_fixtures}/lengths_wlb.txt
           --micro-batches 0 --max-tokens 1000)
 zeppelin_add_cli_test(tool.pack_rejects_zero_max_tokens EXIT_CODE 1 STDERR "token limit must lie in.*max_tokens=0"
@@ -206,7 +206,7 @@ zeppelin_add_cli_test(tool.simulate_trace_to_full_disk EXIT_CODE 1 STDERR "--tra
 zeppelin_add_cli_test(tool.simulate_record_to_full_disk EXIT_CODE 1 STDERR "--record file '/dev/full': writing failed"
   COMMAND ${zeppelin_tool_cmd} simulate --method te_cp --record /dev/full)
 zeppelin_add_cli_test(tool.plan_json_to_full_disk EXIT_CODE 1 STDERR "zeppelin: writing standard output failed"
-  COMMAND sh -c "'$<TARGET_FILE:zeppelin_tool>' plan --json > /dev/full")
+  COMMAND sh -c "'$<TARGET_FILE:zeppelin_tool>' plan --method hierarchical --lengths '${zeppelin_fixtures}/lengths_small.txt' --json > /dev/full")
 zeppelin_add_cli_test(tool.record_into_missing_directory EXIT_CODE 1 STDERR "--record file '.*/no_such_dir/r.json': cannot be opened"
   COMMAND ${zeppelin_tool_cmd} simulate --method te_cp --record ${CMAKE_CURRENT_BINARY_DIR}/no_such_dir/r.json)
 zeppelin_add_cli_test(tool.pipeline_per_shape EXIT_CODE 0 STDOUT "per_shape pricing.*iteration"
@@ -235,7 +235,7 @@ zeppelin_add_cli_test(tool.strategy_rejects_unholdable_sequence EXIT_CODE 1
 zeppelin_add_cli_test(tool.strategy_rejects_model_that_fits_nowhere EXIT_CODE 1
   STDERR "the model fits no parallel scheme.*gpus=8"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 8 --model 32b --gpu-memory-gib 16)
-zeppelin_add_cli_test(tool.strategy_rejects_zero_gpus EXIT_CODE 1 STDERR "at least 1 GPU.*gpus=0"
+zeppelin_add_cli_test(tool.strategy_rejects_zero_gpus EXIT_CODE 1 STDERR "a strategy is planned for 1 .. 131072 GPUs .gpus=0"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 0)
 
 # `zeppelin chunk`: the JSON schema, the text summary, and bad input.
@@ -250,14 +250,15 @@ zeppelin_add_cli_test(tool.chunk_rejects_batch_that_fits_nowhere EXIT_CODE 1
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpu-memory-gib 12)
 zeppelin_add_cli_test(tool.chunk_rejects_zero_sp EXIT_CODE 1 STDERR "SP and PP degrees must be at least 1 .sp=0"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 0)
-zeppelin_add_cli_test(tool.chunk_rejects_huge_sp EXIT_CODE 1 STDERR "--sp x --pp GPUs must be at most 1048576 .sp=2.147+e.09, pp=4, gpus=8.58+e.09"
+zeppelin_add_cli_test(tool.chunk_rejects_huge_sp EXIT_CODE 1 STDERR "--sp x --pp GPUs must be at most 1048576 .sp=2147483647, pp=4, gpus=8589934588"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --sp 2147483647)
-zeppelin_add_cli_test(tool.chunk_rejects_zero_max_slices EXIT_CODE 109 STDERR "--max-slices: Value 0 not in range 1 to 256"
+zeppelin_add_cli_test(tool.chunk_rejects_zero_max_slices EXIT_CODE 105 STDERR "--max-slices: Value 0 not in range 1 to 256"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --max-slices 0)
-zeppelin_add_cli_test(tool.chunk_rejects_negative_max_slices EXIT_CODE 109 STDERR "--max-slices: Value -1 not in range 1 to 256"
+zeppelin_add_cli_test(tool.chunk_rejects_negative_max_slices EXIT_CODE 105 STDERR "--max-slices: Value -1 not in range 1 to 256"
   COMMAND ${zeppelin_tool_cmd} chunk --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --max-slices -1)
-zeppelin_add_cli_test(tool.empty_value_refused EXIT_CODE 109 STDERR "--slack: an empty value is not a value"
-  COMMAND ${zeppelin_tool_cmd} simulate --slack "")
+# (through sh: a CMake list drops an empty argument)
+zeppelin_add_cli_test(tool.empty_value_refused EXIT_CODE 105 STDERR "--slack: an empty value is not a value"
+  COMMAND sh -c "'$<TARGET_FILE:zeppelin_tool>' simulate --slack \"\"")
 # --compare: the plan and the four baselines as step plans on the step simulator, text and JSON
 # (one node, SP 4 x PP 2: every method's step plans priced op by op in a few seconds)
 zeppelin_add_cli_test(tool.chunk_compare EXIT_CODE 0
@@ -291,13 +292,13 @@ zeppelin_add_cli_test(tool.plan_help_shows_defaults EXIT_CODE 0 STDOUT "--nodes 
 # Size parameters beyond what a run can hold are refused at once, naming the value and the bound
 # (they ran out of memory, or drew for minutes, before).
 zeppelin_add_cli_test(tool.pack_rejects_huge_micro_batches EXIT_CODE 1
-  STDERR "a packing needs 1 .. 1048576 micro-batches per iteration .micro_batches=2.14748e\\+09"
+  STDERR "a packing needs 1 .. 1048576 micro-batches per iteration .micro_batches=2147483647"
   COMMAND ${zeppelin_tool_cmd} pack --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --micro-batches 2147483647)
 zeppelin_add_cli_test(tool.strategy_rejects_huge_cluster EXIT_CODE 1
-  STDERR "a strategy is planned for 1 .. 131072 GPUs .gpus=2.14748e\\+09"
+  STDERR "a strategy is planned for 1 .. 131072 GPUs .gpus=2147483647"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_infinipipe.txt --gpus 2147483647)
 zeppelin_add_cli_test(tool.sample_rejects_huge_budget EXIT_CODE 1
-  STDERR "the token budget needs more sequences than one sample draws .*max_sampled_sequences=6.71089e\\+07"
+  STDERR "the token budget needs more sequences than one sample draws .*max_sampled_sequences=67108864"
   COMMAND ${zeppelin_tool_cmd} sample --dataset github --tokens 9223372036854775807)
 # a balanced input reads 1: eight equal micro-batches on four stages
 zeppelin_add_cli_test(tool.pipeline_balanced_reads_one EXIT_CODE 0 STDOUT "imbalance: attention 1.000, latency 1.000"
