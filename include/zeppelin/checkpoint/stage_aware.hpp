@@ -112,18 +112,26 @@ struct checkpoint_window {
   friend bool operator==(const checkpoint_window&, const checkpoint_window&) = default;
 };
 
-//! Every window of every stage (stage-major, then j), as in the file comment.
+//! Every window of every stage (stage-major, then j), as in the file comment. Step j + 1's
+//! window is step j's without the chunk of backward position j and with forward w + j when
+//! its backward comes later, so a stage costs O(n + the sizes of its windows), not O(n^2).
 [[nodiscard]] inline std::vector<checkpoint_window> stage_aware_windows(const stage_aware_problem& p) {
   validate(p);
   const auto n = static_cast<std::int64_t>(p.chunks.size());
+  std::vector<std::int64_t> forward_of(static_cast<std::size_t>(n));  // backward position -> forward index
+  for (std::int64_t k = 0; k < n; ++k) forward_of[static_cast<std::size_t>(p.chunks[static_cast<std::size_t>(k)].backward_position)] = k;
   std::vector<checkpoint_window> out;
   for (int stage = 0; stage < p.stages; ++stage) {
     const std::int64_t w = std::min(n, p.stages - 1 - stage + p.prefill_chunks);
-    for (std::int64_t j = 0; j <= n - w; ++j) {
-      checkpoint_window window{stage, j, {}};
-      for (std::int64_t k = 0; k < w + j; ++k)
-        if (p.chunks[static_cast<std::size_t>(k)].backward_position >= j) window.chunks.push_back(k);
-      out.push_back(std::move(window));
+    std::vector<std::int64_t> held(static_cast<std::size_t>(w));  // window j = 0: the first w forwards
+    std::iota(held.begin(), held.end(), std::int64_t{0});
+    for (std::int64_t j = 0;; ++j) {
+      out.push_back({stage, j, held});
+      if (j == n - w) break;
+      // held stays ascending: the forward added is larger than every forward held
+      const std::int64_t done = forward_of[static_cast<std::size_t>(j)];
+      if (const auto at = std::lower_bound(held.begin(), held.end(), done); at != held.end() && *at == done) held.erase(at);
+      if (p.chunks[static_cast<std::size_t>(w + j)].backward_position > j) held.push_back(w + j);
     }
   }
   return out;
