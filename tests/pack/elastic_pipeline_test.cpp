@@ -3,7 +3,8 @@
 // every chunk in exactly one pipeline, each pipeline a contiguous range of chain lengths in
 // longest-first order whose chunk-level 1F1B schedule validates, checkpoint plans that fit
 // every window of their pipeline, seconds that add up; the chosen slice count the best of
-// all; deterministic; infeasible and bad options refused with the numbers.
+// all, and the ones the lower bound skips could not have won; deterministic; infeasible and
+// bad options refused with the numbers.
 #include <catch2/catch.hpp>
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
@@ -12,6 +13,7 @@
 #include <zeppelin/schedule/pipeline/validate.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "../support/expect_error.hpp"
@@ -129,4 +131,36 @@ TEST_CASE("elastic pipeline plans refuse what cannot fit and inconsistent option
   o.memory.sp_degree = 4;
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)plan_elastic_pipeline(lengths, o); }).value("memory_sp") == 4);
   REQUIRE_THROWS_AS(plan_elastic_pipeline(std::vector<token_count>{}, options_for(60, 4)), invalid_argument);
+}
+
+TEST_CASE("elastic pipeline plans: the slice counts the bound skips could not have won", "[pack][infinipipe]") {
+  random_generator g(19);
+  int bounded = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<token_count> lengths = random_batch(g);
+    if (trial % 2 == 0)  // many short documents: the batches where the bound skips most
+      for (int i = 0; i < 200; ++i) lengths.push_back(g.between(64, 2048));
+    const elastic_pipeline_options o = options_for(60, 6);
+    CAPTURE(trial);
+    // every slice count planned, as before the bound: the least seconds, ties the smaller n
+    std::optional<elastic_plan> best;
+    const token_count longest = *std::max_element(lengths.begin(), lengths.end());
+    std::vector<chunking> tried;
+    for (int n = 1; n <= std::min<token_count>(6, longest); ++n) tried.push_back(o.processor.process(lengths, n));
+    tried.push_back(chunking{{longest}, fixed_size_chunks(lengths, longest)});
+    for (const chunking& c : tried) {
+      const std::optional<elastic_plan> plan = detail::schedule_chunking(c, lengths, o);
+      if (!plan) continue;
+      // the bound holds: no plan of these chunks is faster than their forward and backward
+      REQUIRE(detail::busy_seconds_bound(c.chunks, o) <= plan->seconds * (1 + 1e-12));
+      if (best && detail::busy_seconds_bound(c.chunks, o) >= best->seconds) ++bounded;
+      if (!best || plan->seconds < best->seconds) best = plan;
+    }
+    if (!best) {
+      REQUIRE_THROWS_AS(plan_elastic_pipeline(lengths, o), infeasible);
+      continue;
+    }
+    REQUIRE(plan_elastic_pipeline(lengths, o).chunks == best->chunks);
+  }
+  CHECK(bounded > 0);  // the bound skipped some slice count, so the comparison was not idle
 }

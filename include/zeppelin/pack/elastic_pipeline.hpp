@@ -24,7 +24,9 @@
 //      This is the step simulator's step (sim/simulate_step.hpp) without the transfers. (The paper's
 //      closed form, sum T + (d_p - 1) mean T, misses the bubbles of unequal chunks and of
 //      slice chains: up to 28 % below the simulated time on fixed-size chunks.)
-// The plan of least predicted seconds wins (ties: the smaller n, then the slices). Its pipelines' checkpoint
+// The plan of least predicted seconds wins (ties: the smaller n, then the slices). A slice
+// count is skipped, exactly, when its chunks' forward and backward seconds alone (a lower
+// bound of any of its plans) reach the best plan found so far. Its pipelines' checkpoint
 // plans are then searched (best_stage_aware_checkpointing within options.checkpoint's node
 // budget), keeping whichever of the two recomputes fewer layers, and priced again: the
 // exact search over every candidate pipeline of every n is what would be too slow
@@ -145,6 +147,16 @@ inline void price(elastic_pipeline& p, std::span<const chunk> chunks, const elas
       });
 }
 
+// A lower bound of any plan of `chunks`: each chunk runs its forward and backward on every
+// stage of the pipeline it is in, so every plan's pipelines together take at least the sum
+// of those. O(chunks), against the grouping's m(m + 1) / 2 priced schedules.
+[[nodiscard]] inline double busy_seconds_bound(std::span<const chunk> chunks, const elastic_pipeline_options& o) {
+  const chunk_cost_model& cost = o.processor.cost;
+  double seconds = 0;
+  for (const chunk& ch : chunks) seconds += cost.seconds(cost.forward, ch) + cost.seconds(cost.backward, ch);
+  return seconds;
+}
+
 // The candidate pipeline of chain lengths [lo, hi] with its greedy checkpointing, priced;
 // nullopt when no checkpointing fits.
 inline std::optional<elastic_pipeline> estimated_pipeline(const chunking& c, std::span<const token_count> lengths, const chunk_order& order,
@@ -214,12 +226,17 @@ inline std::optional<elastic_plan> schedule_chunking(chunking c, std::span<const
     } catch (const infeasible&) {
       continue;  // the mesh's first slice is over max_chunk_tokens
     }
+    // a chunking whose bound reaches the best plan cannot replace it (ties keep the smaller n)
+    if (best && detail::busy_seconds_bound(c.chunks, o) >= best->seconds) continue;
     std::optional<elastic_plan> plan = detail::schedule_chunking(std::move(c), lengths, o);
     if (plan && (!best || plan->seconds < best->seconds)) best = std::move(plan);
   }
   if (o.processor.max_chunk_tokens == 0 || longest <= o.processor.max_chunk_tokens) {  // the sequences packed whole
-    std::optional<elastic_plan> plan = detail::schedule_chunking(chunking{{longest}, fixed_size_chunks(lengths, longest)}, lengths, o);
-    if (plan && (!best || plan->seconds < best->seconds)) best = std::move(plan);
+    chunking whole{{longest}, fixed_size_chunks(lengths, longest)};
+    if (!best || detail::busy_seconds_bound(whole.chunks, o) < best->seconds) {
+      std::optional<elastic_plan> plan = detail::schedule_chunking(std::move(whole), lengths, o);
+      if (plan && (!best || plan->seconds < best->seconds)) best = std::move(plan);
+    }
   }
   if (!best)
     ZEPPELIN_THROW(infeasible, "no slice count gives an elastic pipeline plan that fits in memory, even with full recomputation",
