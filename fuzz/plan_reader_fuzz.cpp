@@ -27,6 +27,7 @@
 //   - find_violations on the plan and the batch its shards imply never crashes; a plan it
 //     finds valid builds its execution program (or refuses it with zeppelin::error).
 #include "fuzz_input.hpp"
+#include "fuzz_topology.hpp"
 
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/error.hpp>
@@ -35,7 +36,6 @@
 #include <zeppelin/core/plan_json.hpp>
 #include <zeppelin/core/rank_view.hpp>
 #include <zeppelin/core/topology.hpp>
-#include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/core/validate.hpp>
 #include <zeppelin/program/build.hpp>
 
@@ -84,17 +84,6 @@ plan forge(zeppelin_fuzz::fuzz_input& in) {
   return p;
 }
 
-topology make_topology(int nodes, int gpus) {
-  topology_config c;
-  c.nodes = nodes;
-  c.gpus_per_node = gpus;
-  c.nics_per_node = 1;
-  c.intra_node = {300e9, 3e-6};
-  c.nic = {48e9, 10e-6};
-  c.gpu = gpus::h100_sxm();
-  return topology(c);
-}
-
 // The batch a plan's shards imply: sequence i as long as its furthest shard end; none when a
 // shard's sequence or range is out of what a small batch can hold.
 std::optional<batch> implied_batch(const plan& p) {
@@ -136,7 +125,7 @@ void follow(const plan& p) {
   const std::optional<batch> b = implied_batch(p);
   if (!b) return;
   try {
-    const topology t = make_topology(p.nodes, p.gpus_per_node);
+    const topology t = zeppelin_fuzz::small_topology(p.nodes, p.gpus_per_node);
     if (!find_violations(p, *b, t).empty()) return;
     (void)make_program(p, *b, t);
   } catch (const zeppelin::error&) {

@@ -21,6 +21,7 @@
 //   - when the batch fits (total <= N P L), hierarchical, even_split, and allgather and
 //     per_document with one CP group of all ranks never refuse it as infeasible.
 #include "fuzz_input.hpp"
+#include "fuzz_topology.hpp"
 
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/checked_math.hpp>
@@ -66,17 +67,6 @@ planner_case decode(zeppelin_fuzz::fuzz_input& in) {
   const int count = 1 + in.byte() % 16;
   for (int i = 0; i < count; ++i) c.lengths.push_back(in.sized(length_width));
   return c;
-}
-
-topology make_topology(int nodes, int gpus) {
-  topology_config c;
-  c.nodes = nodes;
-  c.gpus_per_node = gpus;
-  c.nics_per_node = 1;
-  c.intra_node = {300e9, 3e-6};
-  c.nic = {48e9, 10e-6};
-  c.gpu = gpus::h100_sxm();
-  return topology(c);
 }
 
 any_load_metric make_metric(unsigned kind) {
@@ -131,7 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   any_load_metric metric;
   try {
     b.emplace(c.lengths);
-    t.emplace(make_topology(c.nodes, c.gpus));
+    t.emplace(zeppelin_fuzz::small_topology(c.nodes, c.gpus));
     metric = make_metric(c.metric);
   } catch (const zeppelin::error&) {
     return 0;  // refused input (a length <= 0 or past max_sequence_length, no node, ...)
