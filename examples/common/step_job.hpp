@@ -26,6 +26,7 @@
 // Host-only.
 #pragma once
 
+#include <zeppelin/core/detail/json_fields.hpp>
 #include <zeppelin/core/detail/json_reader.hpp>
 #include <zeppelin/core/detail/json_writer.hpp>
 #include <zeppelin/core/error.hpp>
@@ -71,67 +72,8 @@ struct step_job {
 
 namespace detail {
 
-inline void write_string(std::ostream& os, std::string_view s) { os << '"' << zeppelin::detail::json_escape(s) << '"'; }
-
-// A parsed JSON value written back as JSON (what read_step_job hands the step plan reader):
-// integers as written, other numbers in 17 significant digits (they read back bit for bit).
-inline void write_json_value(std::ostream& os, const zeppelin::detail::json_value& v) {
-  using namespace zeppelin::detail;
-  if (v.is_null()) {
-    os << "null";
-  } else if (const auto* b = std::get_if<bool>(&v.v)) {
-    os << (*b ? "true" : "false");
-  } else if (const auto* i = std::get_if<std::int64_t>(&v.v)) {
-    os << *i;
-  } else if (const auto* d = std::get_if<double>(&v.v)) {
-    os << json_double(*d);
-  } else if (const auto* s = std::get_if<std::string>(&v.v)) {
-    write_string(os, *s);
-  } else if (const auto* a = std::get_if<std::shared_ptr<json_array>>(&v.v)) {
-    os << '[';
-    for (std::size_t k = 0; k < (*a)->size(); ++k) {
-      if (k) os << ',';
-      write_json_value(os, (**a)[k]);
-    }
-    os << ']';
-  } else {
-    const json_object& o = *std::get<std::shared_ptr<json_object>>(v.v);
-    os << '{';
-    for (std::size_t k = 0; k < o.size(); ++k) {
-      if (k) os << ',';
-      write_string(os, o[k].first);
-      os << ':';
-      write_json_value(os, o[k].second);
-    }
-    os << '}';
-  }
-}
-
-template <class Int>
-Int job_int(const zeppelin::detail::json_value& v, std::string_view what, std::int64_t lo = std::numeric_limits<Int>::min(),
-            std::int64_t hi = std::numeric_limits<Int>::max()) {
-  const std::int64_t x = v.as_int(what);
-  ZEPPELIN_EXPECTS(x >= lo && x <= hi, "step job: \"" + std::string(what) + "\" is out of range",
-                   {{"value", double(x)}, {"min", double(lo)}, {"max", double(hi)}});
-  return static_cast<Int>(x);
-}
-
-inline bool job_bool(const zeppelin::detail::json_value& v, std::string_view what) {
-  const auto* b = std::get_if<bool>(&v.v);
-  ZEPPELIN_EXPECTS(b != nullptr, "step job: \"" + std::string(what) + "\" must be true or false", {});
-  return *b;
-}
-
-template <class Enum, std::size_t N>
-Enum job_enum(const zeppelin::detail::json_value& v, std::string_view what, const Enum (&values)[N]) {
-  const std::string& name = v.as_string(what);
-  std::string valid;
-  for (const Enum e : values) {
-    if (to_string(e) == name) return e;
-    valid += (valid.empty() ? "" : ", ") + std::string(to_string(e));
-  }
-  ZEPPELIN_THROW(invalid_argument, "step job: unknown " + std::string(what) + " \"" + name.substr(0, 40) + "\" (valid: " + valid + ")", {});
-}
+// The typed member reads of the step job format (core/detail/json_fields.hpp).
+inline constexpr zeppelin::detail::json_fields job_fields{"step job"};
 
 }  // namespace detail
 
@@ -146,9 +88,9 @@ inline std::ostream& write_step_job(std::ostream& os, const step_job& job) {
                    {{"proxies", double(proxy ? proxy->proxies.size() : 0)}, {"max_proxies", double(proxy ? proxy->max_proxies : 0)}});
   const model_config& m = job.model;
   os << "{\"format\":\"" << step_job_format << "\",\"version\":" << step_job_version << ",\"cluster\":{\"preset\":";
-  detail::write_string(os, job.cluster);
+  zeppelin::detail::write_json_string(os, job.cluster);
   os << ",\"nodes\":" << job.nodes << ",\"gpus_per_node\":" << job.gpus_per_node << "},\"model\":{\"name\":";
-  detail::write_string(os, m.name);
+  zeppelin::detail::write_json_string(os, m.name);
   os << ",\"layers\":" << m.layers << ",\"hidden\":" << m.hidden << ",\"heads\":" << m.heads << ",\"kv_heads\":" << m.kv_heads
      << ",\"head_dim\":" << m.head_dim << ",\"ffn_hidden\":" << m.ffn_hidden << ",\"vocab\":" << m.vocab
      << ",\"gated_mlp\":" << (m.gated_mlp ? "true" : "false") << ",\"experts\":" << m.experts
@@ -161,18 +103,14 @@ inline std::ostream& write_step_job(std::ostream& os, const step_job& job) {
   if (a.remap) os << '"' << to_string(*a.remap) << '"';
   else os << "null";
   os << ",\"max_member_rounds\":" << a.max_member_rounds << ",\"max_shard_pairs\":" << a.max_shard_pairs << "}},\"plan\":";
-  std::ostringstream plan;
-  write_step_plan_json(plan, job.plan);
-  std::string text = plan.str();
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  os << text << "}\n";
-  return os;
+  zeppelin::detail::write_step_plan_json_object(os, job.plan);
+  return os << "}\n";
 }
 
 //! Reads what write_step_job wrote (see the file comment).
 [[nodiscard]] inline step_job read_step_job(std::string_view text) {
   using namespace zeppelin;
-  using detail::job_int;
+  const zeppelin::detail::json_fields& fields = detail::job_fields;
   const zeppelin::detail::json_value doc = zeppelin::detail::parse_json(text);
   ZEPPELIN_EXPECTS(doc.is_object(), "step job: the document must be an object", {});
   const std::string& format = doc.at("format").as_string("format");
@@ -184,51 +122,49 @@ inline std::ostream& write_step_job(std::ostream& os, const step_job& job) {
   step_job job;
   const auto& cluster = doc.at("cluster");
   job.cluster = cluster.at("preset").as_string("cluster.preset");
-  job.nodes = job_int<int>(cluster.at("nodes"), "cluster.nodes", 1, 1 << 20);
-  job.gpus_per_node = job_int<int>(cluster.at("gpus_per_node"), "cluster.gpus_per_node", 1, 1 << 20);
+  job.nodes = fields.integer<int>(cluster.at("nodes"), "cluster.nodes", 1, 1 << 20);
+  job.gpus_per_node = fields.integer<int>(cluster.at("gpus_per_node"), "cluster.gpus_per_node", 1, 1 << 20);
   (void)job.topology();  // an unknown preset fails here, naming the presets
 
   const auto& m = doc.at("model");
   model_config& model = job.model;
   model.name = m.at("name").as_string("model.name");
-  model.layers = job_int<int>(m.at("layers"), "model.layers", 1);
-  model.hidden = job_int<int>(m.at("hidden"), "model.hidden", 1);
-  model.heads = job_int<int>(m.at("heads"), "model.heads", 1);
-  model.kv_heads = job_int<int>(m.at("kv_heads"), "model.kv_heads", 1);
-  model.head_dim = job_int<int>(m.at("head_dim"), "model.head_dim", 1);
-  model.ffn_hidden = job_int<int>(m.at("ffn_hidden"), "model.ffn_hidden", 1);
-  model.vocab = job_int<int>(m.at("vocab"), "model.vocab", 1);
-  model.gated_mlp = detail::job_bool(m.at("gated_mlp"), "model.gated_mlp");
-  model.experts = job_int<int>(m.at("experts"), "model.experts", 0);
-  model.experts_per_token = job_int<int>(m.at("experts_per_token"), "model.experts_per_token", 0);
-  model.bytes_per_element = job_int<int>(m.at("bytes_per_element"), "model.bytes_per_element", 1);
+  model.layers = fields.integer<int>(m.at("layers"), "model.layers", 1);
+  model.hidden = fields.integer<int>(m.at("hidden"), "model.hidden", 1);
+  model.heads = fields.integer<int>(m.at("heads"), "model.heads", 1);
+  model.kv_heads = fields.integer<int>(m.at("kv_heads"), "model.kv_heads", 1);
+  model.head_dim = fields.integer<int>(m.at("head_dim"), "model.head_dim", 1);
+  model.ffn_hidden = fields.integer<int>(m.at("ffn_hidden"), "model.ffn_hidden", 1);
+  model.vocab = fields.integer<int>(m.at("vocab"), "model.vocab", 1);
+  model.gated_mlp = fields.boolean(m.at("gated_mlp"), "model.gated_mlp");
+  model.experts = fields.integer<int>(m.at("experts"), "model.experts", 0);
+  model.experts_per_token = fields.integer<int>(m.at("experts_per_token"), "model.experts_per_token", 0);
+  model.bytes_per_element = fields.integer<int>(m.at("bytes_per_element"), "model.bytes_per_element", 1);
   validate(model);
 
   const auto& o = doc.at("options");
   step_program_options& po = job.options;
-  po.activation_bytes = job_int<int>(o.at("activation_bytes"), "options.activation_bytes", 1);
-  po.parameter_bytes = job_int<int>(o.at("parameter_bytes"), "options.parameter_bytes", 1);
-  po.gradient_bytes = job_int<int>(o.at("gradient_bytes"), "options.gradient_bytes", 1);
-  po.accumulator_bytes = job_int<int>(o.at("accumulator_bytes"), "options.accumulator_bytes", 1);
+  po.activation_bytes = fields.integer<int>(o.at("activation_bytes"), "options.activation_bytes", 1);
+  po.parameter_bytes = fields.integer<int>(o.at("parameter_bytes"), "options.parameter_bytes", 1);
+  po.gradient_bytes = fields.integer<int>(o.at("gradient_bytes"), "options.gradient_bytes", 1);
+  po.accumulator_bytes = fields.integer<int>(o.at("accumulator_bytes"), "options.accumulator_bytes", 1);
   const auto& a = o.at("attention");
   constexpr launch_policy launches[] = {launch_policy::per_group, launch_policy::fused_round};
   constexpr engine_policy engines[] = {engine_policy::in_order, engine_policy::prioritized};
-  po.attention.launch = detail::job_enum(a.at("launch"), "options.attention.launch", launches);
-  po.attention.engine = detail::job_enum(a.at("engine"), "options.attention.engine", engines);
+  po.attention.launch = fields.choice(a.at("launch"), "options.attention.launch", launches);
+  po.attention.engine = fields.choice(a.at("engine"), "options.attention.engine", engines);
   const std::string& router = a.at("router").as_string("options.attention.router");
   ZEPPELIN_EXPECTS(router == "direct" || router == "proxy",
                    "step job: unknown options.attention.router \"" + router.substr(0, 40) + "\" (valid: direct, proxy)", {});
   if (router == "proxy") po.attention.router.policy = proxy_router{};
   if (const auto& remap = a.at("remap"); !remap.is_null()) {
     constexpr remap_objective objectives[] = {remap_objective::max_send, remap_objective::max_send_receive, remap_objective::min_inter_volume};
-    po.attention.remap = detail::job_enum(remap, "options.attention.remap", objectives);
+    po.attention.remap = fields.choice(remap, "options.attention.remap", objectives);
   }
-  po.attention.max_member_rounds = job_int<std::int64_t>(a.at("max_member_rounds"), "options.attention.max_member_rounds", 1);
-  po.attention.max_shard_pairs = job_int<std::int64_t>(a.at("max_shard_pairs"), "options.attention.max_shard_pairs", 1);
+  po.attention.max_member_rounds = fields.integer<std::int64_t>(a.at("max_member_rounds"), "options.attention.max_member_rounds", 1);
+  po.attention.max_shard_pairs = fields.integer<std::int64_t>(a.at("max_shard_pairs"), "options.attention.max_shard_pairs", 1);
 
-  std::ostringstream plan;
-  detail::write_json_value(plan, doc.at("plan"));
-  job.plan = read_step_plan_json(plan.str());
+  job.plan = zeppelin::detail::read_step_plan_json_object(doc.at("plan"));
   return job;
 }
 

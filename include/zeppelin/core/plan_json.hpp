@@ -25,6 +25,7 @@
 
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/detail/json_fields.hpp>
 #include <zeppelin/core/detail/json_reader.hpp>
 #include <zeppelin/core/detail/json_writer.hpp>
 #include <zeppelin/core/error.hpp>
@@ -124,31 +125,8 @@ struct plan_document {
 };
 
 namespace detail {
-template <class Int>
-Int json_int(const json_value& v, std::string_view what, std::int64_t lo = std::numeric_limits<Int>::min(),
-             std::int64_t hi = std::numeric_limits<Int>::max()) {
-  const std::int64_t x = v.as_int(what);
-  ZEPPELIN_EXPECTS(x >= lo && x <= hi, "plan JSON: \"" + std::string(what) + "\" is out of range",
-                   {{"value", double(x)}, {"min", double(lo)}, {"max", double(hi)}});
-  return static_cast<Int>(x);
-}
-
-// A JSON number (integer or not) as a double; null reads as NaN (the writer's non-finite).
-inline double json_number(const json_value& v, std::string_view what) {
-  if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();
-  if (const auto* i = std::get_if<std::int64_t>(&v.v)) return static_cast<double>(*i);
-  const auto* d = std::get_if<double>(&v.v);
-  ZEPPELIN_EXPECTS(d != nullptr, "plan JSON: \"" + std::string(what) + "\" must be a number", {});
-  return *d;
-}
-
-template <class Enum, std::size_t N>
-Enum json_enum(const json_value& v, std::string_view what, const Enum (&values)[N]) {
-  const std::string& name = v.as_string(what);
-  for (const Enum e : values)
-    if (to_string(e) == name) return e;
-  ZEPPELIN_THROW(invalid_argument, "plan JSON: unknown " + std::string(what) + " \"" + name.substr(0, 40) + "\"", {});
-}
+// The typed member reads of the plan format (core/detail/json_fields.hpp).
+inline constexpr json_fields plan_json_fields{"plan JSON"};
 }  // namespace detail
 
 namespace detail {
@@ -166,13 +144,13 @@ inline plan_document read_plan_json_object(const json_value& doc) {
   plan& p = out.layout;
   p.method = doc.at("method").as_string("method");
   const detail::json_value& topo = doc.at("topology");
-  p.nodes = json_int<int>(topo.at("nodes"), "topology.nodes", 1);
-  p.gpus_per_node = json_int<int>(topo.at("gpus_per_node"), "topology.gpus_per_node", 1);
+  p.nodes = plan_json_fields.integer<int>(topo.at("nodes"), "topology.nodes", 1);
+  p.gpus_per_node = plan_json_fields.integer<int>(topo.at("gpus_per_node"), "topology.gpus_per_node", 1);
   ZEPPELIN_EXPECTS(std::int64_t{p.nodes} * p.gpus_per_node <= (std::int64_t{1} << 30), "plan JSON: too many ranks",
                    {{"nodes", double(p.nodes)}, {"gpus_per_node", double(p.gpus_per_node)}});
-  p.capacity = json_int<token_count>(doc.at("capacity"), "capacity", 0);
+  p.capacity = plan_json_fields.integer<token_count>(doc.at("capacity"), "capacity", 0);
   if (const detail::json_value* lengths = doc.find("lengths"))
-    for (const detail::json_value& l : lengths->as_array("lengths")) out.lengths.push_back(json_int<token_count>(l, "lengths[]", 0));
+    for (const detail::json_value& l : lengths->as_array("lengths")) out.lengths.push_back(plan_json_fields.integer<token_count>(l, "lengths[]", 0));
 
   const detail::json_array& ranks = doc.at("ranks").as_array("ranks");
   ZEPPELIN_EXPECTS(static_cast<std::int64_t>(ranks.size()) == std::int64_t{p.nodes} * p.gpus_per_node,
@@ -180,31 +158,31 @@ inline plan_document read_plan_json_object(const json_value& doc) {
                    {{"ranks", double(ranks.size())}, {"nodes", double(p.nodes)}, {"gpus_per_node", double(p.gpus_per_node)}});
   p.placements.resize(ranks.size());
   for (std::size_t r = 0; r < ranks.size(); ++r) {
-    ZEPPELIN_EXPECTS(json_int<std::int64_t>(ranks[r].at("rank"), "ranks[].rank") == static_cast<std::int64_t>(r),
+    ZEPPELIN_EXPECTS(plan_json_fields.integer<std::int64_t>(ranks[r].at("rank"), "ranks[].rank") == static_cast<std::int64_t>(r),
                      "plan JSON: ranks must be listed in order", {{"position", double(r)}});
     for (const detail::json_value& s : ranks[r].at("shards").as_array("shards")) {
       shard x;
-      x.seq = json_int<sequence_index>(s.at("seq"), "shards[].seq", 0);
-      x.range.begin = json_int<token_count>(s.at("begin"), "shards[].begin", 0);
-      x.range.end = json_int<token_count>(s.at("end"), "shards[].end", 0);
+      x.seq = plan_json_fields.integer<sequence_index>(s.at("seq"), "shards[].seq", 0);
+      x.range.begin = plan_json_fields.integer<token_count>(s.at("begin"), "shards[].begin", 0);
+      x.range.end = plan_json_fields.integer<token_count>(s.at("end"), "shards[].end", 0);
       const detail::json_value& group = s.at("group");
-      x.group = group.is_null() ? no_group : json_int<group_index>(group, "shards[].group", 0);
-      x.micro_batch = json_int<std::int32_t>(s.at("micro_batch"), "shards[].micro_batch", 0);
+      x.group = group.is_null() ? no_group : plan_json_fields.integer<group_index>(group, "shards[].group", 0);
+      x.micro_batch = plan_json_fields.integer<std::int32_t>(s.at("micro_batch"), "shards[].micro_batch", 0);
       p.placements[r].shards.push_back(x);
     }
   }
   const detail::json_array& groups = doc.at("groups").as_array("groups");
   for (std::size_t g = 0; g < groups.size(); ++g) {
     ring_group x;
-    x.id = json_int<group_index>(groups[g].at("id"), "groups[].id", 0);
+    x.id = plan_json_fields.integer<group_index>(groups[g].at("id"), "groups[].id", 0);
     ZEPPELIN_EXPECTS(x.id == static_cast<group_index>(g), "plan JSON: groups must be listed in id order",
                      {{"position", double(g)}, {"id", double(x.id)}});
     constexpr zone_kind zones[] = {zone_kind::local, zone_kind::intra_node, zone_kind::inter_node};
     constexpr collective_kind collectives[] = {collective_kind::ring, collective_kind::all_gather, collective_kind::all_to_all};
-    x.zone = detail::json_enum(groups[g].at("zone"), "zone", zones);
-    x.collective = detail::json_enum(groups[g].at("collective"), "collective", collectives);
+    x.zone = plan_json_fields.choice(groups[g].at("zone"), "zone", zones);
+    x.collective = plan_json_fields.choice(groups[g].at("collective"), "collective", collectives);
     for (const detail::json_value& r : groups[g].at("ranks").as_array("groups[].ranks"))
-      x.ranks.push_back(json_int<rank_index>(r, "groups[].ranks[]", 0, static_cast<std::int64_t>(ranks.size()) - 1));
+      x.ranks.push_back(plan_json_fields.integer<rank_index>(r, "groups[].ranks[]", 0, static_cast<std::int64_t>(ranks.size()) - 1));
     p.groups.push_back(std::move(x));
   }
   constexpr note_kind kinds[] = {note_kind::proportional_split,  note_kind::streamed_split,      note_kind::inter_node_spill,
@@ -212,12 +190,12 @@ inline plan_document read_plan_json_object(const json_value& doc) {
                                  note_kind::extra_micro_batches, note_kind::other};
   for (const detail::json_value& n : doc.at("notes").as_array("notes")) {
     plan_note x;
-    x.kind = detail::json_enum(n.at("kind"), "note kind", kinds);
+    x.kind = plan_json_fields.choice(n.at("kind"), "note kind", kinds);
     x.text = n.at("text").as_string("notes[].text");
     for (const detail::json_value& q : n.at("sequences").as_array("notes[].sequences"))
-      x.sequences.push_back(json_int<sequence_index>(q, "notes[].sequences[]", 0));
+      x.sequences.push_back(plan_json_fields.integer<sequence_index>(q, "notes[].sequences[]", 0));
     for (const detail::json_value& v : n.at("values").as_array("notes[].values"))
-      x.values.push_back({v.at("name").as_string("notes[].values[].name"), detail::json_number(v.at("value"), "notes[].values[].value")});
+      x.values.push_back({v.at("name").as_string("notes[].values[].name"), plan_json_fields.number(v.at("value"), "notes[].values[].value")});
     p.notes.push_back(std::move(x));
   }
   check_plan_indices(p, "plan JSON");

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/detail/json_fields.hpp>
 #include <zeppelin/core/detail/json_reader.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/plan_json.hpp>
@@ -58,10 +59,12 @@ ZEPPELIN_NAMESPACE_BEGIN
 inline constexpr std::string_view step_plan_json_format = "zeppelin.step_plan";
 inline constexpr int step_plan_json_version = 1;
 
-//! Writes `p` as one line of JSON (see the file comment); returns `os`.
-inline std::ostream& write_step_plan_json(std::ostream& os, const step_plan& p) {
+namespace detail {
+// The step plan's JSON object, without the line end: what write_step_plan_json writes, and
+// what formats that embed a step plan write as a member's value.
+inline void write_step_plan_json_object(std::ostream& os, const step_plan& p) {
   os << "{\"format\":\"" << step_plan_json_format << "\",\"version\":" << step_plan_json_version << ",\"fingerprint\":\""
-     << detail::fingerprint_hex(fingerprint(p)) << "\",\"nodes\":" << p.nodes << ",\"gpus_per_node\":" << p.gpus_per_node
+     << fingerprint_hex(fingerprint(p)) << "\",\"nodes\":" << p.nodes << ",\"gpus_per_node\":" << p.gpus_per_node
      << ",\"sync\":\"" << to_string(p.sync) << "\",\"documents\":[";
   for (std::size_t d = 0; d < p.documents.size(); ++d) os << (d ? "," : "") << p.documents[d];
   os << "],\"replicas\":[";
@@ -85,35 +88,24 @@ inline std::ostream& write_step_plan_json(std::ostream& os, const step_plan& p) 
         os << (j ? "," : "") << "{\"document\":" << mb.pieces[j].document << ",\"begin\":" << mb.pieces[j].begin
            << ",\"end\":" << mb.pieces[j].end << '}';
       os << "],\"layout\":";
-      detail::write_plan_json_object(os, mb.layout, nullptr, {});
+      write_plan_json_object(os, mb.layout, nullptr, {});
       os << '}';
     }
     os << "]}";
   }
-  os << "]}\n";
-  return os;
+  os << "]}";
+}
+}  // namespace detail
+
+//! Writes `p` as one line of JSON (see the file comment); returns `os`.
+inline std::ostream& write_step_plan_json(std::ostream& os, const step_plan& p) {
+  detail::write_step_plan_json_object(os, p);
+  return os << '\n';
 }
 
 namespace detail {
-template <class Int>
-Int step_json_int(const json_value& v, std::string_view what, std::int64_t lo = std::numeric_limits<Int>::min(),
-                  std::int64_t hi = std::numeric_limits<Int>::max()) {
-  const std::int64_t x = v.as_int(what);
-  ZEPPELIN_EXPECTS(x >= lo && x <= hi, "step plan JSON: \"" + std::string(what) + "\" is out of range",
-                   {{"value", double(x)}, {"min", double(lo)}, {"max", double(hi)}});
-  return static_cast<Int>(x);
-}
-
-template <class Enum, std::size_t N>
-Enum step_json_enum(const json_value& v, std::string_view what, const Enum (&values)[N]) {
-  const std::string& name = v.as_string(what);
-  std::string valid;
-  for (const Enum e : values) {
-    if (to_string(e) == name) return e;
-    valid += (valid.empty() ? "" : ", ") + std::string(to_string(e));
-  }
-  ZEPPELIN_THROW(invalid_argument, "step plan JSON: unknown " + std::string(what) + " \"" + name.substr(0, 40) + "\" (valid: " + valid + ")", {});
-}
+// The typed member reads of the step plan format (core/detail/json_fields.hpp).
+inline constexpr json_fields step_plan_json_fields{"step plan JSON"};
 
 // e.what() without the numbers and location core/error.hpp appends to the message (the whole
 // of it when it does not end so), for a message that says where e was thrown.
@@ -138,24 +130,24 @@ inline step_replica read_step_replica_json(const json_value& v, std::size_t inde
   std::int64_t layout_of = -1;  // the micro-batch whose layout is being read
   try {
     step_replica r;
-    r.tp = step_json_int<int>(v.at("tp"), "tp", 1);
-    r.cp = step_json_int<int>(v.at("cp"), "cp", 1);
-    r.pp = step_json_int<int>(v.at("pp"), "pp", 1);
-    for (const json_value& x : v.at("ranks").as_array("ranks")) r.ranks.push_back(step_json_int<rank_index>(x, "ranks[]", 0, ranks - 1));
-    for (const json_value& x : v.at("layers").as_array("layers")) r.layers.push_back(step_json_int<int>(x, "layers[]", 0));
+    r.tp = step_plan_json_fields.integer<int>(v.at("tp"), "tp", 1);
+    r.cp = step_plan_json_fields.integer<int>(v.at("cp"), "cp", 1);
+    r.pp = step_plan_json_fields.integer<int>(v.at("pp"), "pp", 1);
+    for (const json_value& x : v.at("ranks").as_array("ranks")) r.ranks.push_back(step_plan_json_fields.integer<rank_index>(x, "ranks[]", 0, ranks - 1));
+    for (const json_value& x : v.at("layers").as_array("layers")) r.layers.push_back(step_plan_json_fields.integer<int>(x, "layers[]", 0));
     constexpr tp_collectives modes[] = {tp_collectives::all_reduce, tp_collectives::sequence_parallel};
-    r.tp_mode = step_json_enum(v.at("tp_mode"), "tp_mode", modes);
+    r.tp_mode = step_plan_json_fields.choice(v.at("tp_mode"), "tp_mode", modes);
 
     const json_value& schedule = v.at("schedule");
     constexpr pipeline_schedule_kind kinds[] = {pipeline_schedule_kind::gpipe, pipeline_schedule_kind::one_f_one_b,
                                                 pipeline_schedule_kind::interleaved, pipeline_schedule_kind::chunk_one_f_one_b};
-    const pipeline_schedule_kind kind = step_json_enum(schedule.at("kind"), "schedule kind", kinds);
-    const int virtual_stages = step_json_int<int>(schedule.at("virtual_stages"), "schedule.virtual_stages", 1);
+    const pipeline_schedule_kind kind = step_plan_json_fields.choice(schedule.at("kind"), "schedule kind", kinds);
+    const int virtual_stages = step_plan_json_fields.integer<int>(schedule.at("virtual_stages"), "schedule.virtual_stages", 1);
     ZEPPELIN_EXPECTS(kind == pipeline_schedule_kind::interleaved || virtual_stages == 1,
                      "step plan JSON: \"schedule.virtual_stages\" other than 1 apply to the interleaved schedule only",
                      {{"virtual_stages", double(virtual_stages)}});
     std::vector<int> chains;
-    for (const json_value& x : schedule.at("chains").as_array("schedule.chains")) chains.push_back(step_json_int<int>(x, "schedule.chains[]", 1));
+    for (const json_value& x : schedule.at("chains").as_array("schedule.chains")) chains.push_back(step_plan_json_fields.integer<int>(x, "schedule.chains[]", 1));
     ZEPPELIN_EXPECTS(kind == pipeline_schedule_kind::chunk_one_f_one_b || chains.empty(),
                      "step plan JSON: \"schedule.chains\" apply to the chunk-1f1b schedule only", {{"chains", double(chains.size())}});
     switch (kind) {
@@ -165,15 +157,15 @@ inline step_replica read_step_replica_json(const json_value& v, std::size_t inde
       case pipeline_schedule_kind::chunk_one_f_one_b: r.schedule = {chunk_one_f_one_b{.chains = std::move(chains)}}; break;
     }
 
-    for (const json_value& x : v.at("recompute").as_array("recompute")) r.recompute.push_back(step_json_int<std::int32_t>(x, "recompute[]", 0));
+    for (const json_value& x : v.at("recompute").as_array("recompute")) r.recompute.push_back(step_plan_json_fields.integer<std::int32_t>(x, "recompute[]", 0));
     const json_array& micro_batches = v.at("micro_batches").as_array("micro_batches");
     for (std::size_t k = 0; k < micro_batches.size(); ++k) {
       step_micro_batch mb;
       for (const json_value& x : micro_batches[k].at("pieces").as_array("micro_batches[].pieces")) {
         step_piece piece;
-        piece.document = step_json_int<std::int64_t>(x.at("document"), "pieces[].document", 0, documents - 1);
-        piece.begin = step_json_int<token_count>(x.at("begin"), "pieces[].begin", 0);
-        piece.end = step_json_int<token_count>(x.at("end"), "pieces[].end", 0);
+        piece.document = step_plan_json_fields.integer<std::int64_t>(x.at("document"), "pieces[].document", 0, documents - 1);
+        piece.begin = step_plan_json_fields.integer<token_count>(x.at("begin"), "pieces[].begin", 0);
+        piece.end = step_plan_json_fields.integer<token_count>(x.at("end"), "pieces[].end", 0);
         mb.pieces.push_back(piece);
       }
       layout_of = static_cast<std::int64_t>(k);
@@ -198,10 +190,11 @@ inline step_replica read_step_replica_json(const json_value& v, std::size_t inde
 }
 }  // namespace detail
 
-//! Reads what write_step_plan_json wrote (see the file comment).
-[[nodiscard]] inline step_plan read_step_plan_json(std::string_view text) {
-  using detail::step_json_int;
-  const detail::json_value doc = detail::parse_json(text);
+namespace detail {
+// The step plan of a parsed step plan object, checked as the file comment says: what
+// read_step_plan_json reads, and what formats that embed a step plan read from a member.
+inline step_plan read_step_plan_json_object(const json_value& doc) {
+  const json_fields& fields = step_plan_json_fields;
   ZEPPELIN_EXPECTS(doc.is_object(), "step plan JSON: the document must be an object", {});
   ZEPPELIN_EXPECTS(doc.at("format").as_string("format") == step_plan_json_format,
                    "step plan JSON: \"format\" must be \"zeppelin.step_plan\", not \"" + doc.at("format").as_string("format").substr(0, 40) + "\"",
@@ -210,27 +203,33 @@ inline step_replica read_step_replica_json(const json_value& v, std::size_t inde
   ZEPPELIN_EXPECTS(version == step_plan_json_version, "step plan JSON: unsupported version",
                    {{"version", double(version)}, {"supported", double(step_plan_json_version)}});
   step_plan p;
-  p.nodes = step_json_int<int>(doc.at("nodes"), "nodes", 1);
-  p.gpus_per_node = step_json_int<int>(doc.at("gpus_per_node"), "gpus_per_node", 1);
+  p.nodes = fields.integer<int>(doc.at("nodes"), "nodes", 1);
+  p.gpus_per_node = fields.integer<int>(doc.at("gpus_per_node"), "gpus_per_node", 1);
   const std::int64_t ranks = std::int64_t{p.nodes} * p.gpus_per_node;
   ZEPPELIN_EXPECTS(ranks <= (std::int64_t{1} << 30), "step plan JSON: too many ranks",
                    {{"nodes", double(p.nodes)}, {"gpus_per_node", double(p.gpus_per_node)}});
   constexpr gradient_sync syncs[] = {gradient_sync::all_reduce, gradient_sync::sharded_optimizer, gradient_sync::fully_sharded,
                                      gradient_sync::switching};
-  p.sync = detail::step_json_enum(doc.at("sync"), "sync", syncs);
-  for (const detail::json_value& d : doc.at("documents").as_array("documents")) p.documents.push_back(step_json_int<token_count>(d, "documents[]", 0));
+  p.sync = fields.choice(doc.at("sync"), "sync", syncs);
+  for (const json_value& d : doc.at("documents").as_array("documents")) p.documents.push_back(fields.integer<token_count>(d, "documents[]", 0));
 
-  const detail::json_array& replicas = doc.at("replicas").as_array("replicas");
+  const json_array& replicas = doc.at("replicas").as_array("replicas");
   for (std::size_t i = 0; i < replicas.size(); ++i)
-    p.replicas.push_back(detail::read_step_replica_json(replicas[i], i, ranks, static_cast<std::int64_t>(p.documents.size())));
+    p.replicas.push_back(read_step_replica_json(replicas[i], i, ranks, static_cast<std::int64_t>(p.documents.size())));
 
   const std::string written = doc.at("fingerprint").as_string("fingerprint");
-  const std::string computed = detail::fingerprint_hex(fingerprint(p));
+  const std::string computed = fingerprint_hex(fingerprint(p));
   ZEPPELIN_EXPECTS(written == computed,
                    "step plan JSON: the fingerprint written (" + written.substr(0, 20) + ") is not the step plan's (" + computed +
                        "): the file was edited or corrupted",
                    {});
   return p;
+}
+}  // namespace detail
+
+//! Reads what write_step_plan_json wrote (see the file comment).
+[[nodiscard]] inline step_plan read_step_plan_json(std::string_view text) {
+  return detail::read_step_plan_json_object(detail::parse_json(text));
 }
 
 ZEPPELIN_NAMESPACE_END
