@@ -98,29 +98,27 @@ std::optional<batch> implied_batch(const plan& p) {
   return batch(lengths);
 }
 
-// What may follow a plan that a reader returned (the properties in the file comment).
+// What may follow a plan that a reader returned (the properties in the file comment). The
+// readers checked its indices, so its ranges lie in [0, max_sequence_length] and their sums
+// fit.
 void follow(const plan& p) {
   std::int64_t shards = 0;
   token_count tokens = 0;
-  bool ranges_ok = true;
   for (const placement& pl : p.placements) {
     shards += static_cast<std::int64_t>(pl.shards.size());
-    for (const shard& s : pl.shards) {
-      ranges_ok = ranges_ok && s.range.begin >= 0 && s.range.end >= s.range.begin && s.range.end <= 4096;
-      if (ranges_ok) tokens += s.range.size();
-    }
+    for (const shard& s : pl.shards) tokens += s.range.size();
   }
   ZEPPELIN_FUZZ_CHECK(p.micro_batches() >= 1 && p.micro_batches() <= shards + 1);
   token_count viewed = 0;
   for (rank_index r = 0; r < p.num_ranks(); ++r) try {
       const rank_view v = rank_view_of(p, r);
-      for (const token_count t : v.tokens_per_micro_batch) viewed += ranges_ok ? t : 0;
+      for (const token_count t : v.tokens_per_micro_batch) viewed += t;
     } catch (const zeppelin::error&) {
       return;  // a shard in a group that does not list its rank: refused by name
     } catch (...) {
       ZEPPELIN_FUZZ_UNEXPECTED();
     }
-  if (ranges_ok) ZEPPELIN_FUZZ_CHECK(viewed == tokens);
+  ZEPPELIN_FUZZ_CHECK(viewed == tokens);
   if (p.nodes < 1 || p.gpus_per_node < 1) return;
   const std::optional<batch> b = implied_batch(p);
   if (!b) return;

@@ -44,10 +44,10 @@ def _check(what, rows, me, names):
     raise PlanMismatch(f"{what}: the ranks hold different plans: {described}; refusing to run", rows)
 
 
-def check_ring(what, mine, ranks, rank, global_rank, device):
-    """The check among `ranks` call ranks (rank r is global_rank(r)) of `mine` (identity()),
-    by point-to-point messages: every one of them calls it, whatever group the world has."""
-    n = ranks
+def check_ring(what, mine, rank, global_rank, device):
+    """The check of `mine` (identity()) among the plan's ranks (rank r is global_rank(r)), by
+    point-to-point messages: every one of them calls it, whatever group the world has."""
+    n = mine[2]
     mine = torch.tensor(mine, dtype=torch.int64, device=device)
     rows = [mine if r == rank else torch.empty_like(mine) for r in range(n)]
     ops = []

@@ -236,6 +236,6 @@ def ring_attention(q, k, v, schedule, *, scale=0.0, group_ranks=None, return_lse
     _checks.qkv(q, k, v, rows=schedule.layout.rows)
     if dist.is_initialized():
         identity = _agreement.identity(schedule.plan, schedule.micro_batch)
-        _agreement.check_ring("ring_attention", identity, schedule.plan.num_ranks, schedule.rank, global_rank, q.device)
+        _agreement.check_ring("ring_attention", identity, schedule.rank, global_rank, q.device)
     o, lse = _RingAttention.apply(q, k, v, schedule, check_scale(scale), global_rank, kernels_for(q))
     return (o, lse) if return_lse else o

@@ -48,6 +48,10 @@ class sub_communicator {
     ZEPPELIN_EXPECTS(at != members_.end(), "sub_communicator: the calling rank is not a member",
                      {{"rank", double(parent.rank())}, {"members", double(members_.size())}});
     rank_ = static_cast<rank_index>(at - members_.begin());
+    fnv1a_hasher h;  // the view's world, fixed for its life: the engines ask on every pass
+    h.add(static_cast<std::int64_t>(world_of(parent)));
+    for (const rank_index m : members_) h.add(static_cast<std::int64_t>(m));
+    world_id_ = h.value() | 1;  // never 0, which no world is
   }
 
   [[nodiscard]] rank_index rank() const noexcept { return rank_; }
@@ -62,12 +66,7 @@ class sub_communicator {
   [[nodiscard]] std::span<const rank_index> members() const noexcept { return members_; }
   //! The parent's world (comm/world_id.hpp) mixed with the members: another subset of the
   //! same parent, or the same subset of another world, is another world.
-  [[nodiscard]] std::uint64_t world_id() const noexcept {
-    fnv1a_hasher h;
-    h.add(static_cast<std::int64_t>(world_of(*parent_)));
-    for (const rank_index m : members_) h.add(static_cast<std::int64_t>(m));
-    return h.value() | 1;  // never 0, which no world is
-  }
+  [[nodiscard]] std::uint64_t world_id() const noexcept { return world_id_; }
 
   void group_start() { parent_->group_start(); }
   void send(std::span<const std::byte> bytes, rank_index peer) { parent_->send(bytes, parent_rank(peer)); }
@@ -78,6 +77,7 @@ class sub_communicator {
   Parent* parent_;
   std::vector<rank_index> members_;
   rank_index rank_ = 0;
+  std::uint64_t world_id_ = 0;
 };
 
 ZEPPELIN_NAMESPACE_END

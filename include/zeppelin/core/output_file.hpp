@@ -47,9 +47,12 @@ template <class Write>
 void write_output_file(const std::filesystem::path& path, Write&& write, std::string_view what) {
   const bool in_place = detail::is_special_output(path);
   const std::filesystem::path target = in_place ? path : std::filesystem::path(path.string() + ".partial");
-  const auto fail = [&](std::string_view why) {
+  const auto discard = [&] {
     std::error_code ec;
     if (!in_place) std::filesystem::remove(target, ec);
+  };
+  const auto fail = [&](std::string_view why) {
+    discard();
     ZEPPELIN_THROW(invalid_argument, std::string(what) + " file '" + path.string() + "': " + std::string(why), {});
   };
   {
@@ -59,8 +62,7 @@ void write_output_file(const std::filesystem::path& path, Write&& write, std::st
       write(static_cast<std::ostream&>(out));
     } catch (...) {  // the writer refused its input: nothing is left behind, any old file stays
       out.close();
-      std::error_code ec;
-      if (!in_place) std::filesystem::remove(target, ec);
+      discard();
       throw;
     }
     out.flush();

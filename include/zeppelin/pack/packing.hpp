@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -43,7 +44,7 @@ struct packing_limits {
 //! L > max_sequence_length (so a micro-batch's sum of d^2 fits 64 bits).
 inline void validate(const packing_limits& limits) {
   ZEPPELIN_EXPECTS(limits.micro_batches >= 1 && limits.micro_batches <= packing_limits::max_micro_batches,
-                   "a packing needs 1 .. 1048576 micro-batches per iteration",
+                   "a packing needs 1 .. " + std::to_string(packing_limits::max_micro_batches) + " micro-batches per iteration",
                    {{"micro_batches", double(limits.micro_batches)}, {"max_micro_batches", double(packing_limits::max_micro_batches)}});
   ZEPPELIN_EXPECTS(limits.max_tokens >= 1 && limits.max_tokens <= max_sequence_length,
                    "the micro-batch token limit must lie in [1, max_sequence_length]",

@@ -19,6 +19,7 @@
 #include <zeppelin/core/model.hpp>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -48,7 +49,7 @@ inline constexpr long long max_strategy_gpus = 1LL << 17;
 
 //! Throws invalid_argument unless 1 <= gpus <= max_strategy_gpus.
 inline void check_strategy_gpus(long long gpus) {
-  ZEPPELIN_EXPECTS(gpus >= 1 && gpus <= max_strategy_gpus, "a strategy is planned for 1 .. 131072 GPUs",
+  ZEPPELIN_EXPECTS(gpus >= 1 && gpus <= max_strategy_gpus, "a strategy is planned for 1 .. " + std::to_string(max_strategy_gpus) + " GPUs",
                    {{"gpus", double(gpus)}, {"max_strategy_gpus", double(max_strategy_gpus)}});
 }
 
