@@ -409,6 +409,69 @@ TEST_CASE("chunking: packing never loops on random adversarial buckets", "[pack]
   }
 }
 
+namespace {
+
+// The scan best_fit_decreasing's index must answer like: every query over every bucket.
+double best_fit_by_scan(std::vector<detail::chunk_bucket>& buckets, std::span<const detail::bucket_item> items, double open_time,
+                        double time_threshold, token_count token_threshold) {
+  for (const detail::bucket_item& item : items) {
+    const token_count tokens = item.slice.tokens();
+    const auto token_fits = [&](const detail::chunk_bucket& b) { return b.tokens + tokens <= token_threshold; };
+    std::size_t fewest = 0;
+    for (std::size_t i = 1; i < buckets.size(); ++i)
+      if (buckets[i].tokens < buckets[fewest].tokens) fewest = i;
+    if (buckets.empty() || !token_fits(buckets[fewest])) {
+      buckets.push_back({open_time + item.time, tokens, {item.slice}});
+      continue;
+    }
+    const auto first_fit = [&] {
+      std::size_t chosen = buckets.size();
+      for (std::size_t i = 0; i < buckets.size(); ++i)
+        if (token_fits(buckets[i]) && buckets[i].time + item.time <= time_threshold &&
+            (chosen == buckets.size() || detail::precedes(buckets[i], buckets[chosen])))
+          chosen = i;
+      return chosen;
+    };
+    std::size_t chosen = first_fit();
+    if (chosen == buckets.size()) {
+      time_threshold = buckets[fewest].time + item.time;
+      for (const detail::chunk_bucket& b : buckets)
+        if (token_fits(b) && b.time + item.time < time_threshold) time_threshold = b.time + item.time;
+      chosen = first_fit();
+    }
+    buckets[chosen].time += item.time;
+    buckets[chosen].tokens += tokens;
+    buckets[chosen].slices.push_back(item.slice);
+  }
+  return time_threshold;
+}
+
+}  // namespace
+
+TEST_CASE("chunking: the indexed best-fit decreasing places every item where the scan does", "[pack][chunking]") {
+  // Many buckets with equal ratios, equal token counts and equal times, so that every tie
+  // rule is exercised; small integers make exact ties common.
+  random_generator rng(2027);
+  for (int trial = 0; trial < 300; ++trial) {
+    const token_count t_m = rng.between(1, 64);
+    const bool integral = rng.below(2) == 0;
+    const auto time = [&](double scale) { return integral ? static_cast<double>(rng.between(0, 8)) : rng.uniform() * scale; };
+    std::vector<detail::chunk_bucket> buckets;
+    for (std::int64_t b = 0, count = static_cast<std::int64_t>(rng.below(40)); b < count; ++b) {
+      const token_count tokens = rng.between(1, t_m);
+      buckets.push_back({time(100), tokens, {{b, 0, tokens}}});
+    }
+    std::vector<detail::bucket_item> items;
+    for (std::int64_t i = 0, count = static_cast<std::int64_t>(rng.between(1, 200)); i < count; ++i)
+      items.push_back({time(30), {1000 + i, 0, rng.between(1, t_m)}});
+    const double open_time = time(10), t_t = time(50);
+    std::vector<detail::chunk_bucket> indexed = buckets, scanned = buckets;
+    INFO("trial " << trial);
+    REQUIRE(detail::best_fit_decreasing(indexed, items, open_time, t_t, t_m) == best_fit_by_scan(scanned, items, open_time, t_t, t_m));
+    REQUIRE(indexed == scanned);
+  }
+}
+
 TEST_CASE("chunking: the search returns the evaluator's best plan", "[pack][chunking]") {
   random_generator rng(77);
   for (int trial = 0; trial < 60; ++trial) {

@@ -48,3 +48,35 @@ TEST_CASE("fixed_size_chunks: valid, at most S tokens, long sequences cut into S
   REQUIRE(zeppelin_test::expect_invalid([] { (void)fixed_size_chunks(std::vector<token_count>{5, 0}, 4); }).value("index") == 1);
   REQUIRE_THROWS_AS(fixed_size_chunks(std::vector<token_count>{}, 4), invalid_argument);
 }
+
+TEST_CASE("fixed_size_chunks: the batched chunks are first-fit decreasing, as a scan over the chunks places them", "[pack][infinipipe]") {
+  random_generator g(17);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<token_count> lengths(static_cast<std::size_t>(g.between(1, 400)));
+    for (auto& l : lengths) l = g.between(1, 64);
+    const token_count S = g.between(1, 80);
+    CAPTURE(trial, S);
+    // the scan: sequences longest first (ties: lower index), each into the first chunk with room
+    std::vector<std::int64_t> order(lengths.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return lengths[std::size_t(a)] > lengths[std::size_t(b)]; });
+    std::vector<std::vector<std::int64_t>> batched;
+    std::vector<token_count> room;
+    for (const std::int64_t s : order) {
+      const token_count l = lengths[std::size_t(s)];
+      if (l > S) continue;
+      std::size_t b = 0;
+      while (b < room.size() && room[b] < l) ++b;
+      if (b == room.size()) batched.emplace_back(), room.push_back(S);
+      batched[b].push_back(s);
+      room[b] -= l;
+    }
+    std::vector<std::vector<std::int64_t>> got;
+    for (const chunk& c : fixed_size_chunks(lengths, S))
+      if (c.slices.front().begin == 0 && lengths[std::size_t(c.slices.front().sequence)] <= S) {
+        got.emplace_back();
+        for (const chunk_slice& sl : c.slices) got.back().push_back(sl.sequence);
+      }
+    REQUIRE(got == batched);
+  }
+}

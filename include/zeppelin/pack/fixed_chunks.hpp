@@ -18,6 +18,7 @@
 
 #include <zeppelin/core/chunk.hpp>
 #include <zeppelin/core/config.hpp>
+#include <zeppelin/core/detail/leftmost_at_least.hpp>
 #include <zeppelin/core/error.hpp>
 
 #include <algorithm>
@@ -39,18 +40,17 @@ ZEPPELIN_NAMESPACE_BEGIN
   std::stable_sort(by_length.begin(), by_length.end(),
                    [&](std::int64_t a, std::int64_t b) { return lengths[static_cast<std::size_t>(a)] > lengths[static_cast<std::size_t>(b)]; });
   std::vector<chunk> out, batched;
-  std::vector<token_count> room;
+  detail::leftmost_at_least_tree<token_count> room;  // per batched chunk: tokens left
   for (const std::int64_t s : by_length) {
     const token_count length = lengths[static_cast<std::size_t>(s)];
     if (length > chunk_tokens) {
       for (token_count at = 0; at < length; at += chunk_tokens) out.push_back({at, {{s, at, std::min(length, at + chunk_tokens)}}});
       continue;
     }
-    std::size_t b = 0;
-    while (b < room.size() && room[b] < length) ++b;
-    if (b == room.size()) batched.emplace_back(), room.push_back(chunk_tokens);
+    std::size_t b = room.leftmost_at_least(length);  // first fit
+    if (b == room.npos) b = room.size(), batched.emplace_back(), room.push(chunk_tokens);
     batched[b].slices.push_back({s, 0, length});
-    room[b] -= length;
+    room.set(b, room.value(b) - length);
   }
   out.insert(out.end(), std::make_move_iterator(batched.begin()), std::make_move_iterator(batched.end()));
   return out;

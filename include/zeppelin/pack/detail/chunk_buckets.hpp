@@ -19,14 +19,16 @@
 // bucket ever fits and the retry loops forever (it can even lower T_t). Taking the minimum
 // over the token-feasible buckets (non-empty: the fewest-tokens bucket fits, or a new
 // bucket was opened) makes that bucket fit at once, with the same floating-point sum, so
-// every item is placed after at most one raise: O(items x buckets); and T_t only rises
-// (every token-feasible bucket was above it).
+// every item is placed after at most one raise; and T_t only rises (every token-feasible
+// bucket was above it). The queries go through pack/detail/bucket_index.hpp, which answers
+// as the plain scan over the buckets would, in O(log buckets) typical time.
 // Errors: none (the caller checks its input). Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/types.hpp>
 #include <zeppelin/core/chunk.hpp>
+#include <zeppelin/pack/detail/bucket_index.hpp>
 
 #include <cstddef>
 #include <span>
@@ -51,47 +53,32 @@ struct bucket_item {
   chunk_slice slice;
 };
 
-//! True when bucket a comes before bucket b in the priority order (lower time per token,
-//! then fewer tokens; the caller breaks the remaining ties by index).
-[[nodiscard]] inline bool precedes(const chunk_bucket& a, const chunk_bucket& b) noexcept {
-  const double x = a.time * static_cast<double>(b.tokens), y = b.time * static_cast<double>(a.tokens);
-  return x != y ? x < y : a.tokens < b.tokens;
-}
-
-//! Places `items` in order (see the file header); returns the final T_t.
+//! Places `items` in order (see the file header); returns the final T_t. The bucket queries
+//! go through a bucket_index: O(items x log buckets) typical.
 inline double best_fit_decreasing(std::vector<chunk_bucket>& buckets, std::span<const bucket_item> items, double open_time,
                                   double time_threshold, token_count token_threshold) {
+  buckets.reserve(buckets.size() + items.size());
+  bucket_index<chunk_bucket> index(buckets);
   for (const bucket_item& item : items) {
     const token_count tokens = item.slice.tokens();
-    const auto token_fits = [&](const chunk_bucket& b) { return b.tokens + tokens <= token_threshold; };
-    std::size_t fewest = 0;
-    for (std::size_t i = 1; i < buckets.size(); ++i)
-      if (buckets[i].tokens < buckets[fewest].tokens) fewest = i;
-    if (buckets.empty() || !token_fits(buckets[fewest])) {
+    const std::size_t fewest = index.fewest();
+    if (fewest == index.npos || buckets[fewest].tokens + tokens > token_threshold) {
       buckets.push_back({open_time + item.time, tokens, {item.slice}});
+      index.push();
       continue;
     }
-    const auto first_fit = [&] {
-      std::size_t chosen = buckets.size();
-      for (std::size_t i = 0; i < buckets.size(); ++i) {
-        const chunk_bucket& b = buckets[i];
-        if (token_fits(b) && b.time + item.time <= time_threshold && (chosen == buckets.size() || precedes(b, buckets[chosen])))
-          chosen = i;
-      }
-      return chosen;
-    };
-    std::size_t chosen = first_fit();
-    if (chosen == buckets.size()) {
+    bucket_fit fit{tokens, item.time, token_threshold, time_threshold};
+    std::size_t chosen = index.first_fit(fit);
+    if (chosen == index.npos) {
       // The raise: the least time + item time over the token-feasible buckets (fewest is one).
-      time_threshold = buckets[fewest].time + item.time;
-      for (const chunk_bucket& b : buckets)
-        if (token_fits(b) && b.time + item.time < time_threshold) time_threshold = b.time + item.time;
-      chosen = first_fit();  // finds the bucket that set the threshold, or one before it in priority
+      time_threshold = fit.time_threshold = index.least_time(fit);
+      chosen = index.first_fit(fit);  // finds the bucket that set the threshold, or one before it in priority
     }
     chunk_bucket& b = buckets[chosen];
     b.time += item.time;
     b.tokens += tokens;
     b.slices.push_back(item.slice);
+    index.update(chosen);
   }
   return time_threshold;
 }
