@@ -1,8 +1,8 @@
 // tests/strategy/proposal_test.cpp
-// The strategy-proposal dynamic program (strategy/strategy_proposal.hpp): t monotone in GPUs
-// and lengths, equal to a brute force over interval partitions on small instances, the
-// strategies within the GPU budget, the candidate set distinct with a homogeneous strategy,
-// and a clear error when no scheme holds the longest sequence.
+// The strategy proposal (strategy/strategy_proposal.hpp): both exact searches (over GPU counts
+// and over the largest cost) equal a brute force over interval partitions on small instances
+// and each other on larger ones, t monotone in GPUs and lengths, the strategies within the
+// GPU budget, the candidate set distinct with a homogeneous strategy, and clear errors.
 #include <catch2/catch.hpp>
 #include <zeppelin/strategy.hpp>
 
@@ -19,31 +19,51 @@ using namespace strategy_test;
 
 namespace {
 
-// Brute force of the DP's model: split the cells 1..G into consecutive intervals, give
-// each interval d pipelines of one scheme that holds it, within n GPUs; least largest cost.
-double brute_force(const strategy_dp& dp, std::span<const scheme_profile> schemes, long long n) {
-  const int G = dp.cells();
+// Brute force of the proposal's model: split the cells 1..g into consecutive intervals, give
+// each interval d pipelines of one scheme that holds it, within N GPUs; least largest cost.
+double brute_force(const detail::strategy_cells& cells, int g) {
   double best = std::numeric_limits<double>::infinity();
   std::function<void(int, long long, double)> go = [&](int from, long long left, double top) {
     if (top >= best) return;
-    if (from == G) {
+    if (from == g) {
       best = top;
       return;
     }
-    for (int g = from + 1; g <= G; ++g)
-      for (std::size_t k = 0; k < schemes.size(); ++k) {
-        if (schemes[k].max_len < dp.cell_max(g)) continue;
-        for (int d = 1; d * schemes[k].scheme.gpus() <= left; ++d)
-          go(g, left - d * schemes[k].scheme.gpus(), std::max(top, dp.interval_cost(k, d, from, g)));
+    for (int to = from + 1; to <= g; ++to)
+      for (std::size_t k = 0; k < cells.schemes(); ++k) {
+        if (!cells.holds(k, to)) continue;
+        for (long long d = 1; d * cells.scheme(k).scheme.gpus() <= left; ++d)
+          go(to, left - d * cells.scheme(k).scheme.gpus(), std::max(top, cells.cost(k, d, from, to)));
       }
   };
-  go(0, n, 0);
+  go(0, cells.gpus(), 0);
   return best;
+}
+
+// A search's answer for every prefix: non-decreasing, and reached by its strategy within N.
+void require_consistent(const detail::strategy_cells& cells, const detail::strategy_solution& s) {
+  REQUIRE(s.latency.size() == static_cast<std::size_t>(cells.cells() + 1));
+  REQUIRE(s.latency[0] == 0);
+  for (int g = 1; g <= cells.cells(); ++g) {
+    const auto gi = static_cast<std::size_t>(g);
+    REQUIRE(s.latency[gi] >= s.latency[gi - 1]);
+    if (s.latency[gi] == std::numeric_limits<double>::infinity()) continue;
+    REQUIRE(cells.gpus_of(s.intervals[gi]) <= cells.gpus());
+    REQUIRE(cells.top(s.intervals[gi]) == s.latency[gi]);
+    int at = g;  // the intervals tile cells 1..g, last first
+    for (const detail::strategy_interval& i : s.intervals[gi]) {
+      REQUIRE(i.to == at);
+      REQUIRE(i.pipelines >= 1);
+      REQUIRE(cells.holds(static_cast<std::size_t>(i.scheme), i.to));
+      at = i.from;
+    }
+    REQUIRE(at == 0);
+  }
 }
 
 }  // namespace
 
-TEST_CASE("the strategy DP equals a brute force over interval partitions on small instances", "[strategy]") {
+TEST_CASE("both strategy searches equal a brute force over interval partitions on small instances", "[strategy]") {
   random_generator rng(11);
   int feasible = 0;
   for (int trial = 0; trial < 150; ++trial) {
@@ -53,27 +73,57 @@ TEST_CASE("the strategy DP equals a brute force over interval partitions on smal
     std::vector<token_count> sample(static_cast<std::size_t>(rng.between(1, 7)));
     for (auto& l : sample) l = rng.between(1, 1000);
     const long long N = rng.between(1, 7);
-    const strategy_dp dp(schemes, N, sample, {.length_step = 128});
+    const detail::strategy_cells cells(schemes, N, sample, 128, 1);
     INFO("trial " << trial);
-    for (long long n = 0; n <= N; ++n)
-      for (int g = 0; g <= dp.cells(); ++g) {
-        if (n > 0) REQUIRE(dp.latency(n, g) <= dp.latency(n - 1, g));
-        if (g > 0) REQUIRE(dp.latency(n, g) >= dp.latency(n, g - 1));
-      }
-    const double expected = brute_force(dp, schemes, N);
-    const double got = dp.latency(N, dp.cells());
-    if (expected == std::numeric_limits<double>::infinity()) {
-      REQUIRE(got == expected);
-      continue;
+    const detail::strategy_solution table = detail::gpu_table_search(cells), threshold = detail::threshold_search(cells);
+    require_consistent(cells, table);
+    require_consistent(cells, threshold);
+    for (int g = 1; g <= cells.cells(); ++g) {
+      const double expected = brute_force(cells, g);
+      REQUIRE(table.latency[static_cast<std::size_t>(g)] == expected);
+      REQUIRE(threshold.latency[static_cast<std::size_t>(g)] == expected);
     }
-    ++feasible;
-    REQUIRE(got == Approx(expected).epsilon(1e-12));
-    const strategy s = dp.strategy_at(N, dp.cells());
-    REQUIRE(s.gpus() <= N);
-    REQUIRE(s.pipelines() >= 1);
-    for (const strategy_part& p : s.parts) REQUIRE(p.pipelines >= 1);
+    if (table.latency.back() < std::numeric_limits<double>::infinity()) ++feasible;
   }
   REQUIRE(feasible > 50);
+}
+
+TEST_CASE("the threshold search equals the dynamic program over GPU counts on every prefix", "[strategy]") {
+  // Clusters and samples past brute force: exact equality of every t[g]. A small candidate
+  // limit forces the narrowing path as well.
+  random_generator rng(23);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<scheme_profile> schemes;
+    const int K = static_cast<int>(rng.between(1, 5));
+    for (int k = 0; k < K; ++k) schemes.push_back(random_profile(rng, 500, 20000));
+    std::vector<token_count> sample(static_cast<std::size_t>(rng.between(1, 300)));
+    for (auto& l : sample) l = rng.below(8) == 0 ? rng.between(4000, 20000) : rng.between(1, 4000);
+    const long long N = rng.between(1, 96);
+    const detail::strategy_cells cells(schemes, N, sample, rng.between(64, 1024), static_cast<double>(rng.between(1, 4)));
+    INFO("trial " << trial << " N " << N << " cells " << cells.cells());
+    const detail::strategy_solution table = detail::gpu_table_search(cells);
+    const detail::strategy_solution threshold = detail::threshold_search(cells, trial % 2 == 0 ? std::size_t{1} << 16 : 8);
+    require_consistent(cells, threshold);
+    REQUIRE(threshold.latency == table.latency);
+  }
+}
+
+TEST_CASE("strategy_dp: monotone in GPUs, with clear errors for cells out of range", "[strategy]") {
+  const std::vector<scheme_profile> schemes = {profile(1, 1, 4096, 1e-7, 1e-3, 0.01), profile(2, 1, 16384, 6e-8, 6e-4, 0.01)};
+  random_generator rng(5);
+  std::vector<token_count> sample(200);
+  for (auto& l : sample) l = rng.between(64, 16000);
+  double previous = std::numeric_limits<double>::infinity();
+  for (long long n = 1; n <= 40; n += 3) {
+    const strategy_dp dp(schemes, n, sample);
+    REQUIRE(dp.latency(dp.cells()) <= previous);
+    previous = dp.latency(dp.cells());
+  }
+  const strategy_dp dp(schemes, 8, sample);
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)dp.latency(dp.cells() + 1); }).value("cell") == dp.cells() + 1);
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)dp.cell_max(0); }).value("lowest") == 1);
+  REQUIRE(authors_length_step(64) == 128);
+  REQUIRE(authors_length_step(1024) == 1024);
 }
 
 TEST_CASE("propose_strategies: distinct candidates within the budget, a homogeneous one, and errors", "[strategy]") {
@@ -91,7 +141,7 @@ TEST_CASE("propose_strategies: distinct candidates within the budget, a homogene
   REQUIRE(std::any_of(candidates.begin(), candidates.end(), [](const strategy& s) { return s.parts.size() == 1; }));
   // the strategy for the whole sample uses the long-sequence scheme, and beats every single-scheme one
   const strategy_dp dp(schemes, 32, sample);
-  REQUIRE(dp.strategy_at(32, dp.cells()).parts.back().profile.scheme.tp == 4);
+  REQUIRE(dp.strategy_at(dp.cells()).parts.back().profile.scheme.tp == 4);
 
   const std::vector<token_count> too_long = {100, 70000};
   const auto e = zeppelin_test::expect_error<infeasible>([&] { (void)propose_strategies(schemes, 32, too_long); });

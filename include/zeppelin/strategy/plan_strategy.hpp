@@ -4,7 +4,8 @@
 //   in : model, strategy_settings (GPUs, GPUs per node, the GPU's spec, the memory margin kept
 //        free, the dispatcher), lengths (the iteration's sequences, also the proposal's sample)
 //   out: strategy_choice: the candidate strategies (propose_strategies over the schemes that
-//        fit: enumerate_schemes + profile_schemes) and the iteration plan that chose among
+//        fit: enumerate_schemes + profile_schemes, on the authors' length grid
+//        authors_length_step) and the iteration plan that chose among
 //        them (plan_iteration with greedy dispatch and greedy pipeline packing)
 // The same call behind `zeppelin strategy` and the C ABI's zeppelin_strategy_create.
 // Errors: infeasible when the model fits no scheme on the GPUs (naming the GPU count and
@@ -53,7 +54,7 @@ struct strategy_choice {
                    {{"gpus", double(s.gpus)}, {"gpus_per_node", double(s.gpus_per_node)}, {"gpu_memory_bytes", s.gpu.memory_bytes},
                     {"margin_bytes", s.margin_bytes}});
   strategy_choice out;
-  out.candidates = propose_strategies(profiles, s.gpus, lengths);
+  out.candidates = propose_strategies(profiles, s.gpus, lengths, {.length_step = authors_length_step(s.gpus)});
   out.plan = plan_iteration(out.candidates, lengths, s.dispatch, greedy_pipeline_packing{});
   return out;
 }

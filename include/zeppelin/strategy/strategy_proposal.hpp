@@ -1,12 +1,11 @@
 // zeppelin/strategy/strategy_proposal.hpp
-// Hydraulis' strategy proposal (section 7): a dynamic program over GPUs and sequence
-// lengths that proposes the heterogeneous strategies S = sum_i d_i x P_i worth trying, one
-// per longest length an iteration may have.
+// Hydraulis' strategy proposal (section 7): the heterogeneous strategies S = sum_i d_i x P_i
+// worth trying, one per longest length an iteration may have.
 //   in : scheme profiles (strategy/scheme_profile.hpp), the cluster's GPUs N, a sample of
 //        the dataset's sequence lengths, proposal_options (the length grid)
-//   out: strategy_dp: t[n][g], the least latency of the sample's sequences up to length
-//        cell g on at most n GPUs, and the strategy reaching it; propose_strategies: the
-//        distinct S[N][g] for every g, then the best homogeneous strategy
+//   out: strategy_dp: t[g], the least latency of the sample's sequences up to length cell g
+//        on at most N GPUs, and the strategy reaching it; propose_strategies: the distinct
+//        S[N][g] for every g, then the best homogeneous strategy
 // Lengths are grouped into cells of `length_step` tokens; only cells holding a sequence
 // count (g = 1..cells(), cell g's longest sequence is cell_max(g)). Each pipeline kind
 // serves one interval of cells: d pipelines of scheme k take the sequences of cells
@@ -15,23 +14,28 @@
 // the d pipelines:
 //   cost = max((a S2 + b S1) / d + c + (PP_k - 1) T_k(m), (PP_k - 1 + ceil(S1 / (d MaxLen_k))) T_k(m))
 // (S1, S2: sums of l and l^2 over the interval per iteration of the sample (options.
-// sample_iterations); m = cell_max(g); one micro-batch's
-// constant; the bubble of the longest sequence, the term the authors' code adds). Then
-//   t[n][0] = 0, t[0][g > 0] = infinity,
-//   t[n][g] = min(t[n - 1][g], min over (k, d: d N(P_k) <= n), g' < g of
-//                 max(t[n - d N(P_k)][g'], cost_k(g', g, d))).
-// The paper relaxes d to steps of 0.1 and rounds; here d is an integer (as in the authors'
-// code), so every strategy is realisable as proposed. t[m][g'] does not decrease with g' and
-// the cost does not increase with g', so the inner minimum is found by binary search:
-// O(N G sum_k (N / N(P_k)) log G) time for G cells, O(N G) memory.
-// Errors: invalid_argument for N < 1, length_step < 1, an empty sample or a length < 1, or
-// a scheme list that is empty; infeasible (from propose_strategies) when no scheme holds
-// the sample's longest sequence, naming it and the largest MaxLen.
+// sample_iterations); m = cell_max(g); one micro-batch's constant; the bubble of the longest
+// sequence, the term the authors' code adds). t[g] is the least largest cost over partitions
+// of cells 1..g into such intervals on at most N GPUs in all (strategy/detail/
+// strategy_cells.hpp). The paper relaxes d to steps of 0.1 and rounds; here d is an integer
+// (as in the authors' code), so every strategy is realisable as proposed.
+// Two exact searches give the same t[g]: the paper's dynamic program over GPU counts
+// (strategy/detail/gpu_table_search.hpp, O(N G sum_k (N / N(P_k)) log G), quadratic in N)
+// and a search on the largest cost (strategy/detail/threshold_search.hpp, O(G^3 K),
+// independent of N); strategy_dp runs the one whose operation count is the smaller, so a
+// few hundred GPUs and more take the second.
+// Errors: invalid_argument for N outside 1 .. max_strategy_gpus, length_step < 1, an empty
+// sample or a length < 1, or a scheme list that is empty; infeasible (from
+// propose_strategies) when no scheme holds the sample's longest sequence, naming it and the
+// largest MaxLen.
 // Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/strategy/detail/gpu_table_search.hpp>
+#include <zeppelin/strategy/detail/strategy_cells.hpp>
+#include <zeppelin/strategy/detail/threshold_search.hpp>
 #include <zeppelin/strategy/scheme_profile.hpp>
 
 #include <algorithm>
@@ -77,144 +81,61 @@ struct proposal_options {
   double sample_iterations = 1;
 };
 
+//! The length grid of the authors' code for N GPUs: 128 tokens, 1024 from 1024 GPUs on. The
+//! threshold search takes O(G^3 K) for G cells; the coarser grid keeps it fast at scale.
+[[nodiscard]] constexpr token_count authors_length_step(long long gpus) noexcept { return gpus >= 1024 ? 1024 : 128; }
+
 class strategy_dp {
  public:
   strategy_dp(std::span<const scheme_profile> schemes, long long gpus, std::span<const token_count> sample, const proposal_options& options = {})
-      : schemes_(schemes.begin(), schemes.end()), gpus_(gpus) {
-    check_strategy_gpus(gpus);
-    ZEPPELIN_EXPECTS(options.length_step >= 1, "the length step must be >= 1 token", {{"length_step", double(options.length_step)}});
-    ZEPPELIN_EXPECTS(options.sample_iterations > 0 && std::isfinite(options.sample_iterations),
-                     "the sample must hold a positive, finite number of iterations", {{"sample_iterations", options.sample_iterations}});
-    ZEPPELIN_EXPECTS(!sample.empty(), "the strategy proposal needs a sample of sequence lengths", {});
-    ZEPPELIN_EXPECTS(!schemes_.empty(), "the strategy proposal needs at least one scheme", {});
-    build_cells(sample, options.length_step, options.sample_iterations);
-    run();
+      : cells_(schemes, gpus, sample, options.length_step, options.sample_iterations),
+        solution_(detail::gpu_table_work(cells_) <= detail::threshold_work(cells_) ? detail::gpu_table_search(cells_)
+                                                                                   : detail::threshold_search(cells_)) {}
+
+  [[nodiscard]] long long gpus() const noexcept { return cells_.gpus(); }
+  [[nodiscard]] int cells() const noexcept { return cells_.cells(); }
+  //! The longest sample length in cells 1..g (1 <= g <= cells()).
+  [[nodiscard]] token_count cell_max(int g) const {
+    check_cell(g, 1);
+    return cells_.cell_max(g);
+  }
+  //! t[g]: the least latency of the sample's sequences in cells 1..g on at most gpus() GPUs,
+  //! in seconds; infinity when no strategy holds them; 0 for g = 0.
+  [[nodiscard]] double latency(int g) const {
+    check_cell(g, 0);
+    return solution_.latency[static_cast<std::size_t>(g)];
   }
 
-  [[nodiscard]] int cells() const noexcept { return static_cast<int>(cell_max_.size()) - 1; }
-  //! The longest sample length in cells 1..g (g >= 1).
-  [[nodiscard]] token_count cell_max(int g) const { return cell_max_.at(static_cast<std::size_t>(g)); }
-  //! t[n][g]: seconds; infinity when no strategy on n GPUs holds cells 1..g.
-  [[nodiscard]] double latency(long long n, int g) const { return t_.at(index(n, g)); }
-
-  //! The strategy reaching t[n][g] (empty parts when g = 0 or it is infinite).
-  [[nodiscard]] strategy strategy_at(long long n, int g) const {
+  //! The strategy reaching t[g] (empty parts when g = 0 or t[g] is infinite).
+  [[nodiscard]] strategy strategy_at(int g) const {
     strategy s;
-    s.predicted_seconds = latency(n, g);
-    if (s.predicted_seconds == infinity) return s;
-    std::vector<int> count(schemes_.size(), 0);
-    while (g > 0) {
-      const choice c = choice_[index(n, g)];
-      if (c.scheme < 0) {
-        --n;
-        continue;
-      }
-      count[static_cast<std::size_t>(c.scheme)] += c.pipelines;
-      n -= c.pipelines * schemes_[static_cast<std::size_t>(c.scheme)].scheme.gpus();
-      g = c.from;
-    }
-    for (std::size_t k = 0; k < schemes_.size(); ++k)
-      if (count[k] > 0) s.parts.push_back({schemes_[k], count[k]});
+    s.predicted_seconds = latency(g);
+    std::vector<int> count(cells_.schemes(), 0);
+    for (const detail::strategy_interval& i : solution_.intervals[static_cast<std::size_t>(g)])
+      count[static_cast<std::size_t>(i.scheme)] += static_cast<int>(i.pipelines);
+    for (std::size_t k = 0; k < cells_.schemes(); ++k)
+      if (count[k] > 0) s.parts.push_back({cells_.scheme(k), count[k]});
     std::sort(s.parts.begin(), s.parts.end(), [](const strategy_part& x, const strategy_part& y) { return x.profile.scheme < y.profile.scheme; });
     return s;
   }
 
   //! The interval cost of the file comment: d pipelines of scheme k on cells (from, g].
-  [[nodiscard]] double interval_cost(std::size_t k, int d, int from, int g) const {
-    const scheme_profile& p = schemes_[k];
-    const double s1 = sum1_[static_cast<std::size_t>(g)] - sum1_[static_cast<std::size_t>(from)];
-    const double s2 = sum2_[static_cast<std::size_t>(g)] - sum2_[static_cast<std::size_t>(from)];
-    const double slowest = p.latency.at(static_cast<double>(cell_max(g)));
-    const double forced = std::ceil(s1 / (static_cast<double>(d) * static_cast<double>(std::max<token_count>(p.max_len, 1))));
-    return std::max((p.latency.a * s2 + p.latency.b * s1) / d + p.latency.c + (p.scheme.pp - 1) * slowest,
-                    (p.scheme.pp - 1 + forced) * slowest);
+  [[nodiscard]] double interval_cost(std::size_t k, long long d, int from, int g) const {
+    ZEPPELIN_EXPECTS(k < cells_.schemes() && d >= 1 && from >= 0 && from < g && g <= cells(), "an interval of the strategy table is out of range",
+                     {{"scheme", double(k)}, {"pipelines", double(d)}, {"from", double(from)}, {"to", double(g)}, {"cells", double(cells())}});
+    return cells_.cost(k, d, from, g);
   }
 
-  static constexpr double infinity = std::numeric_limits<double>::infinity();
+  static constexpr double infinity = detail::strategy_cells::infinity;
 
  private:
-  struct choice {
-    int scheme = -1;  // -1: t[n - 1][g]
-    int pipelines = 0;
-    int from = 0;
-  };
-
-  [[nodiscard]] std::size_t index(long long n, int g) const {
-    ZEPPELIN_EXPECTS(n >= 0 && n <= gpus_ && g >= 0 && g <= cells(), "a strategy table index is out of range",
-                     {{"n", double(n)}, {"g", double(g)}, {"gpus", double(gpus_)}, {"cells", double(cells())}});
-    return slot(n, g);
-  }
-  [[nodiscard]] std::size_t slot(long long n, int g) const noexcept {
-    return static_cast<std::size_t>(n) * static_cast<std::size_t>(cells() + 1) + static_cast<std::size_t>(g);
+  void check_cell(int g, int lowest) const {
+    ZEPPELIN_EXPECTS(g >= lowest && g <= cells(), "a cell of the strategy table is out of range",
+                     {{"cell", double(g)}, {"lowest", double(lowest)}, {"cells", double(cells())}});
   }
 
-  void build_cells(std::span<const token_count> sample, token_count step, double iterations) {
-    std::vector<token_count> sorted(sample.begin(), sample.end());
-    std::sort(sorted.begin(), sorted.end());
-    ZEPPELIN_EXPECTS(sorted.front() >= 1, "a sequence needs at least 1 token", {{"length", double(sorted.front())}});
-    cell_max_.assign(1, 0);
-    sum1_.assign(1, 0);
-    sum2_.assign(1, 0);
-    std::int64_t current = -1;
-    for (const token_count l : sorted) {
-      const std::int64_t cell = (l + step - 1) / step;
-      if (cell != current) {
-        current = cell;
-        cell_max_.push_back(l);
-        sum1_.push_back(sum1_.back());
-        sum2_.push_back(sum2_.back());
-      }
-      cell_max_.back() = l;
-      const auto x = static_cast<double>(l);
-      sum1_.back() += x / iterations;
-      sum2_.back() += x * x / iterations;
-    }
-  }
-
-  void run() {
-    const int G = cells();
-    t_.assign(static_cast<std::size_t>(gpus_ + 1) * static_cast<std::size_t>(G + 1), infinity);
-    choice_.assign(t_.size(), choice{});
-    t_[slot(0, 0)] = 0;
-    for (long long n = 1; n <= gpus_; ++n) {
-      t_[slot(n, 0)] = 0;
-      for (int g = 1; g <= G; ++g) {
-        double best = t_[slot(n - 1, g)];
-        choice pick{};
-        for (std::size_t k = 0; k < schemes_.size(); ++k) {
-          const scheme_profile& p = schemes_[k];
-          if (p.max_len < cell_max(g)) continue;
-          const long long size = p.scheme.gpus();
-          for (int d = 1; static_cast<long long>(d) * size <= n; ++d) {
-            const long long m = n - d * size;
-            // lowest g' in [0, g - 1] with t[m][g'] >= cost(g', g, d)
-            int lo = 0, hi = g;  // hi: none found yet
-            while (lo < hi) {
-              const int mid = (lo + hi) / 2;
-              if (t_[slot(m, mid)] >= interval_cost(k, d, mid, g))
-                hi = mid;
-              else
-                lo = mid + 1;
-            }
-            const auto consider = [&](int from, double value) {
-              if (value < best) best = value, pick = {static_cast<int>(k), d, from};
-            };
-            if (lo < g) consider(lo, t_[slot(m, lo)]);
-            if (lo > 0) consider(lo - 1, interval_cost(k, d, lo - 1, g));
-          }
-        }
-        t_[slot(n, g)] = best;
-        choice_[slot(n, g)] = pick;
-      }
-    }
-  }
-
-  std::vector<scheme_profile> schemes_;
-  long long gpus_;
-  std::vector<token_count> cell_max_;  // [0] = 0
-  std::vector<double> sum1_, sum2_;     // prefix sums over cells
-  std::vector<double> t_;
-  std::vector<choice> choice_;
+  detail::strategy_cells cells_;
+  detail::strategy_solution solution_;
 };
 
 //! Hydraulis' candidate set: the distinct S[N][g] for g = 1..cells (strategies for
@@ -227,7 +148,7 @@ class strategy_dp {
   const int G = dp.cells();
   std::vector<strategy> out;
   for (int g = 1; g <= G; ++g) {
-    strategy s = dp.strategy_at(gpus, g);
+    strategy s = dp.strategy_at(g);
     if (s.parts.empty()) continue;
     if (std::none_of(out.begin(), out.end(), [&](const strategy& o) { return o.same_pipelines(s); })) out.push_back(std::move(s));
   }
@@ -236,7 +157,7 @@ class strategy_dp {
   for (std::size_t k = 0; k < schemes.size(); ++k) {
     const long long d = gpus / schemes[k].scheme.gpus();
     if (schemes[k].max_len < dp.cell_max(G) || d < 1) continue;
-    const double cost = dp.interval_cost(k, static_cast<int>(std::min<long long>(d, std::numeric_limits<int>::max())), 0, G);
+    const double cost = dp.interval_cost(k, d, 0, G);
     if (cost < homogeneous.predicted_seconds)
       homogeneous = {{{schemes[k], static_cast<int>(d)}}, cost};
   }
