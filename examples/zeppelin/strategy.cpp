@@ -19,7 +19,10 @@
 //       "iteration_s":x,"simulated_iteration_s":y}
 // Bad input is an error on stderr with exit status 1: a sequence no scheme can hold
 // (naming it and the largest MaxLen), a model that fits no scheme on the GPUs, N < 1; a
-// plan the simulator finds over the GPU memory (naming stage and bytes).
+// plan the simulator finds over the GPU memory (naming stage and bytes). A plan whose step
+// program would pass the library's limits (step_program_options::max_switching_transfers:
+// the switching at thousands of GPUs) is still printed, with the simulation refused and the
+// reason (JSON: "simulated_iteration_s":null,"simulation_refused":"...").
 #include "commands.hpp"
 
 #include <zeppelin/core/error.hpp>
@@ -37,6 +40,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,10 +79,18 @@ void run_strategy(const strategy_options& o) {
       cluster_by_name("hydraulis", static_cast<int>((o.gpus + o.gpus_per_node - 1) / o.gpus_per_node), o.gpus_per_node).config();
   cluster_config.gpu = gpu;
   const topology cluster(std::move(cluster_config));
-  const step_program prog = make_step_program(step_plan_of(plan, lengths, cluster, model), cluster, model, hydraulis_program_options());
-  const double simulated_s = simulate_step(prog, cluster, sim_cost_model::for_topology(cluster),
-                                           {.pricing = block_pricing::per_shape, .memory = scheme_profile_options{}.memory})
-                                 .iteration_s;
+  // a plan too large for the step program (the switching at thousands of GPUs) keeps its
+  // strategy and assignment; the simulation is reported as refused, naming the numbers
+  std::optional<double> simulated_s;
+  std::string simulation_refused;
+  try {
+    const step_program prog = make_step_program(step_plan_of(plan, lengths, cluster, model), cluster, model, hydraulis_program_options());
+    simulated_s = simulate_step(prog, cluster, sim_cost_model::for_topology(cluster),
+                                {.pricing = block_pricing::per_shape, .memory = scheme_profile_options{}.memory})
+                      .iteration_s;
+  } catch (const resource_limit& e) {
+    simulation_refused = e.what();
+  }
   if (o.json) {
     auto j = with_format<nlohmann::ordered_json>("strategy");
     j["strategy"] = nlohmann::ordered_json::array();
@@ -92,7 +104,10 @@ void run_strategy(const strategy_options& o) {
                                 {"max_len", p.profile.max_len},
                                 {"micro_batches", p.packing.micro_batches}});
     j["iteration_s"] = plan.seconds;
-    j["simulated_iteration_s"] = simulated_s;
+    if (simulated_s)
+      j["simulated_iteration_s"] = *simulated_s;
+    else
+      j["simulated_iteration_s"] = nullptr, j["simulation_refused"] = simulation_refused;
     std::cout << j.dump() << '\n';
     return;
   }
@@ -109,7 +124,10 @@ void run_strategy(const strategy_options& o) {
                 p.packing.count(), p.packing.seconds);
   }
   std::printf("iteration %.4f s (predicted)\n", plan.seconds);
-  std::printf("simulated iteration %.4f s (step simulator: switching, TP, CP and pipeline traffic with the compute)\n", simulated_s);
+  if (simulated_s)
+    std::printf("simulated iteration %.4f s (step simulator: switching, TP, CP and pipeline traffic with the compute)\n", *simulated_s);
+  else
+    std::printf("simulated iteration: refused: %s\n", simulation_refused.c_str());
 }
 
 void add_strategy_command(CLI::App& app) {

@@ -229,6 +229,15 @@ zeppelin_add_cli_test(tool.strategy_simulated_iteration EXIT_CODE 0
 zeppelin_add_cli_test(tool.strategy_summary EXIT_CODE 0
   STDOUT "llama-13b on 32 GPUs .8 per node.: 64 sequences.*strategy: .*pipeline 0 <TP [0-9]+, PP [0-9]+, CP 1>: MaxLen.*iteration [0-9.]+ s"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 32 --model 13b)
+# At 8,192 GPUs the plan comes out in well under a second; its step program would pass
+# max_switching_transfers (1,000 TP-8 pipelines: about 1e9 transfers), so the simulation is
+# reported refused with the numbers, and the command still succeeds.
+zeppelin_add_cli_test(tool.strategy_at_cluster_scale_names_the_refused_simulation EXIT_CODE 0
+  STDOUT "on 8192 GPUs .*iteration [0-9.]+ s .predicted.\nsimulated iteration: refused: the parameter switching moves more slices.*switching_transfers=[0-9.e+]+, max_switching_transfers=4194304"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192)
+zeppelin_add_cli_test(tool.strategy_json_names_the_refused_simulation EXIT_CODE 0
+  STDOUT "\"simulated_iteration_s\":null,\"simulation_refused\":\"the parameter switching"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192 --json)
 zeppelin_add_cli_test(tool.strategy_rejects_unholdable_sequence EXIT_CODE 1
   STDERR "no parallel scheme holds the longest sequence .longest=5000000, largest_max_len=[0-9]+"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_too_long.txt --gpus 8 --model 7b)

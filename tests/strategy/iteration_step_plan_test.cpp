@@ -199,6 +199,14 @@ TEST_CASE("iteration step plans name their errors", "[strategy][step]") {
   unlike.pipelines.push_back(isp::pipeline(isp::scheme(1, 1, 1, 32000), {{0}}, isp::lengths));
   unlike.pipelines.push_back(isp::pipeline(isp::scheme(1, 2, 4, 16000), {{1, 2, 3, 4, 5, 6}}, isp::lengths));
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)step_plan_of(unlike, isp::lengths, clusters::hydraulis_a800_ib(2), m); }).value("stage") == 1);
+  // a switching over the step program's limit is refused before it is built, naming both
+  const step_plan mixed = step_plan_of(isp::mixed_plan(false), isp::lengths, cluster, m);
+  step_program_options small = hydraulis_program_options();
+  small.max_switching_transfers = 10;
+  const auto e = zeppelin_test::expect_error<resource_limit>([&] { (void)make_step_program(mixed, cluster, m, small); });
+  REQUIRE(e.value("max_switching_transfers") == 10);
+  REQUIRE(e.value("switching_transfers") > 10);
+  REQUIRE(e.value("gpus") == 8);
 }
 
 TEST_CASE("the homogeneous baseline deals by tokens in arrival order and packs windows of L", "[strategy]") {

@@ -88,3 +88,28 @@ TEST_CASE("with TP 1 the pull is an all-gather and the push moves D - 1 model co
   REQUIRE(overlap_tokens({8, 1, 1}, topo.gpu(), 25e9) == Approx(8 * topo.gpu().peak_flops / 25e9));
   REQUIRE(zeppelin_test::expect_invalid([&] { (void)make_switching_plan(s, 4, m); }).value("gpus") == 4);
 }
+
+TEST_CASE("switching_transfers_at_least never exceeds the transfers the plan lists", "[strategy]") {
+  // Random strategies of <TP, PP, CP> pipelines on clusters with spare GPUs: the O(users)
+  // count that lets make_step_program refuse a plan before building it is a lower bound,
+  // and within a small factor of the truth (so that it refuses only what is large).
+  const model_config m = models::llama_550m();
+  random_generator rng(17);
+  for (int trial = 0; trial < 60; ++trial) {
+    strategy s;
+    const int kinds = static_cast<int>(rng.between(1, 3));
+    for (int k = 0; k < kinds; ++k) {
+      scheme_profile p = profile(1 << rng.between(0, 2), static_cast<int>(rng.between(1, 3)), 1000 * (k + 1), 0, 1, 0);
+      p.scheme.cp = static_cast<int>(rng.between(1, 2));
+      s.parts.push_back({p, static_cast<int>(rng.between(1, 3))});
+    }
+    const long long N = s.gpus() + rng.between(0, 5);
+    INFO("trial " << trial << " gpus " << N);
+    const std::vector<detail::switching_user> users = detail::switching_users(s, m);
+    const switching_plan plan = make_switching_plan(users, N);
+    const auto listed = static_cast<std::int64_t>(plan.pull.size() + plan.push_reduce.size() + plan.push_link.size());
+    const std::int64_t bound = switching_transfers_at_least(users, N);
+    REQUIRE(bound <= listed);
+    REQUIRE(4 * bound >= listed);
+  }
+}

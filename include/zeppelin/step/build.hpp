@@ -34,7 +34,9 @@
 //                                    then linked to the owner) after its last backward.
 // Cost: O(schedule ops x tp x cp + attention programs + sync transfers).
 // Errors: what validate throws; invalid_argument for element sizes < 1 or accumulators
-// narrower than activations; what make_program throws for a layout.
+// narrower than activations; what make_program throws for a layout; resource_limit when
+// the switching would list more transfers than step_program_options::
+// max_switching_transfers (checked before any is built).
 // Host-only.
 #pragma once
 
@@ -197,6 +199,14 @@ inline void add_ring_sync(step_program& prog) {
 // first segment; an owner: its master range's), so a transfer's offsets differ on its ends.
 inline void add_switching(step_program& prog) {
   const std::vector<switching_user> users = switching_users(prog.plan, prog.model);
+  const std::int64_t at_least = switching_transfers_at_least(users, prog.num_ranks());
+  if (at_least > prog.options.max_switching_transfers)
+    ZEPPELIN_THROW(resource_limit,
+                   "the parameter switching moves more slices than step_program_options::max_switching_transfers allows (every GPU "
+                   "pulls its parameters from, and pushes its gradients to, the master ranges of all N GPUs, in segments of a grid "
+                   "of LCM(N, copies x TP_max): about N x push_segments / TP transfers)",
+                   {{"switching_transfers", double(at_least)}, {"max_switching_transfers", double(prog.options.max_switching_transfers)},
+                    {"gpus", double(prog.num_ranks())}, {"push_segments", double(detail::switching_grid_of(users, prog.num_ranks()).push_segments)}});
   const switching_plan sp = make_switching_plan(users, prog.num_ranks(), 1.0);  // bytes: elements
   const auto R = prog.ranks.size();
   std::vector<int> tp_of(R, 1), tp_rank_of(R, 0);

@@ -219,6 +219,10 @@ struct step_program_options {
   int parameter_bytes = 2;      //!< bytes of a parameter as the collectives move it
   int gradient_bytes = 4;       //!< bytes of a gradient as the collectives move it (Megatron-LM: fp32)
   int accumulator_bytes = 4;    //!< bytes of the attention's dK/dV accumulators (at least activation_bytes)
+  //! Largest number of transfers Hydraulis' switching (step/build.hpp) may list: each holds
+  //! two buffer descriptions (about 150 bytes with its op entries), so 2^22 keeps the sync
+  //! within about a GB. Beyond it make_step_program throws resource_limit.
+  std::int64_t max_switching_transfers = std::int64_t{1} << 22;
   friend bool operator==(const step_program_options&, const step_program_options&) = default;
 };
 

@@ -37,6 +37,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <span>
 #include <utility>
 #include <vector>
@@ -122,13 +123,19 @@ inline std::optional<packing_bins> greedy_bins(const scheme_profile& p, std::spa
     b.seconds[j] += cost(i);
     b.tokens[j] += lengths[static_cast<std::size_t>(i)];
   };
+  // each sequence to the fastest micro-batch it fits in (ties: the lowest index), found in
+  // (T, index) order: the fastest is also the fullest rarely, so the walk is short
+  std::set<std::pair<double, std::size_t>> by_time;
+  for (std::size_t j = 0; j < b.seconds.size(); ++j) by_time.emplace(0.0, j);
   for (const std::int64_t i : order) {
     const token_count l = lengths[static_cast<std::size_t>(i)];
-    std::size_t by_time = b.seconds.size();
-    for (std::size_t j = 0; j < b.seconds.size(); ++j)
-      if (b.tokens[j] + l <= p.max_len && (by_time == b.seconds.size() || b.seconds[j] < b.seconds[by_time])) by_time = j;
-    if (by_time == b.seconds.size()) return std::nullopt;
-    add(by_time, i);
+    auto it = by_time.begin();
+    while (it != by_time.end() && b.tokens[it->second] + l > p.max_len) ++it;
+    if (it == by_time.end()) return std::nullopt;
+    const std::size_t j = it->second;
+    by_time.erase(it);
+    add(j, i);
+    by_time.emplace(b.seconds[j], j);
   }
   // Local improvement: move or swap a sequence out of the slowest micro-batch while that
   // lowers the larger of the two micro-batches involved below the slowest.

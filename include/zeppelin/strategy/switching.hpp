@@ -101,7 +101,45 @@ inline std::vector<switching_user> switching_users(const strategy& s, const mode
   return out;
 }
 
+// The segment grids of a switching plan: TP_max and D over `users`, LCM(N, TP_max) and
+// LCM(N, D x TP_max).
+struct switching_grid {
+  int tp_max = 1, copies = 0;
+  std::int64_t pull_segments = 1, push_segments = 1;
+};
+
+inline switching_grid switching_grid_of(std::span<const switching_user> users, long long gpus) {
+  switching_grid out;
+  for (const switching_user& u : users) {
+    ZEPPELIN_EXPECTS(u.gpu >= 0 && u.gpu < gpus, "a switching user's GPU is outside the cluster", {{"gpu", double(u.gpu)}, {"gpus", double(gpus)}});
+    out.tp_max = std::max(out.tp_max, u.tp);
+    out.copies = std::max(out.copies, u.copy + 1);
+  }
+  out.pull_segments = std::lcm(static_cast<std::int64_t>(gpus), static_cast<std::int64_t>(out.tp_max));
+  out.push_segments = std::lcm(static_cast<std::int64_t>(gpus), static_cast<std::int64_t>(out.copies) * out.tp_max);
+  return out;
+}
+
 }  // namespace detail
+
+//! A lower bound on the transfers make_switching_plan lists for `users` on N GPUs, in
+//! O(users), so that a caller can refuse a plan too large to hold before building it: every
+//! owner range a user's pull crosses (its own aside) and every segment of its push (each
+//! moves, but for the at most LCM / N that it both reduces and owns). With every optimizer
+//! state sharded over all N GPUs this grows as N^2 / TP.
+[[nodiscard]] inline std::int64_t switching_transfers_at_least(std::span<const detail::switching_user> users, long long gpus) {
+  const detail::switching_grid grid = detail::switching_grid_of(users, gpus);
+  std::int64_t count = 0;
+  for (const detail::switching_user& u : users) {
+    const std::int64_t per_owner = grid.pull_segments / gpus;
+    const std::int64_t lo = u.tp_rank * grid.pull_segments / u.tp, hi = (u.tp_rank + 1) * grid.pull_segments / u.tp;
+    const std::int64_t first_owner = lo / per_owner, last_owner = (hi - 1) / per_owner;
+    count += last_owner - first_owner + 1 - (u.gpu >= first_owner && u.gpu <= last_owner ? 1 : 0);
+    const std::int64_t push = (u.tp_rank + 1) * grid.push_segments / u.tp - u.tp_rank * grid.push_segments / u.tp;
+    count += std::max<std::int64_t>(0, push - grid.push_segments / gpus);
+  }
+  return count;
+}
 
 //! The pull and push plans of the GPUs `users` describe on N GPUs (see the file comment):
 //! each user a GPU with its TP degree and rank, its copy (pipeline x CP rank, numbered from 0
@@ -110,16 +148,12 @@ inline std::vector<switching_user> switching_users(const strategy& s, const mode
                                                         double bytes_per_element = 2) {
   ZEPPELIN_EXPECTS(!users.empty(), "a switching plan needs GPUs that hold parameters", {});
   ZEPPELIN_EXPECTS(bytes_per_element > 0, "bytes per element must be positive", {{"bytes_per_element", bytes_per_element}});
-  int tp_max = 1, copies = 0;
-  for (const detail::switching_user& u : users) {
-    ZEPPELIN_EXPECTS(u.gpu >= 0 && u.gpu < gpus, "a switching user's GPU is outside the cluster", {{"gpu", double(u.gpu)}, {"gpus", double(gpus)}});
-    tp_max = std::max(tp_max, u.tp);
-    copies = std::max(copies, u.copy + 1);
-  }
+  const detail::switching_grid grid = detail::switching_grid_of(users, gpus);
+  const int copies = grid.copies;
   switching_plan plan;
   plan.copies = copies;
-  plan.pull_segments = std::lcm(static_cast<std::int64_t>(gpus), static_cast<std::int64_t>(tp_max));
-  plan.push_segments = std::lcm(static_cast<std::int64_t>(gpus), static_cast<std::int64_t>(copies) * tp_max);
+  plan.pull_segments = grid.pull_segments;
+  plan.push_segments = grid.push_segments;
   const auto owner_of = [&](std::int64_t segment, std::int64_t segments) { return static_cast<int>(segment / (segments / gpus)); };
   // Pull: each needed segment range from its owners, split where the owner changes.
   for (const detail::switching_user& u : users) {
