@@ -103,9 +103,7 @@ double brute_force_packing(const scheme_profile& p, std::span<const token_count>
 TEST_CASE("dispatch: exact equals a brute force, greedy is never below it", "[strategy]") {
   random_generator rng(21);
   for (int trial = 0; trial < 200; ++trial) {
-    std::vector<scheme_profile> pipelines;
-    const int D = static_cast<int>(rng.between(1, 3));
-    for (int j = 0; j < D; ++j) pipelines.push_back(random_profile(rng, 300, 1000));
+    std::vector<scheme_profile> pipelines = random_profiles(rng, 1, 3, 300, 1000);
     std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
     std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 7)));
     for (auto& l : lengths) l = rng.between(1, pipelines.front().max_len);
@@ -123,9 +121,7 @@ TEST_CASE("dispatch: exact equals a brute force, greedy is never below it", "[st
 TEST_CASE("dispatch_within: the full dispatch within the cutoff, nothing above it", "[strategy]") {
   random_generator rng(23);
   for (int trial = 0; trial < 200; ++trial) {
-    std::vector<scheme_profile> pipelines;
-    const int D = static_cast<int>(rng.between(1, 5));
-    for (int j = 0; j < D; ++j) pipelines.push_back(random_profile(rng, 300, 1000));
+    std::vector<scheme_profile> pipelines = random_profiles(rng, 1, 5, 300, 1000);
     std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
     std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 40)));
     for (auto& l : lengths) l = rng.between(1, pipelines.front().max_len);

@@ -5,6 +5,8 @@
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/strategy.hpp>
 
+#include <vector>
+
 namespace strategy_test {
 
 using namespace zeppelin;
@@ -19,6 +21,13 @@ inline scheme_profile random_profile(random_generator& rng, token_count lo, toke
   const double speed = 1.0 / (tp * pp);
   return profile(tp, pp, rng.between(lo, hi), speed * 1e-3 * static_cast<double>(rng.between(1, 9)),
                  speed * static_cast<double>(rng.between(1, 9)), static_cast<double>(rng.between(0, 20)));
+}
+
+//! Between `fewest` and `most` random profiles (random_profile), the count drawn first.
+inline std::vector<scheme_profile> random_profiles(random_generator& rng, int fewest, int most, token_count lo, token_count hi) {
+  std::vector<scheme_profile> out(static_cast<std::size_t>(rng.between(fewest, most)));
+  for (scheme_profile& p : out) p = random_profile(rng, lo, hi);
+  return out;
 }
 
 }  // namespace strategy_test

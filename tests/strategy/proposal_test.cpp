@@ -67,9 +67,7 @@ TEST_CASE("both strategy searches equal a brute force over interval partitions o
   random_generator rng(11);
   int feasible = 0;
   for (int trial = 0; trial < 150; ++trial) {
-    std::vector<scheme_profile> schemes;
-    const int K = static_cast<int>(rng.between(1, 3));
-    for (int k = 0; k < K; ++k) schemes.push_back(random_profile(rng, 200, 1200));
+    const std::vector<scheme_profile> schemes = random_profiles(rng, 1, 3, 200, 1200);
     std::vector<token_count> sample(static_cast<std::size_t>(rng.between(1, 7)));
     for (auto& l : sample) l = rng.between(1, 1000);
     const long long N = rng.between(1, 7);
@@ -93,9 +91,7 @@ TEST_CASE("the threshold search equals the dynamic program over GPU counts on ev
   // limit forces the narrowing path as well.
   random_generator rng(23);
   for (int trial = 0; trial < 40; ++trial) {
-    std::vector<scheme_profile> schemes;
-    const int K = static_cast<int>(rng.between(1, 5));
-    for (int k = 0; k < K; ++k) schemes.push_back(random_profile(rng, 500, 20000));
+    const std::vector<scheme_profile> schemes = random_profiles(rng, 1, 5, 500, 20000);
     std::vector<token_count> sample(static_cast<std::size_t>(rng.between(1, 300)));
     for (auto& l : sample) l = rng.below(8) == 0 ? rng.between(4000, 20000) : rng.between(1, 4000);
     const long long N = rng.between(1, 96);

@@ -123,8 +123,8 @@ inline std::optional<packing_bins> greedy_bins(const scheme_profile& p, std::spa
     b.seconds[j] += cost(i);
     b.tokens[j] += lengths[static_cast<std::size_t>(i)];
   };
-  // each sequence to the fastest micro-batch it fits in (ties: the lowest index), found in
-  // (T, index) order: the fastest is also the fullest rarely, so the walk is short
+  // each sequence to the fastest micro-batch it fits in (ties: the lowest index): a walk in
+  // (T, index) order that skips only the micro-batches too full for it, usually none
   std::set<std::pair<double, std::size_t>> by_time;
   for (std::size_t j = 0; j < b.seconds.size(); ++j) by_time.emplace(0.0, j);
   for (const std::int64_t i : order) {

@@ -39,9 +39,6 @@
 #include <zeppelin/strategy/scheme_profile.hpp>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <limits>
 #include <span>
 #include <vector>
 

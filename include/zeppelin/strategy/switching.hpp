@@ -126,7 +126,7 @@ inline switching_grid switching_grid_of(std::span<const switching_user> users, l
 //! O(users), so that a caller can refuse a plan too large to hold before building it: every
 //! owner range a user's pull crosses (its own aside) and every segment of its push (each
 //! moves, but for the at most LCM / N that it both reduces and owns). With every optimizer
-//! state sharded over all N GPUs this grows as N^2 / TP.
+//! state sharded over all N GPUs this grows as N x LCM(N, D x TP_max) / TP: at least N^2 / TP.
 [[nodiscard]] inline std::int64_t switching_transfers_at_least(std::span<const detail::switching_user> users, long long gpus) {
   const detail::switching_grid grid = detail::switching_grid_of(users, gpus);
   std::int64_t count = 0;

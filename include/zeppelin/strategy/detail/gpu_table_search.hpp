@@ -14,6 +14,7 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/strategy/detail/strategy_cells.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
