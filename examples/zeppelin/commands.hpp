@@ -44,16 +44,16 @@ Json with_format(const char* command) {
   return Json{{"format", std::string("zeppelin.") + command}, {"version", json_format_version}};
 }
 
-//! The simulator's threads when the user names none: every hardware thread. Its results do
-//! not depend on its threads, so the tool takes the machine (the library's default is one:
-//! a trainer owns its threads).
+//! The threads of a simulation or search when the user names none: every hardware thread.
+//! Their results do not depend on their threads, so the tool takes the machine (the
+//! library's defaults are one: a trainer owns its threads).
 inline int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
 
-//! --threads: the simulator's threads (sim_options::threads), at least one.
-inline CLI::Option* add_threads_option(CLI::App* cmd, int& threads) {
-  return add_integer_option(cmd, "--threads", threads,
-                            "threads that simulate independent groups of GPUs at once (default: the machine's hardware "
-                            "threads; the results do not depend on it)")
+//! --threads: threads that run `work` at once (sim_options::threads, greedy_dispatch::threads),
+//! at least one.
+inline CLI::Option* add_threads_option(CLI::App* cmd, int& threads,
+                                       const std::string& work = "threads that simulate independent groups of GPUs at once") {
+  return add_integer_option(cmd, "--threads", threads, work + " (default: the machine's hardware threads; the results do not depend on it)")
       ->capture_default_str()
       ->check(example_cli::positive());
 }

@@ -295,14 +295,15 @@ std::vector<std::vector<std::int64_t>> reference_greedy(std::span<const scheme_p
   std::vector<std::int64_t> forced, free;
   for (std::size_t i = 0; i < lengths.size(); ++i) (allowed[i] == 1 ? forced : free).push_back(std::int64_t(i));
   std::stable_sort(free.begin(), free.end(), [&](auto x, auto y) { return lengths[std::size_t(x)] > lengths[std::size_t(y)]; });
-  random_generator rng(seed);
   double best = std::numeric_limits<double>::infinity();
   std::vector<std::size_t> assignment(lengths.size()), best_assignment;
   for (int t = 0; t < trials; ++t) {
+    std::vector<std::int64_t> shuffled = free;  // trial t > 0: the longest-first order shuffled by (seed, t)
+    random_generator rng(seed, static_cast<std::uint64_t>(t));
     if (t > 0)
-      for (std::size_t k = free.size(); k > 1; --k) std::swap(free[k - 1], free[static_cast<std::size_t>(rng.below(k))]);
+      for (std::size_t k = shuffled.size(); k > 1; --k) std::swap(shuffled[k - 1], shuffled[static_cast<std::size_t>(rng.below(k))]);
     std::vector<std::int64_t> order = forced;
-    order.insert(order.end(), free.begin(), free.end());
+    order.insert(order.end(), shuffled.begin(), shuffled.end());
     std::vector<std::vector<token_count>> on(pipelines.size());
     double top = 0;
     for (const std::int64_t i : order) {
@@ -348,6 +349,29 @@ TEST_CASE("greedy dispatch's grouped search makes Algorithm 1's choices", "[stra
     INFO("trial " << trial);
     REQUIRE(greedy_dispatch{.trials = trials, .seed = 3}.dispatch(pipelines, lengths).sequences == reference_greedy(pipelines, lengths, trials, 3));
   }
+}
+
+TEST_CASE("greedy dispatch gives the same dispatch whatever its threads", "[strategy]") {
+  random_generator rng(56);
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<scheme_profile> pipelines;
+    const int kinds = static_cast<int>(rng.between(1, 3));
+    for (int k = 0; k < kinds; ++k) {
+      const scheme_profile p = random_profile(rng, 500, 4000);
+      pipelines.insert(pipelines.end(), static_cast<std::size_t>(rng.between(1, 9)), p);
+    }
+    std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 400)));
+    for (auto& l : lengths) l = rng.below(5) == 0 ? rng.between(1, pipelines.front().max_len) : rng.between(1, 300);
+    const int trials = static_cast<int>(rng.between(1, 40));
+    INFO("trial " << trial);
+    const std::vector<std::vector<std::int64_t>> one = greedy_dispatch{.trials = trials, .seed = 4}.dispatch(pipelines, lengths).sequences;
+    REQUIRE(one == reference_greedy(pipelines, lengths, trials, 4));
+    for (const int threads : {2, 3, 8}) REQUIRE(greedy_dispatch{.trials = trials, .seed = 4, .threads = threads}.dispatch(pipelines, lengths).sequences == one);
+  }
+  const std::vector<scheme_profile> pipelines = {random_profile(rng, 500, 4000)};
+  const std::vector<token_count> lengths = {10, 20};
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)greedy_dispatch{.threads = 0}.dispatch(pipelines, lengths); }).value("threads") == 0);
 }
 
 TEST_CASE("candidate_lower_bound never exceeds the candidate's plan", "[strategy]") {

@@ -17,14 +17,16 @@
 // Both policies minimise the largest LB_j:
 //   greedy_dispatch  Algorithm 1: `trials` orders of the sequences; in each, the sequences
 //                    that only pipeline 1 holds go first (the authors' code), then trial 0
-//                    takes the rest longest first and trial t > 0 a seeded random order;
-//                    each sequence goes to the allowed pipeline that minimises the largest
-//                    bound after placing it (ties: an empty pipeline, then the lowest
-//                    index). The best trial wins (ties: the earliest), so more trials never
-//                    do worse and the same seed gives the same dispatch. A trial stops as
-//                    soon as its largest bound reaches the best trial's (bounds only grow),
-//                    and no trial runs once the best reaches dispatch_lower_bound (none can
-//                    do better): the result is that of every trial run to its end.
+//                    takes the rest longest first and trial t > 0 a random order drawn from
+//                    (seed, t) alone; each sequence goes to the allowed pipeline that
+//                    minimises the largest bound after placing it (ties: an empty pipeline,
+//                    then the lowest index). The best trial wins (ties: the earliest), so
+//                    more trials never do worse and the same seed gives the same dispatch.
+//                    A trial stops as soon as its largest bound reaches a better trial's
+//                    (bounds only grow), and no trial starts once the best reaches
+//                    dispatch_lower_bound (none can do better): the result is that of every
+//                    trial run to its end. `threads` run trials at once, with the same
+//                    result (detail/best_trial.hpp).
 //                    dispatch_within(pipelines, lengths, cutoff) also stops trials above
 //                    a cutoff, and returns nullopt when no trial ends within it.
 //   exact_dispatch   Eq. 3 solved to optimality by branch and bound (sequences longest
@@ -32,7 +34,8 @@
 //                    at the best known, starting from greedy_dispatch); for small
 //                    instances (the authors solve it with an ILP solver: 40 s per 10
 //                    iterations at 64 GPUs). More than node_limit nodes throw resource_limit.
-// Errors: invalid_argument for no pipelines, a length < 1, trials < 1, node_limit < 1;
+// Errors: invalid_argument for no pipelines, a length < 1, trials < 1, threads < 1,
+// node_limit < 1;
 // infeasible for a sequence no pipeline holds (naming its index, length and the largest
 // MaxLen).
 // Host-only.
@@ -41,6 +44,8 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/random.hpp>
+#include <zeppelin/detail/parallel_for.hpp>
+#include <zeppelin/strategy/detail/best_trial.hpp>
 #include <zeppelin/strategy/scheme_profile.hpp>
 #include <zeppelin/strategy/strategy_proposal.hpp>
 
@@ -350,6 +355,7 @@ inline dispatch_result finish_dispatch(std::span<const scheme_profile> pipelines
 struct greedy_dispatch {
   int trials = 100;
   std::uint64_t seed = 0;
+  int threads = 1;  //!< trials run at once (the result does not depend on it)
 
   [[nodiscard]] dispatch_result dispatch(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths) const {
     return *dispatch_within(pipelines, lengths, std::numeric_limits<double>::infinity());
@@ -361,76 +367,91 @@ struct greedy_dispatch {
   [[nodiscard]] std::optional<dispatch_result> dispatch_within(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths,
                                                                double cutoff) const {
     ZEPPELIN_EXPECTS(trials >= 1, "greedy dispatch needs at least 1 trial", {{"trials", double(trials)}});
+    ZEPPELIN_EXPECTS(threads >= 1, "greedy dispatch needs at least 1 thread", {{"threads", double(threads)}});
     const std::vector<std::size_t> allowed = detail::allowed_prefixes(pipelines, lengths);
     std::vector<std::int64_t> forced, free;
     for (std::size_t i = 0; i < lengths.size(); ++i) (allowed[i] == 1 ? forced : free).push_back(static_cast<std::int64_t>(i));
     std::stable_sort(free.begin(), free.end(), [&](std::int64_t x, std::int64_t y) {
       return lengths[static_cast<std::size_t>(x)] > lengths[static_cast<std::size_t>(y)];
     });
-    random_generator rng(seed);
-    std::vector<std::int64_t> order;
-    double best = std::numeric_limits<double>::infinity();
-    std::vector<std::size_t> assignment(lengths.size()), best_assignment;
-    bool found = false;
-    std::vector<detail::dispatch_group> groups = detail::dispatch_groups(pipelines);
-    constexpr std::size_t npos = detail::dispatch_group::npos;
+    const std::vector<detail::dispatch_group> groups = detail::dispatch_groups(pipelines);
     const double floor = dispatch_lower_bound(pipelines, lengths);  // no trial can end below it
-    for (int t = 0; t < trials && best > floor; ++t) {
-      if (t > 0)  // Fisher-Yates over the free sequences, the same draws whatever `trials` is
-        for (std::size_t k = free.size(); k > 1; --k) std::swap(free[k - 1], free[static_cast<std::size_t>(rng.below(k))]);
-      order = forced;
+    detail::best_trial<std::vector<std::size_t>> best;
+    detail::parallel_for(static_cast<std::size_t>(trials), threads, [&](std::size_t t) {
+      if (best.snapshot().value <= floor) return;  // no trial can beat the best any more
+      std::vector<std::int64_t> order = forced;
+      const std::size_t head = order.size();
       order.insert(order.end(), free.begin(), free.end());
-      detail::dispatch_state state(pipelines);
-      for (detail::dispatch_group& g : groups) g.reset();
-      // The largest bound so far. Placing l on pipeline j makes the largest bound
-      // max(B_j(l), top): every pipeline whose B_j(l) <= top ties at top (the least
-      // possible), else the least B_j(l) wins; ties prefer an empty pipeline, then the
-      // lowest index (the order of Algorithm 1's scan).
-      double top = 0;
-      for (const std::int64_t i : order) {
-        const token_count l = lengths[static_cast<std::size_t>(i)];
-        const std::size_t limit = allowed[static_cast<std::size_t>(i)];
-        std::size_t pick = npos;
-        double value = std::numeric_limits<double>::infinity();
-        bool pick_empty = false;
-        const auto consider = [&](double v, std::size_t j, bool empty) {
-          const bool better = v < value || (v == value && (empty != pick_empty ? empty : j < pick));
-          if (better) value = v, pick = j, pick_empty = empty;
-        };
-        for (detail::dispatch_group& g : groups) {
-          if (g.begin() >= limit) break;
-          if (const std::size_t e = g.lowest_empty(limit, state); e != npos)
-            consider(std::max(detail::lower_bound_of(g.profile(), g.profile().sequence_seconds(l), l, l), top), e, true);
-        }
-        if (value > top)  // no empty pipeline ties at top: the lowest non-empty one that does
-          for (const detail::dispatch_group& g : groups) {
-            if (g.begin() >= limit) break;
-            if (const std::size_t j = g.first_within(l, top, limit, state); j != npos) {
-              consider(top, j, false);
-              break;
-            }
-          }
-        if (value > top)  // nothing ties at top: the least bound
-          for (const detail::dispatch_group& g : groups) {
-            if (g.begin() >= limit) break;
-            if (const auto [v, j] = g.least(l, limit, state); j != npos) consider(v, j, false);
-          }
-        state.add(pick, l);
-        groups[group_of(groups, pick)].update(pick, state);
-        assignment[static_cast<std::size_t>(i)] = pick;
-        top = std::max(top, value);
-        if (top >= best || top > cutoff) break;  // bounds only grow: this trial cannot win any more
-      }
-      if (top < best && top <= cutoff) best = top, best_assignment = assignment, found = true;
-    }
-    if (!found) return std::nullopt;
+      random_generator rng(seed, t);  // Fisher-Yates over the free sequences: trial t's order is t's own
+      if (t > 0)
+        for (std::size_t k = order.size() - head; k > 1; --k) std::swap(order[head + k - 1], order[head + static_cast<std::size_t>(rng.below(k))]);
+      std::vector<std::size_t> assignment(lengths.size());
+      std::vector<detail::dispatch_group> own = groups;
+      if (const std::optional<double> top = run_trial(pipelines, lengths, allowed, order, own, t, cutoff, best, assignment))
+        best.offer(*top, t, assignment);
+    });
+    const std::optional<std::vector<std::size_t>> winner = std::move(best).take();
+    if (!winner) return std::nullopt;
     std::vector<std::vector<std::int64_t>> sequences(pipelines.size());
-    for (std::size_t i = 0; i < lengths.size(); ++i) sequences[best_assignment[i]].push_back(static_cast<std::int64_t>(i));
+    for (std::size_t i = 0; i < lengths.size(); ++i) sequences[(*winner)[i]].push_back(static_cast<std::int64_t>(i));
     return detail::finish_dispatch(pipelines, lengths, std::move(sequences));
   }
   friend bool operator==(const greedy_dispatch&, const greedy_dispatch&) = default;
 
  private:
+  // One trial over `order`: the largest bound at its end, or nullopt when it passed the
+  // cutoff or another trial already beats it (bounds only grow, so it cannot win).
+  static std::optional<double> run_trial(std::span<const scheme_profile> pipelines, std::span<const token_count> lengths,
+                                         std::span<const std::size_t> allowed, std::span<const std::int64_t> order,
+                                         std::vector<detail::dispatch_group>& groups, std::size_t t, double cutoff,
+                                         const detail::best_trial<std::vector<std::size_t>>& best, std::vector<std::size_t>& assignment) {
+    constexpr std::size_t npos = detail::dispatch_group::npos;
+    constexpr std::size_t refresh = 1024;  // placements between looks at the other trials' best
+    detail::dispatch_state state(pipelines);
+    auto beaten = best.snapshot();
+    // The largest bound so far. Placing l on pipeline j makes the largest bound
+    // max(B_j(l), top): every pipeline whose B_j(l) <= top ties at top (the least possible),
+    // else the least B_j(l) wins; ties prefer an empty pipeline, then the lowest index (the
+    // order of Algorithm 1's scan).
+    double top = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const auto i = static_cast<std::size_t>(order[k]);
+      const token_count l = lengths[i];
+      const std::size_t limit = allowed[i];
+      std::size_t pick = npos;
+      double value = std::numeric_limits<double>::infinity();
+      bool pick_empty = false;
+      const auto consider = [&](double v, std::size_t j, bool empty) {
+        const bool better = v < value || (v == value && (empty != pick_empty ? empty : j < pick));
+        if (better) value = v, pick = j, pick_empty = empty;
+      };
+      for (detail::dispatch_group& g : groups) {
+        if (g.begin() >= limit) break;
+        if (const std::size_t e = g.lowest_empty(limit, state); e != npos)
+          consider(std::max(detail::lower_bound_of(g.profile(), g.profile().sequence_seconds(l), l, l), top), e, true);
+      }
+      if (value > top)  // no empty pipeline ties at top: the lowest non-empty one that does
+        for (const detail::dispatch_group& g : groups) {
+          if (g.begin() >= limit) break;
+          if (const std::size_t j = g.first_within(l, top, limit, state); j != npos) {
+            consider(top, j, false);
+            break;
+          }
+        }
+      if (value > top)  // nothing ties at top: the least bound
+        for (const detail::dispatch_group& g : groups) {
+          if (g.begin() >= limit) break;
+          if (const auto [v, j] = g.least(l, limit, state); j != npos) consider(v, j, false);
+        }
+      state.add(pick, l);
+      groups[group_of(groups, pick)].update(pick, state);
+      assignment[i] = pick;
+      top = std::max(top, value);
+      if (k % refresh == refresh - 1) beaten = best.snapshot();
+      if (top > cutoff || beaten.beats(top, t)) return std::nullopt;
+    }
+    return top;
+  }
   static std::size_t group_of(const std::vector<detail::dispatch_group>& groups, std::size_t j) noexcept {
     std::size_t g = 0;
     while (g + 1 < groups.size() && groups[g + 1].begin() <= j) ++g;
