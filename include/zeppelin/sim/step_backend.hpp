@@ -358,7 +358,7 @@ class step_sim_backend {
     // price it alone: an engine and a backend of its own, every op
     event_engine sub(t_, e_policy_, cost_.link, cost_.contention.slowdown(t_.gpu()));
     step_sim_backend inner(sub, prog_, t_, cost_, block_pricing::every_op, ranks);
-    inner.prices_ = prices_;  // share the launch prices priced so far
+    inner.prices_ = prices_;  // share the launch prices, priced once for both
     std::vector<task_id> start(ranks.size(), no_task);
     const std::vector<task_id> end = inner.run_expanded(index, ranks, start);
     const engine_run run = sub.run();
@@ -392,15 +392,15 @@ class step_sim_backend {
     for (std::size_t m = 0; m < members.size(); ++m)
       for (int k = 0; k < traffic_classes; ++k)
         out.inside[m].traffic_s[static_cast<std::size_t>(k)] = detail::union_length(spans[m * traffic_classes + static_cast<std::size_t>(k)]);
-    prices_ = std::move(inner.prices_);
     return shapes_.emplace(std::move(key), std::move(out)).first->second;
   }
 
   // the launch prices of a micro-batch's attention program, priced once
   const std::vector<detail::call_cost>& prices_of(std::int32_t replica, std::int32_t micro_batch) {
-    auto& p = prices_[{replica, micro_batch}];
-    if (!p) p = std::make_shared<const std::vector<detail::call_cost>>(price_launches(prog_.layout(replica, micro_batch).attention, cost_.attention));
-    return *p;
+    auto at = prices_->find({replica, micro_batch});
+    if (at == prices_->end())
+      at = prices_->emplace(std::pair{replica, micro_batch}, price_launches(prog_.layout(replica, micro_batch).attention, cost_.attention)).first;
+    return at->second;  // map nodes stay put as others are added
   }
 
   // the seconds of a compute op
@@ -465,7 +465,10 @@ class step_sim_backend {
   // per shape
   std::map<std::vector<std::int64_t>, shape_cost> shapes_;
   std::vector<shaped_block_time> shaped_;
-  std::map<std::pair<std::int32_t, std::int32_t>, std::shared_ptr<const std::vector<detail::call_cost>>> prices_;
+  // the launch prices per (replica, micro-batch), shared with the backends that price shapes
+  // (one per new shape: copying the cache into each cost O(micro-batches) per shape)
+  using price_cache = std::map<std::pair<std::int32_t, std::int32_t>, std::vector<detail::call_cost>>;
+  std::shared_ptr<price_cache> prices_ = std::make_shared<price_cache>();
   std::vector<char> recompute_;
   std::vector<std::int32_t> block_of_task_;
   std::vector<task_id> deps_, done_;
