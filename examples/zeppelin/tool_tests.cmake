@@ -238,6 +238,11 @@ zeppelin_add_cli_test(tool.strategy_at_cluster_scale_names_the_refused_simulatio
 zeppelin_add_cli_test(tool.strategy_json_names_the_refused_simulation EXIT_CODE 0
   STDOUT "\"simulated_iteration_s\":null,\"simulation_refused\":\"the parameter switching"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192 --json)
+add_test(NAME tool.strategy_same_plan_on_any_threads
+  COMMAND "${CMAKE_COMMAND}" "-DTOOL=${zeppelin_tool_cmd}" "-DLENGTHS=${zeppelin_fixtures}/lengths_mixed_1000.txt"
+          -P "${CMAKE_CURRENT_LIST_DIR}/strategy_threads.cmake")
+zeppelin_add_cli_test(tool.strategy_rejects_zero_threads EXIT_CODE 105 STDERR "^--threads: '0' is not positive"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --threads 0)
 zeppelin_add_cli_test(tool.strategy_rejects_unholdable_sequence EXIT_CODE 1
   STDERR "no parallel scheme holds the longest sequence .longest=5000000, largest_max_len=[0-9]+"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_too_long.txt --gpus 8 --model 7b)
