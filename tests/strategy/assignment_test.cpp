@@ -6,6 +6,7 @@
 // choice the cheapest candidate.
 #include <catch2/catch.hpp>
 #include <zeppelin/strategy.hpp>
+#include <zeppelin/strategy/detail/best_trial.hpp>
 
 #include <algorithm>
 #include <functional>
@@ -330,44 +331,76 @@ std::vector<std::vector<std::int64_t>> reference_greedy(std::span<const scheme_p
   return out;
 }
 
+// A few schemes with many identical pipelines each (longest MaxLen first), and a number of
+// lengths in [fewest, most], a fifth of them up to the longest MaxLen and the rest short.
+struct grouped_instance {
+  std::vector<scheme_profile> pipelines;
+  std::vector<token_count> lengths;
+};
+grouped_instance random_grouped_instance(random_generator& rng, std::int64_t fewest, std::int64_t most) {
+  grouped_instance out;
+  const int kinds = static_cast<int>(rng.between(1, 3));
+  for (int k = 0; k < kinds; ++k) {
+    const scheme_profile p = random_profile(rng, 500, 4000);
+    out.pipelines.insert(out.pipelines.end(), static_cast<std::size_t>(rng.between(1, 9)), p);
+  }
+  std::stable_sort(out.pipelines.begin(), out.pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
+  out.lengths.resize(static_cast<std::size_t>(rng.between(fewest, most)));
+  for (auto& l : out.lengths) l = rng.below(5) == 0 ? rng.between(1, out.pipelines.front().max_len) : rng.between(1, 300);
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("greedy dispatch's grouped search makes Algorithm 1's choices", "[strategy]") {
   random_generator rng(55);
   for (int trial = 0; trial < 60; ++trial) {
-    // a few schemes, many identical pipelines of each
-    std::vector<scheme_profile> pipelines;
-    const int kinds = static_cast<int>(rng.between(1, 3));
-    for (int k = 0; k < kinds; ++k) {
-      const scheme_profile p = random_profile(rng, 500, 4000);
-      pipelines.insert(pipelines.end(), static_cast<std::size_t>(rng.between(1, 9)), p);
-    }
-    std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
-    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 60)));
-    for (auto& l : lengths) l = rng.below(5) == 0 ? rng.between(1, pipelines.front().max_len) : rng.between(1, 300);
+    const auto [pipelines, lengths] = random_grouped_instance(rng, 1, 60);
     const int trials = static_cast<int>(rng.between(1, 6));
     INFO("trial " << trial);
     REQUIRE(greedy_dispatch{.trials = trials, .seed = 3}.dispatch(pipelines, lengths).sequences == reference_greedy(pipelines, lengths, trials, 3));
   }
 }
 
+TEST_CASE("best_trial keeps the least (value, index) whatever order the offers come in", "[strategy]") {
+  random_generator rng(57);
+  for (int round = 0; round < 200; ++round) {
+    // few distinct values, so that ties between trials are common
+    std::vector<std::pair<double, std::size_t>> offers;
+    for (std::size_t t = 0; t < 12; ++t) offers.emplace_back(static_cast<double>(rng.below(4)), t);
+    const auto least = *std::min_element(offers.begin(), offers.end());
+    for (std::size_t k = offers.size(); k > 1; --k) std::swap(offers[k - 1], offers[static_cast<std::size_t>(rng.below(k))]);
+    detail::best_trial<std::size_t> best;
+    for (const auto& [value, t] : offers) {
+      const auto key = best.snapshot();
+      // a snapshot beats exactly the pairs after it, ties at a later index included
+      REQUIRE(key.beats(value, t) == (std::pair{key.value, key.index} < std::pair{value, t}));
+      best.offer(value, t, t);
+    }
+    REQUIRE(best.snapshot().value == least.first);
+    REQUIRE(best.snapshot().index == least.second);
+    REQUIRE(std::move(best).take() == least.second);
+  }
+  REQUIRE(!detail::best_trial<int>{}.take().has_value());
+}
+
 TEST_CASE("greedy dispatch gives the same dispatch whatever its threads", "[strategy]") {
   random_generator rng(56);
   for (int trial = 0; trial < 30; ++trial) {
-    std::vector<scheme_profile> pipelines;
-    const int kinds = static_cast<int>(rng.between(1, 3));
-    for (int k = 0; k < kinds; ++k) {
-      const scheme_profile p = random_profile(rng, 500, 4000);
-      pipelines.insert(pipelines.end(), static_cast<std::size_t>(rng.between(1, 9)), p);
-    }
-    std::stable_sort(pipelines.begin(), pipelines.end(), [](const auto& x, const auto& y) { return x.max_len > y.max_len; });
-    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 400)));
-    for (auto& l : lengths) l = rng.below(5) == 0 ? rng.between(1, pipelines.front().max_len) : rng.between(1, 300);
+    const auto [pipelines, lengths] = random_grouped_instance(rng, 1, 400);
     const int trials = static_cast<int>(rng.between(1, 40));
     INFO("trial " << trial);
     const std::vector<std::vector<std::int64_t>> one = greedy_dispatch{.trials = trials, .seed = 4}.dispatch(pipelines, lengths).sequences;
     REQUIRE(one == reference_greedy(pipelines, lengths, trials, 4));
     for (const int threads : {2, 3, 8}) REQUIRE(greedy_dispatch{.trials = trials, .seed = 4, .threads = threads}.dispatch(pipelines, lengths).sequences == one);
+  }
+  // more sequences than a trial places between its looks at the other trials' best (1,024),
+  // so trials also stop on a best that another thread found while they ran
+  for (int trial = 0; trial < 4; ++trial) {
+    const auto [pipelines, lengths] = random_grouped_instance(rng, 3000, 6000);
+    INFO("large trial " << trial);
+    const std::vector<std::vector<std::int64_t>> one = greedy_dispatch{.trials = 24, .seed = 5}.dispatch(pipelines, lengths).sequences;
+    for (const int threads : {2, 4}) REQUIRE(greedy_dispatch{.trials = 24, .seed = 5, .threads = threads}.dispatch(pipelines, lengths).sequences == one);
   }
   const std::vector<scheme_profile> pipelines = {random_profile(rng, 500, 4000)};
   const std::vector<token_count> lengths = {10, 20};

@@ -129,9 +129,9 @@ inline switching_grid switching_grid_of(std::span<const switching_user> users, l
 //! state sharded over all N GPUs this grows as N x LCM(N, D x TP_max) / TP: at least N^2 / TP.
 [[nodiscard]] inline std::int64_t switching_transfers_at_least(std::span<const detail::switching_user> users, long long gpus) {
   const detail::switching_grid grid = detail::switching_grid_of(users, gpus);
+  const std::int64_t per_owner = grid.pull_segments / gpus;  // pull segments each GPU owns
   std::int64_t count = 0;
   for (const detail::switching_user& u : users) {
-    const std::int64_t per_owner = grid.pull_segments / gpus;
     const std::int64_t lo = u.tp_rank * grid.pull_segments / u.tp, hi = (u.tp_rank + 1) * grid.pull_segments / u.tp;
     const std::int64_t first_owner = lo / per_owner, last_owner = (hi - 1) / per_owner;
     count += last_owner - first_owner + 1 - (u.gpu >= first_owner && u.gpu <= last_owner ? 1 : 0);

@@ -1,7 +1,8 @@
 // zeppelin/strategy/detail/best_trial.hpp
 // The best of a randomised search's trials when they run on several threads at once.
 //   in : each finished trial's (value, index) and its assignment (offer); a running trial
-//        asks whether it is already beaten (beaten) from a snapshot it refreshes now and then
+//        takes a snapshot now and then and asks it whether its own (value, index) is beaten
+//        (key::beats)
 //   out: the least (value, index) offered, in that order, and its assignment
 // The winner is the least pair whatever order the trials finish in, so the result does not
 // depend on the threads. A snapshot is never better than the best offered so far (the best
@@ -27,7 +28,7 @@ class best_trial {
   struct key {
     double value = std::numeric_limits<double>::infinity();
     std::size_t index = std::numeric_limits<std::size_t>::max();
-    //! (value, index) of a trial that ties or loses to this key.
+    //! Whether this key comes before (v, i), so that a trial at (v, i) cannot win.
     [[nodiscard]] bool beats(double v, std::size_t i) const noexcept { return value < v || (value == v && index < i); }
   };
 
