@@ -3,8 +3,10 @@
 // In:  --lengths FILE (one sequence length per line, data/length_file.hpp), --gpus N,
 //      --gpus-per-node P, --model 7b | 13b | 32b (or any preset name), --gpu-memory-gib G
 //      (default 80, an A800's), --margin-gib M (kept free; default 8), --trials T (greedy
-//      dispatch; default 100), --seed S, --threads K (dispatch trials at once; default the
-//      machine's hardware threads, the plan does not depend on it), --json.
+//      dispatch; default 100), --placement-budget B (trials x sequences at most, at least
+//      one trial; default 2^20), --seed S, --threads K (dispatch trials and pipeline
+//      packings at once; default the machine's hardware threads, the plan does not depend
+//      on it), --json.
 // Runs: the schemes <TP, PP, CP> the model and cluster allow with their MaxLen, UtilLen and
 //      T(l, P) (A800 tables), the strategy-proposal DP over the file's lengths, then for
 //      every candidate greedy dispatch and greedy packing, keeping the fastest; then the
@@ -56,6 +58,7 @@ struct strategy_options {
   double gpu_memory_gib = 80;
   double margin_gib = 8;
   int trials = 100;
+  std::int64_t placement_budget = zeppelin::greedy_dispatch{}.placement_budget;
   std::uint64_t seed = 1;
   int threads = hardware_threads();
   bool json = false;
@@ -72,7 +75,7 @@ void run_strategy(const strategy_options& o) {
                                                 .gpus_per_node = o.gpus_per_node,
                                                 .gpu = gpu,
                                                 .margin_bytes = o.margin_gib * double(1ull << 30),
-                                                .dispatch = {.trials = o.trials, .seed = o.seed, .threads = o.threads}},
+                                                .dispatch = {.trials = o.trials, .seed = o.seed, .threads = o.threads, .placement_budget = o.placement_budget}},
                                                lengths);
   const iteration_plan& plan = choice.plan;
   const strategy& chosen = choice.chosen();
@@ -142,8 +145,11 @@ void add_strategy_command(CLI::App& app) {
   cmd->add_option("--gpu-memory-gib", options->gpu_memory_gib, "GPU memory, GiB")->capture_default_str()->check(example_cli::positive());
   cmd->add_option("--margin-gib", options->margin_gib, "memory kept free per GPU, GiB")->capture_default_str()->check(example_cli::non_negative());
   add_integer_option(cmd, "--trials", options->trials, "greedy dispatch trials")->capture_default_str();
+  add_integer_option(cmd, "--placement-budget", options->placement_budget, "greedy dispatch: trials x sequences at most (at least one trial)")
+      ->capture_default_str()
+      ->check(example_cli::positive());
   add_integer_option(cmd, "--seed", options->seed, "seed of the dispatch trials")->capture_default_str();
-  add_threads_option(cmd, options->threads, "greedy dispatch trials run at once");
+  add_threads_option(cmd, options->threads, "greedy dispatch trials and pipeline packings run at once");
   cmd->add_flag("--json", options->json,
                 "print {\"strategy\":[...],\"pipelines\":[{...,\"micro_batches\":[[...]]}],\"iteration_s\":x,\"simulated_iteration_s\":y}");
   cmd->callback([options] { run_strategy(*options); });

@@ -1,25 +1,15 @@
 # ctest script: `zeppelin strategy --json` prints the same plan whatever --threads is (the
-# dispatch trials run on threads; the winner is the least (makespan, trial) either way).
+# dispatch trials and the pipelines' packings run on threads; the winner is the least
+# (makespan, trial) either way).
 #   cmake -DTOOL=<zeppelin> -DLENGTHS=<file> -P strategy_threads.cmake
 foreach(var IN ITEMS TOOL LENGTHS)
   if(NOT ${var})
     message(FATAL_ERROR "strategy_threads.cmake: ${var} is not set")
   endif()
 endforeach()
-set(outputs)
-foreach(threads IN ITEMS 1 3)
-  execute_process(COMMAND "${TOOL}" strategy --lengths "${LENGTHS}" --gpus 64 --model 7b --threads ${threads} --json
-                  OUTPUT_VARIABLE out RESULT_VARIABLE status)
-  if(NOT status EQUAL 0)
-    message(FATAL_ERROR "zeppelin strategy --threads ${threads} failed: ${status}")
-  endif()
-  if(NOT out MATCHES "^\\{\"format\":\"zeppelin.strategy\".*\"micro_batches\":\\[\\[[0-9]")
-    message(FATAL_ERROR "unexpected strategy JSON with --threads ${threads}: ${out}")
-  endif()
-  list(APPEND outputs "${out}")
-endforeach()
-list(GET outputs 0 one)
-list(GET outputs 1 three)
+include("${CMAKE_CURRENT_LIST_DIR}/strategy_json.cmake")
+strategy_json(one "${LENGTHS}" 64 --threads 1)
+strategy_json(three "${LENGTHS}" 64 --threads 3)
 if(NOT one STREQUAL three)
   message(FATAL_ERROR "--threads 1 and --threads 3 print different plans:\n${one}\n${three}")
 endif()

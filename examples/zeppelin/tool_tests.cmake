@@ -243,6 +243,11 @@ add_test(NAME tool.strategy_same_plan_on_any_threads
           -P "${CMAKE_CURRENT_LIST_DIR}/strategy_threads.cmake")
 zeppelin_add_cli_test(tool.strategy_rejects_zero_threads EXIT_CODE 105 STDERR "^--threads: '0' is not positive"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --threads 0)
+add_test(NAME tool.strategy_placement_budget_caps_trials
+  COMMAND "${CMAKE_COMMAND}" "-DTOOL=${zeppelin_tool_cmd}" "-DLENGTHS=${zeppelin_fixtures}/lengths_hydraulis.txt"
+          -P "${CMAKE_CURRENT_LIST_DIR}/strategy_budget.cmake")
+zeppelin_add_cli_test(tool.strategy_rejects_zero_placement_budget EXIT_CODE 105 STDERR "^--placement-budget: '0' is not positive"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --placement-budget 0)
 zeppelin_add_cli_test(tool.strategy_rejects_unholdable_sequence EXIT_CODE 1
   STDERR "no parallel scheme holds the longest sequence .longest=5000000, largest_max_len=[0-9]+"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_too_long.txt --gpus 8 --model 7b)

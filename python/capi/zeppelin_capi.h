@@ -105,7 +105,8 @@ ZEPPELIN_CAPI int zeppelin_packing_table(const zeppelin_packing* packing, int64_
 /* Hydraulis' heterogeneous strategy for one iteration (the library's plan_strategy): the
  * schemes <TP, PP, CP> `model` allows on `gpus` GPUs (`gpus_per_node` per node, A800 tables
  * with `memory_bytes` per GPU of which `margin_bytes` are kept free), the strategy proposal
- * over `lengths`, greedy dispatch (`trials`, `seed`) and packing. */
+ * over `lengths`, greedy dispatch (`trials`, `seed`; trials capped so that
+ * trials x sequences <= 2^20, at least one) and packing. */
 typedef struct zeppelin_strategy zeppelin_strategy;
 ZEPPELIN_CAPI int zeppelin_strategy_create(const int64_t* lengths, int64_t sequences, int64_t gpus, int32_t gpus_per_node,
                                            const char* model, double memory_bytes, double margin_bytes, int32_t trials,

@@ -27,7 +27,8 @@ def strategy(lengths, *, gpus, gpus_per_node=8, model="7b", gpu_memory_gib=80.0,
     """Chooses Hydraulis' strategy for the iteration's sequences (`lengths`) on `gpus` GPUs:
     every scheme <TP, PP, CP> `model` allows (a preset name: 7b, 13b, 32b, ...; A800 tables with
     `gpu_memory_gib` per GPU, `margin_gib` kept free), the strategy-proposal DP, greedy
-    dispatch (`trials`, `seed`) and packing. Raises ZeppelinError when no scheme fits."""
+    dispatch (`trials`, `seed`; trials capped so that trials x sequences <= 2**20, at least one)
+    and packing. Raises ZeppelinError when no scheme fits."""
     lengths = _checks.lengths_tensor(lengths)
     gpus = _checks.positive_int("gpus", gpus, _checks.INT64_MAX)
     gpus_per_node = _checks.positive_int("gpus_per_node", gpus_per_node)

@@ -424,3 +424,80 @@ TEST_CASE("candidate_lower_bound never exceeds the candidate's plan", "[strategy
     REQUIRE(candidate_lower_bound(s, std::span(lengths).first(std::min<std::size_t>(lengths.size(), 7))) <= exact.seconds * (1 + 1e-12));
   }
 }
+
+TEST_CASE("greedy packing packs only the counts that can win, with the result of packing every count", "[strategy]") {
+  random_generator rng(77);
+  int skipped = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    scheme_profile p = random_profile(rng, 2000, 8000);
+    p.util_len = rng.between(1, 400);
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(1, 400)));
+    for (auto& l : lengths) l = rng.below(5) == 0 ? rng.between(1, p.max_len) : rng.between(1, p.max_len / 8);
+    INFO("trial " << trial);
+    // the reference: every count of the range packed, the least (seconds, count) kept
+    const detail::packing_latency_floor floor(p, lengths);
+    std::optional<pipeline_packing> want;
+    for (const int v : micro_batch_counts(p, lengths)) {
+      std::optional<detail::packing_bins> bins = detail::greedy_bins(p, lengths, v);
+      if (!bins) continue;
+      const pipeline_packing at_v = packing_of(p, std::move(bins->members), lengths);
+      REQUIRE(at_v.count() == v);
+      REQUIRE(floor(v) <= at_v.seconds * (1 + 1e-12));  // the floor bounds every packing into v
+      if (!want || at_v.seconds < want->seconds) want = at_v;
+    }
+    if (!want) continue;  // past the range: no count is skipped there
+    for (const int v : micro_batch_counts(p, lengths)) skipped += floor(v) * (1 - 1e-9) > want->seconds;
+    const pipeline_packing got = greedy_pipeline_packing{}.pack(p, lengths);
+    REQUIRE(got.micro_batches == want->micro_batches);
+    REQUIRE(got.seconds == want->seconds);
+  }
+  REQUIRE(skipped > 100);  // the instances exercise the skipping
+}
+
+TEST_CASE("greedy dispatch caps its trials by the placement budget", "[strategy]") {
+  const greedy_dispatch d{};
+  REQUIRE(d.trials_for(0) == 100);
+  REQUIRE(d.trials_for(10'485) == 100);
+  REQUIRE(d.trials_for(10'486) == 99);
+  REQUIRE(d.trials_for(100'000) == 10);
+  REQUIRE(d.trials_for(std::size_t{1} << 21) == 1);
+  random_generator rng(91);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto [pipelines, lengths] = random_grouped_instance(rng, 50, 400);
+    const auto budget = static_cast<std::int64_t>(rng.between(1, 20 * static_cast<std::int64_t>(lengths.size())));
+    const int runs = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(30, budget / static_cast<std::int64_t>(lengths.size()))));
+    INFO("trial " << trial << ", budget " << budget);
+    REQUIRE(greedy_dispatch{.trials = 30, .seed = 6, .placement_budget = budget}.trials_for(lengths.size()) == runs);
+    REQUIRE(greedy_dispatch{.trials = 30, .seed = 6, .placement_budget = budget}.dispatch(pipelines, lengths).sequences ==
+            reference_greedy(pipelines, lengths, runs, 6));
+  }
+  const std::vector<scheme_profile> pipelines = {profile(1, 1, 4096, 1e-7, 1e-3, 0.01)};
+  const std::vector<token_count> lengths = {10, 20};
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)greedy_dispatch{.placement_budget = 0}.dispatch(pipelines, lengths); })
+              .value("placement_budget") == 0);
+}
+
+TEST_CASE("plan_iteration gives the same plan whatever its packing threads", "[strategy]") {
+  random_generator rng(64);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<strategy> candidates(static_cast<std::size_t>(rng.between(1, 4)));
+    for (strategy& s : candidates)
+      for (int k = static_cast<int>(rng.between(1, 3)); k > 0; --k) s.parts.push_back({random_profile(rng, 3000, 9000), static_cast<int>(rng.between(1, 6))});
+    std::vector<token_count> lengths(static_cast<std::size_t>(rng.between(20, 600)));
+    for (auto& l : lengths) l = rng.between(1, 3000);
+    const greedy_dispatch dispatcher{.trials = 4, .seed = 2};
+    INFO("trial " << trial);
+    const iteration_plan one = plan_iteration(candidates, lengths, dispatcher, greedy_pipeline_packing{});
+    for (const int threads : {2, 3, 8}) {
+      const iteration_plan many = plan_iteration(candidates, lengths, dispatcher, greedy_pipeline_packing{}, threads);
+      REQUIRE(many.candidate == one.candidate);
+      REQUIRE(many.seconds == one.seconds);
+      REQUIRE(many.pipelines.size() == one.pipelines.size());
+      for (std::size_t j = 0; j < one.pipelines.size(); ++j) REQUIRE(many.pipelines[j].packing.micro_batches == one.pipelines[j].packing.micro_batches);
+    }
+  }
+  const std::vector<strategy> candidates = {{{{profile(1, 1, 4096, 1e-7, 1e-3, 0.01), 2}}, 0}};
+  const std::vector<token_count> lengths = {10, 20};
+  REQUIRE(zeppelin_test::expect_invalid([&] { (void)plan_iteration(candidates, lengths, greedy_dispatch{}, greedy_pipeline_packing{}, 0); })
+              .value("threads") == 0);
+}

@@ -3,7 +3,8 @@
 // iteration's sequences across its pipelines (stage 1), pack each pipeline's sequences into
 // micro-batches (stage 2), and take the strategy whose slowest pipeline is fastest.
 //   in : the candidate strategies (strategy/strategy_proposal.hpp), the iteration's
-//        sequence lengths, a dispatch policy and a packing policy
+//        sequence lengths, a dispatch policy and a packing policy, the threads that pack a
+//        dispatch's pipelines at once (the plan does not depend on them)
 //   out: iteration_plan: the chosen candidate, per pipeline its scheme, sequences (indices
 //        into the lengths) and packing, and the iteration's predicted seconds (the slowest
 //        pipeline's (PP - 1 + V) x slowest micro-batch)
@@ -16,19 +17,22 @@
 // iteration with fewer sequences than any strategy has pipelines): the authors' code
 // rejects such strategies, and with no other choice the empty pipelines' GPUs idle.
 // Ties: the lowest candidate index. Deterministic for deterministic policies.
-// Errors: invalid_argument for no candidates or no sequences; infeasible when no candidate
+// Errors: invalid_argument for no candidates, no sequences or threads < 1; infeasible when no candidate
 // holds the longest sequence (naming it and the largest MaxLen); what the policies throw.
 // Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/error.hpp>
+#include <zeppelin/detail/parallel_for.hpp>
 #include <zeppelin/strategy/dispatch.hpp>
 #include <zeppelin/strategy/pipeline_packing.hpp>
 #include <zeppelin/strategy/strategy_proposal.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -51,26 +55,41 @@ struct iteration_plan {
 };
 
 namespace detail {
-// Pack every non-empty pipeline of a dispatch; nullopt as soon as one pipeline's packing
-// passes the cutoff.
+// Pack every non-empty pipeline of a dispatch on up to `threads` threads; nullopt when a
+// pipeline's packing passes the cutoff. The result, and which error a packer's throw
+// surfaces, are those of packing the pipelines in order and stopping at the first that
+// passes the cutoff or throws: a pipeline after one known to pass it is not packed.
 template <pipeline_packing_policy K>
 [[nodiscard]] std::optional<iteration_plan> packed(std::span<const scheme_profile> pipelines, const dispatch_result& d,
-                                                   std::span<const token_count> lengths, const K& packer, double cutoff) {
-  iteration_plan plan;
-  std::vector<token_count> own;
-  for (std::size_t j = 0; j < pipelines.size(); ++j) {
-    pipeline_plan p{pipelines[j], d.sequences[j], {}};
-    if (!p.sequences.empty()) {
-      own.clear();
+                                                   std::span<const token_count> lengths, const K& packer, double cutoff, int threads = 1) {
+  const std::size_t n = pipelines.size();
+  std::vector<pipeline_plan> plans(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> first_over{n};  // the lowest pipeline known to pass the cutoff
+  parallel_for(n, threads, [&](std::size_t j) {
+    pipeline_plan& p = plans[j];
+    p = {pipelines[j], d.sequences[j], {}};
+    if (p.sequences.empty() || j > first_over.load()) return;
+    try {
+      std::vector<token_count> own;
       for (const std::int64_t i : p.sequences) own.push_back(lengths[static_cast<std::size_t>(i)]);
       p.packing = packer.pack(p.profile, own);
-      for (auto& mb : p.packing.micro_batches)
-        for (std::int64_t& i : mb) i = p.sequences[static_cast<std::size_t>(i)];  // back to iteration indices
-      plan.seconds = std::max(plan.seconds, p.packing.seconds);
-      if (plan.seconds > cutoff) return std::nullopt;
+    } catch (...) {
+      errors[j] = std::current_exception();
+      return;
     }
-    plan.pipelines.push_back(std::move(p));
+    for (auto& mb : p.packing.micro_batches)
+      for (std::int64_t& i : mb) i = p.sequences[static_cast<std::size_t>(i)];  // back to iteration indices
+    if (p.packing.seconds > cutoff)
+      for (std::size_t seen = first_over.load(); j < seen && !first_over.compare_exchange_weak(seen, j);) {}
+  });
+  iteration_plan plan;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (errors[j]) std::rethrow_exception(errors[j]);
+    plan.seconds = std::max(plan.seconds, plans[j].packing.seconds);
+    if (plan.seconds > cutoff) return std::nullopt;
   }
+  plan.pipelines = std::move(plans);
   return plan;
 }
 }  // namespace detail
@@ -92,7 +111,8 @@ template <dispatch_policy D, pipeline_packing_policy K>
 //! Hydraulis' per-iteration choice (see the file comment).
 template <dispatch_policy D, pipeline_packing_policy K>
 [[nodiscard]] iteration_plan plan_iteration(std::span<const strategy> candidates, std::span<const token_count> lengths, const D& dispatcher,
-                                            const K& packer) {
+                                            const K& packer, int threads = 1) {
+  ZEPPELIN_EXPECTS(threads >= 1, "an iteration plan needs at least 1 thread", {{"threads", double(threads)}});
   ZEPPELIN_EXPECTS(!candidates.empty(), "an iteration plan needs at least one candidate strategy", {});
   ZEPPELIN_EXPECTS(!lengths.empty(), "an iteration plan needs at least one sequence", {});
   const token_count longest = *std::max_element(lengths.begin(), lengths.end());
@@ -116,7 +136,7 @@ template <dispatch_policy D, pipeline_packing_policy K>
     if (!d) continue;
     const bool empty = d->has_empty_pipeline();
     iteration_plan& slot = empty ? best_with_empty : best;
-    std::optional<iteration_plan> plan = detail::packed(pipelines[c], *d, lengths, packer, slot.seconds);
+    std::optional<iteration_plan> plan = detail::packed(pipelines[c], *d, lengths, packer, slot.seconds, threads);
     if (!plan) continue;
     plan->candidate = c;
     if (plan->seconds < slot.seconds || (plan->seconds == slot.seconds && c < slot.candidate)) slot = std::move(*plan);

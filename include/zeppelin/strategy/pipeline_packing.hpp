@@ -186,15 +186,55 @@ inline std::optional<packing_bins> greedy_bins(const scheme_profile& p, std::spa
   return b;
 }
 
+// A lower bound on the latency of any packing of `lengths` into exactly v micro-batches:
+// (PP - 1 + v) x the slowest micro-batch, which is at least the mean (total work / v + c)
+// and, when no sequence's share is negative, at least the one holding the longest sequence.
+class packing_latency_floor {
+ public:
+  packing_latency_floor(const scheme_profile& p, std::span<const token_count> lengths) : p_(&p) {
+    token_count longest = 0;
+    bool nonnegative = true;
+    for (const token_count l : lengths) {
+      const double share = p.sequence_seconds(l);
+      work_ += share;
+      nonnegative = nonnegative && share >= 0;
+      longest = std::max(longest, l);
+    }
+    longest_seconds_ = nonnegative ? p.sequence_seconds(longest) + p.latency.c : 0.0;
+  }
+  [[nodiscard]] double operator()(int v) const noexcept {
+    return (p_->scheme.pp - 1 + v) * std::max(work_ / v + p_->latency.c, longest_seconds_);
+  }
+
+ private:
+  const scheme_profile* p_;
+  double work_ = 0;
+  double longest_seconds_ = 0;
+};
+
 // The best packing over micro_batch_counts (ties: the smaller V), then past the range
-// until one fits. pack_with(v) returns the policy's packing into v micro-batches or nullopt.
+// until one fits. pack_with(v) returns the policy's packing into exactly v micro-batches or
+// nullopt (greedy_bins fills all v: the first v sequences each open an empty one, and no
+// move takes a micro-batch's last sequence, which would not lower the slowest; the exact
+// search keeps only packings with v non-empty). The counts are tried in order of packing_latency_floor, and a count whose floor
+// is above the best packing found is not packed (it cannot beat it): the same result as
+// packing every count, for a fraction of the work when the pipeline holds many sequences.
 template <class PackWith>
 pipeline_packing best_over_counts(const scheme_profile& p, std::span<const token_count> lengths, PackWith&& pack_with) {
-  const std::vector<int> counts = micro_batch_counts(p, lengths);
+  std::vector<int> counts = micro_batch_counts(p, lengths);
+  const packing_latency_floor floor(p, lengths);
+  std::stable_sort(counts.begin(), counts.end(), [&](int x, int y) { return floor(x) < floor(y); });
   std::optional<pipeline_packing> best;
+  int best_count = 0;
   for (const int v : counts) {
+    // the slack keeps a count whose packing could tie the best up to rounding
+    if (best && floor(v) * (1 - 1e-9) > best->seconds) break;
     std::optional<pipeline_packing> candidate = pack_with(v);
-    if (candidate && (!best || candidate->seconds < best->seconds)) best = std::move(candidate);
+    if (!candidate) continue;
+    if (!best || candidate->seconds < best->seconds || (candidate->seconds == best->seconds && v < best_count)) {
+      best = std::move(candidate);
+      best_count = v;
+    }
   }
   for (int v = counts.back() + 1; !best && v <= static_cast<int>(lengths.size()); ++v) best = pack_with(v);
   if (!best) {

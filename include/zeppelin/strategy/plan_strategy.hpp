@@ -35,7 +35,7 @@ struct strategy_settings {
   int gpus_per_node = 8;
   gpu_spec gpu{};              //!< its memory_bytes bounds every scheme's MaxLen
   double margin_bytes = 0;     //!< memory kept free on every GPU
-  greedy_dispatch dispatch{};  //!< trials and seed of the greedy dispatch
+  greedy_dispatch dispatch{};  //!< trials, seed and threads of the greedy dispatch (the packing uses its threads too)
 };
 
 struct strategy_choice {
@@ -55,7 +55,7 @@ struct strategy_choice {
                     {"margin_bytes", s.margin_bytes}});
   strategy_choice out;
   out.candidates = propose_strategies(profiles, s.gpus, lengths, {.length_step = authors_length_step(s.gpus)});
-  out.plan = plan_iteration(out.candidates, lengths, s.dispatch, greedy_pipeline_packing{});
+  out.plan = plan_iteration(out.candidates, lengths, s.dispatch, greedy_pipeline_packing{}, s.dispatch.threads);
   return out;
 }
 
