@@ -4,9 +4,9 @@
 //      --gpus-per-node P, --model 7b | 13b | 32b (or any preset name), --gpu-memory-gib G
 //      (default 80, an A800's), --margin-gib M (kept free; default 8), --trials T (greedy
 //      dispatch; default 100), --placement-budget B (trials x sequences at most, at least
-//      one trial; default 2^20), --seed S, --threads K (dispatch trials and pipeline
-//      packings at once; default the machine's hardware threads, the plan does not depend
-//      on it), --json.
+//      one trial; default 2^20), --seed S, --threads K (dispatch trials, pipeline packings
+//      and the simulation's block shapes at once; default the machine's hardware threads,
+//      nothing printed depends on it), --json.
 // Runs: the schemes <TP, PP, CP> the model and cluster allow with their MaxLen, UtilLen and
 //      T(l, P) (A800 tables), the strategy-proposal DP over the file's lengths, then for
 //      every candidate greedy dispatch and greedy packing, keeping the fastest; then the
@@ -91,7 +91,7 @@ void run_strategy(const strategy_options& o) {
   try {
     const step_program prog = make_step_program(step_plan_of(plan, lengths, cluster, model), cluster, model, hydraulis_program_options());
     simulated_s = simulate_step(prog, cluster, sim_cost_model::for_topology(cluster),
-                                {.pricing = block_pricing::per_shape, .memory = scheme_profile_options{}.memory})
+                                {.pricing = block_pricing::per_shape, .memory = scheme_profile_options{}.memory, .threads = o.threads})
                       .iteration_s;
   } catch (const resource_limit& e) {
     simulation_refused = e.what();
@@ -149,7 +149,7 @@ void add_strategy_command(CLI::App& app) {
       ->capture_default_str()
       ->check(example_cli::positive());
   add_integer_option(cmd, "--seed", options->seed, "seed of the dispatch trials")->capture_default_str();
-  add_threads_option(cmd, options->threads, "greedy dispatch trials and pipeline packings run at once");
+  add_threads_option(cmd, options->threads, "greedy dispatch trials, pipeline packings and simulated block shapes run at once");
   cmd->add_flag("--json", options->json,
                 "print {\"strategy\":[...],\"pipelines\":[{...,\"micro_batches\":[[...]]}],\"iteration_s\":x,\"simulated_iteration_s\":y}");
   cmd->callback([options] { run_strategy(*options); });

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -307,6 +308,36 @@ TEST_CASE("per_shape pricing is every_op's step where blocks do not share links"
     return simulate_step(b.program, t, cost, {.pricing = p, .memory_capacity_bytes = unlimited}).iteration_s;
   };
   CHECK(priced(block_pricing::per_shape) == Approx(priced(block_pricing::every_op)).epsilon(1e-9));
+}
+
+TEST_CASE("per_shape pricing gives the same step on any threads, as when shapes are priced as blocks run", "[sim][step]") {
+  // shared NICs and slow links, so that shapes differ in placement and contend inside
+  const topology t = links_of(4, 2, 2, 100e9, 5e9);
+  const built b = build(shape_of({2, 2, 2, 1}), zeppelin_test::toy_model(4), {8192, 4096, 2048, 6000, 512, 3000}, t, "per_document");
+  const sim_cost_model cost = sim_cost_model::for_topology(t);
+  const auto with = [&](int threads) {
+    return simulate_step(b.program, t, cost, {.pricing = block_pricing::per_shape, .memory_capacity_bytes = unlimited, .threads = threads});
+  };
+  const step_sim_result one = with(1);
+  for (const int threads : {2, 3, 8}) {
+    const step_sim_result many = with(threads);
+    CHECK(many.iteration_s == one.iteration_s);
+    CHECK(many.forward_latency == one.forward_latency);
+    REQUIRE(many.stages.size() == one.stages.size());
+    for (std::size_t i = 0; i < one.stages.size(); ++i) {
+      CHECK(many.stages[i].compute_s == one.stages[i].compute_s);
+      CHECK(many.stages[i].traffic_s == one.stages[i].traffic_s);
+      CHECK(many.stages[i].traffic_bytes == one.stages[i].traffic_bytes);
+    }
+  }
+  // the backend alone prices each shape when its first block runs: the same step
+  event_engine e(t, stream_policy::in_order, cost.link, cost.contention.slowdown(t.gpu()));
+  std::vector<rank_index> ranks(static_cast<std::size_t>(b.program.num_ranks()));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  step_sim_backend backend(e, b.program, t, cost, block_pricing::per_shape, ranks);
+  run_step(b.program, backend);
+  CHECK(e.run().makespan == one.iteration_s);
+  CHECK(zeppelin_test::expect_invalid([&] { (void)with(0); }).value("threads") == 0);
 }
 
 TEST_CASE("the step trace shows each stage's blocks, kernels and transfers", "[sim][step]") {

@@ -13,9 +13,11 @@
 //        latency: per replica the slowest micro-batch's forward over the mean, the worst
 //        replica; both 1 for equal micro-batches); optionally the step record and the
 //        engine's run (for traces, sim/step_trace.hpp)
-// Memory first (sim/step_memory.hpp): nothing runs on a cluster it does not fit.
+// Memory first (sim/step_memory.hpp): nothing runs on a cluster it does not fit. With
+// per_shape pricing every block's shape is priced before the step runs, on
+// step_sim_options::threads threads.
 // Errors: infeasible naming the replica, stage, micro-batch and bytes when a rank's peak is
-// over the capacity; invalid_argument for a negative or NaN capacity, a record asked for
+// over the capacity; invalid_argument for a negative or NaN capacity, threads < 1, a record asked for
 // with per_shape pricing, or a program the driver cannot run.
 // Host-only.
 #pragma once
@@ -52,6 +54,7 @@ struct step_sim_options {
   double memory_capacity_bytes = 0;   //!< per GPU; 0: the topology's GPU memory; +inf: not checked
   bool record = false;                //!< fill step_sim_result::record (every_op pricing)
   bool keep_run = false;              //!< keep the engine's run (for traces)
+  int threads = 1;                    //!< per_shape: shapes priced at once (the result does not depend on it)
   friend bool operator==(const step_sim_options&, const step_sim_options&) = default;
 };
 
@@ -92,6 +95,7 @@ struct step_sim_result {
                                                    const step_sim_options& o = {}) {
   ZEPPELIN_EXPECTS(o.memory_capacity_bytes >= 0 && !std::isnan(o.memory_capacity_bytes),
                    "the memory capacity must be >= 0 bytes (0: the GPU's)", {{"memory_capacity_bytes", o.memory_capacity_bytes}});
+  ZEPPELIN_EXPECTS(o.threads >= 1, "step simulation: threads must be >= 1", {{"threads", double(o.threads)}});
   ZEPPELIN_EXPECTS(t.num_ranks() == prog.num_ranks(), "step simulation: the topology is not the program's cluster",
                    {{"ranks", double(t.num_ranks())}, {"program_ranks", double(prog.num_ranks())}});
   const double capacity = o.memory_capacity_bytes > 0 ? o.memory_capacity_bytes : t.gpu().memory_bytes;
@@ -117,6 +121,7 @@ struct step_sim_result {
   step_sim_result out;
   step_sim_backend backend(e, prog, t, cost, o.pricing, ranks, o.record ? &out.record : nullptr);
   backend.set_stream_policy(policy);
+  if (o.pricing == block_pricing::per_shape) backend.price_shapes(o.threads);
   run_step(prog, backend);
   out.tasks = e.size();
   engine_run run = e.run();

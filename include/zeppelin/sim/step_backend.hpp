@@ -30,12 +30,16 @@
 //              their own, then one task per rank of that length after all its ranks are
 //              ready: a block's TP and CP traffic does not contend with other blocks', the
 //              rest does. Orders of magnitude fewer tasks (a planner's inner loop, 1,000+ GPUs).
+//              price_shapes prices every shape up front, several at once (simulate_step
+//              does, on step_sim_options::threads); otherwise a shape is priced when its
+//              first block runs. The same costs either way.
 // Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
+#include <zeppelin/detail/parallel_for.hpp>
 #include <zeppelin/program/driver.hpp>
 #include <zeppelin/sim/backend.hpp>
 #include <zeppelin/sim/cost_model.hpp>
@@ -128,8 +132,9 @@ class step_sim_backend {
   //! (every_op pricing only).
   step_sim_backend(event_engine& e, const step_program& prog, const topology& t, const sim_cost_model& cost, block_pricing pricing,
                    std::span<const rank_index> ranks, step_record* record = nullptr)
-      : e_(e), prog_(prog), t_(t), cost_(cost), pricing_(pricing), record_(record), ranks_(ranks.begin(), ranks.end()) {
+      : step_sim_backend(e, prog, t, cost, pricing, record) {
     ZEPPELIN_EXPECTS(record == nullptr || pricing == block_pricing::every_op, "a step record needs every op priced (block_pricing::every_op)", {});
+    ranks_.assign(ranks.begin(), ranks.end());
     const auto R = prog.ranks.size();
     step_task_.resize(R);
     for (const rank_index r : ranks_) step_task_[static_cast<std::size_t>(r)].assign(prog.ranks[static_cast<std::size_t>(r)].size(), no_task);
@@ -138,10 +143,6 @@ class step_sim_backend {
     step_post_.assign(prog.transfers.size() * 2, no_task);
     step_flow_.assign(prog.transfers.size(), no_task);
     shaped_.assign(R, {});
-    const model_config& m = prog.model;
-    const linear_flops_breakdown f = linear_forward_flops_breakdown(m);
-    part_flops_ = {0.0, f.qkv, f.output, f.mlp + f.router, lm_head_flops_per_token(m)};
-    linear_priority_ = 1 << 20;
   }
 
   [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return ranks_; }
@@ -342,22 +343,37 @@ class step_sim_backend {
     return end;
   }
 
-  // the cost of block `index`'s shape, simulated once
-  const shape_cost& shape_of(std::int32_t index, std::span<const rank_index> ranks) {
+  // The key of block `index`'s shape: what its cost depends on, with the placement of the
+  // stage's ranks relative to its first rank's node.
+  [[nodiscard]] std::vector<std::int64_t> shape_key(std::int32_t index) const {
     const step_block& b = prog_.blocks[static_cast<std::size_t>(index)];
-    const step_replica& rep = prog_.replica(b.replica);
-    // the placement of the stage's ranks, relative to its first rank's node
     std::vector<std::int64_t> key{b.replica, b.micro_batch, static_cast<std::int64_t>(b.pass), b.first_layer == 0 ? 0 : 1, b.layers, b.recomputed,
                                   b.first ? 1 : 0, b.last ? 1 : 0};
-    const std::span<const rank_index> members(rep.ranks.data() + static_cast<std::size_t>(b.stage) * static_cast<std::size_t>(rep.tp * rep.cp),
-                                              static_cast<std::size_t>(rep.tp * rep.cp));
+    const std::span<const rank_index> members = stage_members(b);
     const int node0 = t_.node_of(members.front());
     for (const rank_index g : members) key.insert(key.end(), {t_.node_of(g) - node0, t_.local_gpu_of(g), t_.nic_of(g) - t_.nic_of(members.front())});
+    return key;
+  }
+  [[nodiscard]] std::span<const rank_index> stage_members(const step_block& b) const {
+    const step_replica& rep = prog_.replica(b.replica);
+    return {rep.ranks.data() + static_cast<std::size_t>(b.stage) * static_cast<std::size_t>(rep.tp * rep.cp),
+            static_cast<std::size_t>(rep.tp * rep.cp)};
+  }
+
+  // the cost of block `index`'s shape, simulated once
+  const shape_cost& shape_of(std::int32_t index, std::span<const rank_index> ranks) {
+    std::vector<std::int64_t> key = shape_key(index);
     auto it = shapes_.find(key);
     if (it != shapes_.end()) return it->second;
-    // price it alone: an engine and a backend of its own, every op
+    return shapes_.emplace(std::move(key), price_shape(index, ranks)).first->second;
+  }
+
+  // Block `index` priced alone: an engine and a backend of their own, every op. Reads the
+  // launch prices only, so shapes whose micro-batches' prices are cached price at once.
+  [[nodiscard]] shape_cost price_shape(std::int32_t index, std::span<const rank_index> ranks) const {
+    const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(index)]);
     event_engine sub(t_, e_policy_, cost_.link, cost_.contention.slowdown(t_.gpu()));
-    step_sim_backend inner(sub, prog_, t_, cost_, block_pricing::every_op, ranks);
+    step_sim_backend inner(sub, prog_, t_, cost_, block_pricing::every_op, nullptr);
     inner.prices_ = prices_;  // share the launch prices, priced once for both
     std::vector<task_id> start(ranks.size(), no_task);
     const std::vector<task_id> end = inner.run_expanded(index, ranks, start);
@@ -392,7 +408,7 @@ class step_sim_backend {
     for (std::size_t m = 0; m < members.size(); ++m)
       for (int k = 0; k < traffic_classes; ++k)
         out.inside[m].traffic_s[static_cast<std::size_t>(k)] = detail::union_length(spans[m * traffic_classes + static_cast<std::size_t>(k)]);
-    return shapes_.emplace(std::move(key), std::move(out)).first->second;
+    return out;
   }
 
   // the launch prices of a micro-batch's attention program, priced once
@@ -439,7 +455,53 @@ class step_sim_backend {
   //! The stream policy of the engines it makes for shapes (the caller's engine's).
   void set_stream_policy(stream_policy p) noexcept { e_policy_ = p; }
 
+  //! per_shape: prices the shape of every block of the program now, `threads` shapes at
+  //! once (each on an engine of its own; the costs do not depend on the threads), so the
+  //! step level finds them priced. Call before running the step.
+  void price_shapes(int threads) {
+    ZEPPELIN_EXPECTS(threads >= 1, "pricing shapes needs at least 1 thread", {{"threads", double(threads)}});
+    std::map<std::vector<std::int64_t>, std::int32_t> first;  // a shape not priced yet -> its first block
+    for (std::size_t i = 0; i < prog_.blocks.size(); ++i) {
+      std::vector<std::int64_t> key = shape_key(static_cast<std::int32_t>(i));
+      if (!shapes_.contains(key)) first.emplace(std::move(key), static_cast<std::int32_t>(i));
+    }
+    // the launch prices they read, priced first (the pricing below only reads the cache)
+    std::vector<std::pair<std::int32_t, std::int32_t>> micro_batches;
+    for (const auto& [key, index] : first) {
+      const step_block& b = prog_.blocks[static_cast<std::size_t>(index)];
+      if (!prices_->contains({b.replica, b.micro_batch})) micro_batches.emplace_back(b.replica, b.micro_batch);
+    }
+    std::sort(micro_batches.begin(), micro_batches.end());
+    micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
+    std::vector<std::vector<detail::call_cost>> prices(micro_batches.size());
+    detail::parallel_for(micro_batches.size(), threads, [&](std::size_t k) {
+      prices[k] = price_launches(prog_.layout(micro_batches[k].first, micro_batches[k].second).attention, cost_.attention);
+    });
+    for (std::size_t k = 0; k < micro_batches.size(); ++k) prices_->emplace(micro_batches[k], std::move(prices[k]));
+    std::vector<const std::pair<const std::vector<std::int64_t>, std::int32_t>*> todo;
+    for (const auto& entry : first) todo.push_back(&entry);
+    std::vector<shape_cost> costs(todo.size());
+    detail::parallel_for(todo.size(), threads, [&](std::size_t k) {
+      // the members in ascending rank order, as the driver hands them to block()
+      const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(todo[k]->second)]);
+      std::vector<rank_index> ranks(members.begin(), members.end());
+      std::sort(ranks.begin(), ranks.end());
+      costs[k] = price_shape(todo[k]->second, ranks);
+    });
+    for (std::size_t k = 0; k < todo.size(); ++k) shapes_.emplace(todo[k]->first, std::move(costs[k]));
+  }
+
  private:
+  // The state every backend has; the public constructor adds the step level's.
+  step_sim_backend(event_engine& e, const step_program& prog, const topology& t, const sim_cost_model& cost, block_pricing pricing,
+                   step_record* record)
+      : e_(e), prog_(prog), t_(t), cost_(cost), pricing_(pricing), record_(record) {
+    const model_config& m = prog.model;
+    const linear_flops_breakdown f = linear_forward_flops_breakdown(m);
+    part_flops_ = {0.0, f.qkv, f.output, f.mlp + f.router, lm_head_flops_per_token(m)};
+    linear_priority_ = 1 << 20;
+  }
+
   event_engine& e_;
   const step_program& prog_;
   const topology& t_;
