@@ -340,6 +340,50 @@ TEST_CASE("per_shape pricing gives the same step on any threads, as when shapes 
   CHECK(zeppelin_test::expect_invalid([&] { (void)with(0); }).value("threads") == 0);
 }
 
+TEST_CASE("per_shape prices a block of many identical layers from its first ones, as every_op runs it", "[sim][step]") {
+  const model_config m = zeppelin_test::toy_model(32);  // 16 layers a stage
+  const std::vector<token_count> lengths = {8192, 4096, 2048, 3000};
+  for (const int cp : {1, 2}) {
+    // each stage's TP x CP ranks on a node of their own, one replica: blocks share no links
+    const topology t = links_of(2, 2 * cp, 2 * cp, 300e9, 50e9);
+    sim_cost_model cost = sim_cost_model::for_topology(t);
+    cost.contention.enabled = false;  // what per_shape leaves out: another block's transfers slowing a kernel
+    for (const auto mode : {tp_collectives::all_reduce, tp_collectives::sequence_parallel})
+      for (const int recompute : {0, 1, 2}) {  // none, every layer, some (a backward of two runs: run whole)
+        step_shape shape = shape_of({2, cp, 2, 1});
+        shape.tp_mode = mode;
+        const built b = recompute == 0   ? build(shape, m, lengths, t, "per_document")
+                        : recompute == 1 ? build(shape, m, lengths, t, "per_document", full_recompute{})
+                                         : build(shape, m, lengths, t, "per_document", selective_recompute{{5}});
+        CAPTURE(cp, to_string(mode), recompute);
+        const auto priced = [&](block_pricing p) { return simulate_step(b.program, t, cost, {.pricing = p, .memory_capacity_bytes = unlimited}); };
+        const step_sim_result shaped = priced(block_pricing::per_shape), every = priced(block_pricing::every_op);
+        CHECK(shaped.iteration_s == Approx(every.iteration_s).epsilon(1e-9));
+        REQUIRE(shaped.stages.size() == every.stages.size());
+        for (std::size_t i = 0; i < every.stages.size(); ++i) {
+          CHECK(shaped.stages[i].compute_s == Approx(every.stages[i].compute_s).epsilon(1e-9));
+          CHECK(shaped.stages[i].recompute_s == Approx(every.stages[i].recompute_s).epsilon(1e-9));
+          for (const traffic_class k : {traffic_class::tp, traffic_class::cp}) {
+            CHECK(shaped.stages[i].traffic_s[static_cast<std::size_t>(k)] == Approx(every.stages[i].traffic_s[static_cast<std::size_t>(k)]).epsilon(1e-9));
+            CHECK(shaped.stages[i].traffic_bytes[static_cast<std::size_t>(k)] ==
+                  Approx(every.stages[i].traffic_bytes[static_cast<std::size_t>(k)]).epsilon(1e-9));
+          }
+        }
+        // which blocks were priced from their first layers: with TP alone (its collectives
+        // keep a stage's ranks in step) every block but the backwards that recompute some
+        // layers; across unequal CP ranks a layer may still drift after six, and the block
+        // is run whole
+        event_engine e(t, stream_policy::in_order, cost.link, cost.contention.slowdown(t.gpu()));
+        std::vector<rank_index> ranks(static_cast<std::size_t>(b.program.num_ranks()));
+        std::iota(ranks.begin(), ranks.end(), 0);
+        step_sim_backend backend(e, b.program, t, cost, block_pricing::per_shape, ranks);
+        backend.price_shapes(2);
+        if (cp == 1 && recompute < 2) CHECK(backend.shapes_priced_by_period() == backend.shapes_priced());
+        if (cp == 1 && recompute == 2) CHECK((backend.shapes_priced_by_period() > 0 && backend.shapes_priced_by_period() < backend.shapes_priced()));
+      }
+  }
+}
+
 TEST_CASE("the step trace shows each stage's blocks, kernels and transfers", "[sim][step]") {
   const built b = build(shape_of({2, 1, 2, 1}), zeppelin_test::toy_model(2), {1024, 512}, links_of(2, 2, 2, 300e9, 50e9));
   const step_sim_result r = run(b, block_pricing::every_op, true);

@@ -32,7 +32,10 @@
 //              rest does. Orders of magnitude fewer tasks (a planner's inner loop, 1,000+ GPUs).
 //              price_shapes prices every shape up front, several at once (simulate_step
 //              does, on step_sim_options::threads); otherwise a shape is priced when its
-//              first block runs. The same costs either way.
+//              first block runs. The same costs either way. A block of many identical
+//              layers is priced from its first six when their tasks repeat with a period
+//              (then the rest adds that period per layer: the same step up to rounding,
+//              the blocks of a 32-layer stage about 5x cheaper to price).
 // Host-only.
 #pragma once
 
@@ -51,10 +54,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -152,6 +157,12 @@ class step_sim_backend {
   [[nodiscard]] bool recomputes(task_id id) const noexcept {
     return static_cast<std::size_t>(id) < recompute_.size() && recompute_[static_cast<std::size_t>(id)] != 0;
   }
+  //! per_shape: the shapes priced so far, and how many of them from their first layers (a
+  //! block of many identical layers, see price_shape).
+  [[nodiscard]] std::size_t shapes_priced() const noexcept { return shapes_.size(); }
+  [[nodiscard]] std::size_t shapes_priced_by_period() const noexcept {
+    return static_cast<std::size_t>(std::count_if(shapes_.begin(), shapes_.end(), [](const auto& s) { return s.second.by_period; }));
+  }
   //! The block each compute task belongs to (-1: none), by task id.
   [[nodiscard]] const std::vector<std::int32_t>& block_of_task() const noexcept { return block_of_task_; }
 
@@ -198,7 +209,7 @@ class step_sim_backend {
                                                   s.traffic_bytes[static_cast<std::size_t>(k)] += c.traffic_bytes[static_cast<std::size_t>(k)];
       }
     } else {
-      end = run_expanded(index, ranks, start);
+      end = run_expanded(b, index, ranks, start);
     }
     for (std::size_t i = 0; i < ranks.size(); ++i) {
       const auto r = static_cast<std::size_t>(ranks[i]);
@@ -258,6 +269,7 @@ class step_sim_backend {
   struct shape_cost {
     std::vector<double> seconds;             // [member]
     std::vector<shaped_block_time> inside;   // [member]
+    bool by_period = false;                  // priced from its first layers (periodic_cost)
   };
 
   // the engine task joining `deps` (the single one itself)
@@ -313,12 +325,13 @@ class step_sim_backend {
     return static_cast<std::int32_t>(std::find(first, first + static_cast<std::ptrdiff_t>(per_stage), rank) - first);
   }
 
-  // every op of block `index` in this engine; returns each rank's end
-  std::vector<task_id> run_expanded(std::int32_t index, std::span<const rank_index> ranks, std::span<const task_id> start) {
-    const block_program bp = make_block_program(prog_, index);
+  // every op of `b` (block `index`, or one like it with fewer layers) in this engine;
+  // returns each rank's end
+  std::vector<task_id> run_expanded(const step_block& b, std::int32_t index, std::span<const rank_index> ranks, std::span<const task_id> start) {
+    const block_program bp = make_block_program(prog_, b, index);
     block_ = &bp;
     block_index_ = index;
-    block_info_ = &prog_.blocks[static_cast<std::size_t>(index)];
+    block_info_ = &b;
     const std::size_t members = bp.members.size();
     layer_compute_.assign(members, no_task);
     layer_comm_.assign(members, no_task);
@@ -368,46 +381,173 @@ class step_sim_backend {
     return shapes_.emplace(std::move(key), price_shape(index, ranks)).first->second;
   }
 
-  // Block `index` priced alone: an engine and a backend of their own, every op. Reads the
-  // launch prices only, so shapes whose micro-batches' prices are cached price at once.
+  // Block `index` priced alone: an engine and a backend of their own, every op; a block of
+  // many identical layers from its first sampled_layers when they repeat (periodic_cost).
+  // Reads the launch prices only, so shapes whose micro-batches' prices are cached price at
+  // once.
   [[nodiscard]] shape_cost price_shape(std::int32_t index, std::span<const rank_index> ranks) const {
-    const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(index)]);
+    const step_block& b = prog_.blocks[static_cast<std::size_t>(index)];
+    if (std::optional<shape_cost> periodic = periodic_cost(b, index, ranks)) return std::move(*periodic);
+    return cost_of(run_alone(b, index, ranks), b);
+  }
+
+  // A block (or a cut of one) run on an engine of its own: the run, each rank's end, and
+  // which tasks recompute.
+  struct alone_run {
+    engine_run run;
+    std::vector<rank_index> ranks;
+    std::vector<task_id> end;
+    std::vector<char> recompute;
+  };
+  [[nodiscard]] alone_run run_alone(const step_block& b, std::int32_t index, std::span<const rank_index> ranks) const {
     event_engine sub(t_, e_policy_, cost_.link, cost_.contention.slowdown(t_.gpu()));
     step_sim_backend inner(sub, prog_, t_, cost_, block_pricing::every_op, nullptr);
     inner.prices_ = prices_;  // share the launch prices, priced once for both
     std::vector<task_id> start(ranks.size(), no_task);
-    const std::vector<task_id> end = inner.run_expanded(index, ranks, start);
-    const engine_run run = sub.run();
+    alone_run out;
+    out.end = inner.run_expanded(b, index, ranks, start);
+    out.run = sub.run();
+    out.ranks.assign(ranks.begin(), ranks.end());
+    out.recompute.resize(out.run.tags.size());
+    for (std::size_t i = 0; i < out.recompute.size(); ++i) out.recompute[i] = inner.recomputes(static_cast<task_id>(i)) ? 1 : 0;
+    return out;
+  }
+
+  // What the members of block b's stage did in a run alone: their ends, compute,
+  // recomputation, and per traffic class the seconds in flight and the bytes sent.
+  [[nodiscard]] shape_cost cost_of(const alone_run& a, const step_block& b) const {
+    const std::span<const rank_index> members = stage_members(b);
     shape_cost out;
     out.seconds.assign(members.size(), 0.0);
     out.inside.assign(members.size(), {});
     std::vector<std::vector<std::pair<double, double>>> spans(members.size() * traffic_classes);
-    const auto member_of = [&](rank_index g) -> std::int64_t {
-      const auto i = std::find(members.begin(), members.end(), g);
-      return i == members.end() ? -1 : i - members.begin();
-    };
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-      const std::int64_t m = member_of(ranks[i]);
-      out.seconds[static_cast<std::size_t>(m)] = end[i] == no_task ? 0.0 : run.end[static_cast<std::size_t>(end[i])];
+    for (std::size_t i = 0; i < a.ranks.size(); ++i) {
+      const std::int64_t m = member_in(members, a.ranks[i]);
+      out.seconds[static_cast<std::size_t>(m)] = a.end[i] == no_task ? 0.0 : a.run.end[static_cast<std::size_t>(a.end[i])];
     }
-    for (const compute_segment& s : run.segments) {
-      const std::int64_t m = member_of(s.rank);
+    for (const compute_segment& s : a.run.segments) {
+      const std::int64_t m = member_in(members, s.rank);
       if (m < 0) continue;
-      (inner.recomputes(s.task) ? out.inside[static_cast<std::size_t>(m)].recompute_s : out.inside[static_cast<std::size_t>(m)].compute_s) += s.end - s.start;
+      (a.recompute[static_cast<std::size_t>(s.task)] != 0 ? out.inside[static_cast<std::size_t>(m)].recompute_s
+                                                          : out.inside[static_cast<std::size_t>(m)].compute_s) += s.end - s.start;
     }
-    for (const flow_record& f : run.flows) {
-      const int k = traffic_class_of(run.tags[static_cast<std::size_t>(f.task)].kind);
+    for (const flow_record& f : a.run.flows) {
+      const int k = traffic_class_of(a.run.tags[static_cast<std::size_t>(f.task)].kind);
       if (k < 0) continue;
       for (const rank_index g : {f.source, f.destination}) {
-        const std::int64_t m = member_of(g);
+        const std::int64_t m = member_in(members, g);
         if (m >= 0) spans[static_cast<std::size_t>(m) * traffic_classes + static_cast<std::size_t>(k)].emplace_back(f.start, f.end);
       }
-      const std::int64_t src = member_of(f.source);
+      const std::int64_t src = member_in(members, f.source);
       if (src >= 0) out.inside[static_cast<std::size_t>(src)].traffic_bytes[static_cast<std::size_t>(k)] += f.bytes;
     }
     for (std::size_t m = 0; m < members.size(); ++m)
       for (int k = 0; k < traffic_classes; ++k)
         out.inside[m].traffic_s[static_cast<std::size_t>(k)] = detail::union_length(spans[m * traffic_classes + static_cast<std::size_t>(k)]);
+    return out;
+  }
+  [[nodiscard]] static std::int64_t member_in(std::span<const rank_index> members, rank_index g) {
+    const auto i = std::find(members.begin(), members.end(), g);
+    return i == members.end() ? -1 : i - members.begin();
+  }
+
+  // The layers a block samples before it prices the rest by their period.
+  static constexpr std::int32_t sampled_layers = 6;
+
+  // A block of L >= 2 x sampled_layers identical layers (one run of them: every layer
+  // recomputed or none; no ZeRO-3, whose first and last layers differ) from a cut of its first
+  // sampled_layers: when, in the order the cut runs its layers, the tasks of the 3rd, 4th
+  // and 5th layer are those of the layer before shifted by one period P (in time order, each
+  // of the same kind, its start and end P later, up to 1e-9 of the run), the layers in
+  // between repeat: a layer's
+  // tasks cannot start before the previous layer's last group on their member has ended, so
+  // each layer sees only its neighbours, and a layer that starts P later than one like it
+  // runs P later. The block then ends (L - sampled_layers) x P later than the cut, and its
+  // members computed, recomputed and sent (L - sampled_layers) x the 3rd layer's more, with
+  // (L - sampled_layers) x P's share of in-flight time (that of a window of one period).
+  // nullopt when the block does not qualify or its layers do not repeat (the caller then
+  // runs it whole).
+  [[nodiscard]] std::optional<shape_cost> periodic_cost(const step_block& b, std::int32_t index, std::span<const rank_index> ranks) const {
+    const step_replica& rep = prog_.replica(b.replica);
+    const bool zero3 = prog_.plan.sync == gradient_sync::fully_sharded && rep.cp > 1;
+    const bool one_run = b.pass == step_pass::forward || b.recomputed == 0 || b.recomputed == b.layers;
+    if (zero3 || !one_run || b.layers < 2 * sampled_layers) return std::nullopt;
+    step_block cut = b;
+    cut.layers = sampled_layers;
+    cut.recomputed = b.pass != step_pass::forward && b.recomputed == b.layers ? sampled_layers : 0;
+    const alone_run a = run_alone(cut, index, ranks);
+    // each sampled layer's tasks (joins aside) in creation order, by the position it runs at
+    std::array<std::vector<std::size_t>, sampled_layers> at;
+    for (std::size_t i = 0; i < a.run.tags.size(); ++i) {
+      const task_tag& tag = a.run.tags[i];
+      const std::int32_t l = tag.layer - cut.first_layer;
+      if (tag.kind == task_kind::join || l < 0 || l >= sampled_layers) continue;
+      at[static_cast<std::size_t>(b.pass == step_pass::forward ? l : sampled_layers - 1 - l)].push_back(i);
+    }
+    // each layer's tasks in time order (the driver may create a layer's tasks in another
+    // order than the last layer's), compared with the next layer's
+    for (std::vector<std::size_t>& tasks : at)
+      std::sort(tasks.begin(), tasks.end(), [&](std::size_t x, std::size_t y) {
+        return std::tuple(a.run.start[x], a.run.end[x], a.run.tags[x].kind, a.run.tags[x].leg) <
+               std::tuple(a.run.start[y], a.run.end[y], a.run.tags[y].kind, a.run.tags[y].leg);
+      });
+    const double tolerance = 1e-9 * a.run.makespan;
+    double period = -1;
+    for (std::size_t p = 1; p + 1 < sampled_layers - 1; ++p) {
+      const std::vector<std::size_t>& x = at[p];
+      const std::vector<std::size_t>& y = at[p + 1];
+      if (x.empty() || x.size() != y.size()) return std::nullopt;
+      if (period < 0) period = a.run.start[y.front()] - a.run.start[x.front()];
+      for (std::size_t k = 0; k < x.size(); ++k) {
+        const task_tag& tx = a.run.tags[x[k]];
+        const task_tag& ty = a.run.tags[y[k]];
+        if (tx.kind != ty.kind || tx.leg != ty.leg || std::abs(a.run.start[y[k]] - a.run.start[x[k]] - period) > tolerance ||
+            std::abs(a.run.end[y[k]] - a.run.end[x[k]] - period) > tolerance)
+          return std::nullopt;
+      }
+    }
+    if (!(period > 0)) return std::nullopt;
+    // the cut, then L - sampled_layers more periods, each like the 3rd layer run
+    shape_cost out = cost_of(a, b);
+    out.by_period = true;
+    const auto extra = static_cast<double>(b.layers - sampled_layers);
+    const std::vector<std::size_t>& like = at[2];
+    std::vector<char> in_like(a.run.tags.size(), 0);
+    for (const std::size_t i : like) in_like[i] = 1;
+    const std::span<const rank_index> members = stage_members(b);
+    for (double& end : out.seconds) end += extra * period;
+    for (const compute_segment& s : a.run.segments) {
+      const std::int64_t m = member_in(members, s.rank);
+      if (m < 0 || in_like[static_cast<std::size_t>(s.task)] == 0) continue;
+      (a.recompute[static_cast<std::size_t>(s.task)] != 0 ? out.inside[static_cast<std::size_t>(m)].recompute_s
+                                                          : out.inside[static_cast<std::size_t>(m)].compute_s) += extra * (s.end - s.start);
+    }
+    // in flight: each member's and class's spans clipped to one period from the 3rd layer's
+    // start, a window only the repeating layers' tasks may reach into
+    double from = a.run.start[like.front()];
+    for (const std::size_t i : like) from = std::min(from, a.run.start[i]);
+    const double to = from + period;
+    std::vector<char> repeating(a.run.tags.size(), 0);
+    for (std::size_t p = 1; p + 1 < sampled_layers; ++p)
+      for (const std::size_t i : at[p]) repeating[i] = 1;
+    for (std::size_t i = 0; i < a.run.tags.size(); ++i)
+      if (repeating[i] == 0 && a.run.tags[i].kind != task_kind::join && a.run.end[i] > from && a.run.start[i] < to) return std::nullopt;
+    std::vector<std::vector<std::pair<double, double>>> window(members.size() * traffic_classes);
+    for (const flow_record& f : a.run.flows) {
+      const int k = traffic_class_of(a.run.tags[static_cast<std::size_t>(f.task)].kind);
+      if (k < 0) continue;
+      const std::int64_t src = member_in(members, f.source);
+      if (src >= 0 && in_like[static_cast<std::size_t>(f.task)] != 0)
+        out.inside[static_cast<std::size_t>(src)].traffic_bytes[static_cast<std::size_t>(k)] += extra * f.bytes;
+      if (f.end <= from || f.start >= to) continue;
+      for (const rank_index g : {f.source, f.destination}) {
+        const std::int64_t m = member_in(members, g);
+        if (m >= 0) window[static_cast<std::size_t>(m) * traffic_classes + static_cast<std::size_t>(k)].emplace_back(std::max(f.start, from), std::min(f.end, to));
+      }
+    }
+    for (std::size_t m = 0; m < members.size(); ++m)
+      for (int k = 0; k < traffic_classes; ++k)
+        out.inside[m].traffic_s[static_cast<std::size_t>(k)] += extra * detail::union_length(window[m * traffic_classes + static_cast<std::size_t>(k)]);
     return out;
   }
 

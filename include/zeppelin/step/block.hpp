@@ -140,11 +140,10 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
 
 }  // namespace detail
 
-//! Block `index` of `prog` expanded into its members' ops (see the file comment).
-[[nodiscard]] inline block_program make_block_program(const step_program& prog, std::int32_t index) {
-  ZEPPELIN_EXPECTS(index >= 0 && static_cast<std::size_t>(index) < prog.blocks.size(), "step program: no such block",
-                   {{"block", double(index)}, {"blocks", double(prog.blocks.size())}});
-  const step_block& b = prog.blocks[static_cast<std::size_t>(index)];
+//! `b` expanded into its members' ops as block `index` of `prog` (see the file comment): the
+//! program's block, or one like it with fewer layers (the simulator prices a block of many
+//! identical layers from its first few, sim/step_backend.hpp).
+[[nodiscard]] inline block_program make_block_program(const step_program& prog, const step_block& b, std::int32_t index) {
   const step_replica& r = prog.replica(b.replica);
   const step_layout& lay = prog.layout(b.replica, b.micro_batch);
   const step_micro_batch& mb = r.micro_batches[static_cast<std::size_t>(b.micro_batch)];
@@ -361,6 +360,13 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
   if (b.first) for_members(bw, model_part::embedding);
   // the block ends when its members' last ops have: nothing may be left pending
   return out;
+}
+
+//! Block `index` of `prog` expanded into its members' ops (see the file comment).
+[[nodiscard]] inline block_program make_block_program(const step_program& prog, std::int32_t index) {
+  ZEPPELIN_EXPECTS(index >= 0 && static_cast<std::size_t>(index) < prog.blocks.size(), "step program: no such block",
+                   {{"block", double(index)}, {"blocks", double(prog.blocks.size())}});
+  return make_block_program(prog, prog.blocks[static_cast<std::size_t>(index)], index);
 }
 
 ZEPPELIN_NAMESPACE_END
