@@ -34,8 +34,7 @@
 //              does, on step_sim_options::threads); otherwise a shape is priced when its
 //              first block runs. The same costs either way. A block of many identical
 //              layers is priced from its first six when their tasks repeat with a period
-//              (then the rest adds that period per layer: the same step up to rounding,
-//              the blocks of a 32-layer stage about 5x cheaper to price).
+//              (then each further layer adds that period: the same step up to rounding).
 // Host-only.
 #pragma once
 
@@ -455,18 +454,17 @@ class step_sim_backend {
   static constexpr std::int32_t sampled_layers = 6;
 
   // A block of L >= 2 x sampled_layers identical layers (one run of them: every layer
-  // recomputed or none; no ZeRO-3, whose first and last layers differ) from a cut of its first
-  // sampled_layers: when, in the order the cut runs its layers, the tasks of the 3rd, 4th
-  // and 5th layer are those of the layer before shifted by one period P (in time order, each
-  // of the same kind, its start and end P later, up to 1e-9 of the run), the layers in
-  // between repeat: a layer's
-  // tasks cannot start before the previous layer's last group on their member has ended, so
-  // each layer sees only its neighbours, and a layer that starts P later than one like it
-  // runs P later. The block then ends (L - sampled_layers) x P later than the cut, and its
-  // members computed, recomputed and sent (L - sampled_layers) x the 3rd layer's more, with
-  // (L - sampled_layers) x P's share of in-flight time (that of a window of one period).
-  // nullopt when the block does not qualify or its layers do not repeat (the caller then
-  // runs it whole).
+  // recomputed or none; no ZeRO-3, whose first and last layers differ) from a cut of its
+  // first sampled_layers. When, in the order the cut runs its layers, the tasks of the 3rd,
+  // 4th and 5th layer are those of the layer before shifted by one period P (in time order,
+  // each of the same kind, its start and end P later, up to 1e-9 of the run), the layers in
+  // between repeat: a layer's tasks wait for the previous layer's last op on their member's
+  // streams, so a layer meets only its neighbours, and a layer that starts P after one like
+  // it, after the same neighbours, runs P after it. The block then ends (L - sampled_layers)
+  // x P after the cut, and its members computed, recomputed and sent (L - sampled_layers) x
+  // the 3rd layer's more, with (L - sampled_layers) x one period's in-flight time (a window
+  // of one period that only the repeating layers' tasks reach into). nullopt when the block
+  // does not qualify or its layers do not repeat: the caller runs it whole.
   [[nodiscard]] std::optional<shape_cost> periodic_cost(const step_block& b, std::int32_t index, std::span<const rank_index> ranks) const {
     const step_replica& rep = prog_.replica(b.replica);
     const bool zero3 = prog_.plan.sync == gradient_sync::fully_sharded && rep.cp > 1;
@@ -523,10 +521,9 @@ class step_sim_backend {
                                                           : out.inside[static_cast<std::size_t>(m)].compute_s) += extra * (s.end - s.start);
     }
     // in flight: each member's and class's spans clipped to one period from the 3rd layer's
-    // start, a window only the repeating layers' tasks may reach into
-    double from = a.run.start[like.front()];
-    for (const std::size_t i : like) from = std::min(from, a.run.start[i]);
-    const double to = from + period;
+    // first start (`like` is in time order), a window only the repeating layers' tasks may
+    // reach into
+    const double from = a.run.start[like.front()], to = from + period;
     std::vector<char> repeating(a.run.tags.size(), 0);
     for (std::size_t p = 1; p + 1 < sampled_layers; ++p)
       for (const std::size_t i : at[p]) repeating[i] = 1;

@@ -29,9 +29,8 @@
 //                    result (detail/best_trial.hpp). Trials are capped so that
 //                    trials x sequences stays within placement_budget (at least one
 //                    trial): each trial is linear in the sequences, and with many
-//                    sequences their orders hardly matter (`mixed` 100,000 documents on
-//                    64 GPUs: the same plan from 1, 10 and 100 trials). The default
-//                    2^20 runs all 100 trials up to 10,485 sequences.
+//                    sequences their orders hardly matter (docs/hydraulis.md). The
+//                    default 2^20 runs all 100 trials up to 10,485 sequences.
 //                    dispatch_within(pipelines, lengths, cutoff) also stops trials above
 //                    a cutoff, and returns nullopt when no trial ends within it.
 //   exact_dispatch   Eq. 3 solved to optimality by branch and bound (sequences longest

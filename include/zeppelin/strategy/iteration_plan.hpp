@@ -17,8 +17,9 @@
 // iteration with fewer sequences than any strategy has pipelines): the authors' code
 // rejects such strategies, and with no other choice the empty pipelines' GPUs idle.
 // Ties: the lowest candidate index. Deterministic for deterministic policies.
-// Errors: invalid_argument for no candidates, no sequences or threads < 1; infeasible when no candidate
-// holds the longest sequence (naming it and the largest MaxLen); what the policies throw.
+// Errors: invalid_argument for no candidates, no sequences or threads < 1; infeasible when
+// no candidate holds the longest sequence (naming it and the largest MaxLen); what the
+// policies throw.
 // Host-only.
 #pragma once
 

@@ -216,9 +216,10 @@ class packing_latency_floor {
 // until one fits. pack_with(v) returns the policy's packing into exactly v micro-batches or
 // nullopt (greedy_bins fills all v: the first v sequences each open an empty one, and no
 // move takes a micro-batch's last sequence, which would not lower the slowest; the exact
-// search keeps only packings with v non-empty). The counts are tried in order of packing_latency_floor, and a count whose floor
-// is above the best packing found is not packed (it cannot beat it): the same result as
-// packing every count, for a fraction of the work when the pipeline holds many sequences.
+// search keeps only packings with v non-empty). The counts are tried in order of
+// packing_latency_floor, and a count whose floor is above the best packing found is not
+// packed (it cannot beat it): the same result as packing every count, for a fraction of
+// the work when the pipeline holds many sequences.
 template <class PackWith>
 pipeline_packing best_over_counts(const scheme_profile& p, std::span<const token_count> lengths, PackWith&& pack_with) {
   std::vector<int> counts = micro_batch_counts(p, lengths);
