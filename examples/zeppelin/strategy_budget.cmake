@@ -2,11 +2,6 @@
 # B / sequences (at least one): on LENGTHS (64 sequences) on 8 GPUs, a budget of 127
 # placements prints the plan of --trials 1, which differs there from the default 100 trials.
 #   cmake -DTOOL=<zeppelin> -DLENGTHS=<file> -P strategy_budget.cmake
-foreach(var IN ITEMS TOOL LENGTHS)
-  if(NOT ${var})
-    message(FATAL_ERROR "strategy_budget.cmake: ${var} is not set")
-  endif()
-endforeach()
 include("${CMAKE_CURRENT_LIST_DIR}/strategy_json.cmake")
 strategy_json(one_trial "${LENGTHS}" 8 --trials 1)
 strategy_json(budget "${LENGTHS}" 8 --placement-budget 127)

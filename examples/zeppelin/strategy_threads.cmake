@@ -2,11 +2,6 @@
 # dispatch trials and the pipelines' packings run on threads; the winner is the least
 # (makespan, trial) either way).
 #   cmake -DTOOL=<zeppelin> -DLENGTHS=<file> -P strategy_threads.cmake
-foreach(var IN ITEMS TOOL LENGTHS)
-  if(NOT ${var})
-    message(FATAL_ERROR "strategy_threads.cmake: ${var} is not set")
-  endif()
-endforeach()
 include("${CMAKE_CURRENT_LIST_DIR}/strategy_json.cmake")
 strategy_json(one "${LENGTHS}" 64 --threads 1)
 strategy_json(three "${LENGTHS}" 64 --threads 3)

@@ -56,6 +56,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -318,10 +319,7 @@ class step_sim_backend {
 
   // the index of `rank` among the ranks of block b's stage (member c x tp + t)
   [[nodiscard]] std::int32_t member_index(const step_block& b, rank_index rank) const {
-    const step_replica& rep = prog_.replica(b.replica);
-    const auto per_stage = static_cast<std::size_t>(rep.tp) * static_cast<std::size_t>(rep.cp);
-    const auto first = rep.ranks.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b.stage) * per_stage);
-    return static_cast<std::int32_t>(std::find(first, first + static_cast<std::ptrdiff_t>(per_stage), rank) - first);
+    return static_cast<std::int32_t>(member_in(stage_members(b), rank));
   }
 
   // every op of `b` (block `index`, or one like it with fewer layers) in this engine;
@@ -418,31 +416,42 @@ class step_sim_backend {
     const std::span<const rank_index> members = stage_members(b);
     shape_cost out;
     out.seconds.assign(members.size(), 0.0);
-    out.inside.assign(members.size(), {});
-    std::vector<std::vector<std::pair<double, double>>> spans(members.size() * traffic_classes);
     for (std::size_t i = 0; i < a.ranks.size(); ++i) {
       const std::int64_t m = member_in(members, a.ranks[i]);
       out.seconds[static_cast<std::size_t>(m)] = a.end[i] == no_task ? 0.0 : a.run.end[static_cast<std::size_t>(a.end[i])];
     }
+    out.inside = inside_of(a, members, nullptr, -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity());
+    return out;
+  }
+
+  // Per member, what it did in run `a`: the compute and recomputation of the tasks `counted`
+  // marks (every task when null) and the bytes of their flows it sent, and per traffic class
+  // the seconds a flow of the class was in flight on it within [from, to).
+  [[nodiscard]] static std::vector<shaped_block_time> inside_of(const alone_run& a, std::span<const rank_index> members,
+                                                                const std::vector<char>* counted, double from, double to) {
+    const auto counts = [&](task_id t) { return counted == nullptr || (*counted)[static_cast<std::size_t>(t)] != 0; };
+    std::vector<shaped_block_time> out(members.size());
     for (const compute_segment& s : a.run.segments) {
       const std::int64_t m = member_in(members, s.rank);
-      if (m < 0) continue;
-      (a.recompute[static_cast<std::size_t>(s.task)] != 0 ? out.inside[static_cast<std::size_t>(m)].recompute_s
-                                                          : out.inside[static_cast<std::size_t>(m)].compute_s) += s.end - s.start;
+      if (m < 0 || !counts(s.task)) continue;
+      shaped_block_time& x = out[static_cast<std::size_t>(m)];
+      (a.recompute[static_cast<std::size_t>(s.task)] != 0 ? x.recompute_s : x.compute_s) += s.end - s.start;
     }
+    std::vector<std::vector<std::pair<double, double>>> spans(members.size() * traffic_classes);
     for (const flow_record& f : a.run.flows) {
       const int k = traffic_class_of(a.run.tags[static_cast<std::size_t>(f.task)].kind);
       if (k < 0) continue;
+      const std::int64_t src = member_in(members, f.source);
+      if (src >= 0 && counts(f.task)) out[static_cast<std::size_t>(src)].traffic_bytes[static_cast<std::size_t>(k)] += f.bytes;
+      if (f.end <= from || f.start >= to) continue;
       for (const rank_index g : {f.source, f.destination}) {
         const std::int64_t m = member_in(members, g);
-        if (m >= 0) spans[static_cast<std::size_t>(m) * traffic_classes + static_cast<std::size_t>(k)].emplace_back(f.start, f.end);
+        if (m >= 0) spans[static_cast<std::size_t>(m) * traffic_classes + static_cast<std::size_t>(k)].emplace_back(std::max(f.start, from), std::min(f.end, to));
       }
-      const std::int64_t src = member_in(members, f.source);
-      if (src >= 0) out.inside[static_cast<std::size_t>(src)].traffic_bytes[static_cast<std::size_t>(k)] += f.bytes;
     }
     for (std::size_t m = 0; m < members.size(); ++m)
       for (int k = 0; k < traffic_classes; ++k)
-        out.inside[m].traffic_s[static_cast<std::size_t>(k)] = detail::union_length(spans[m * traffic_classes + static_cast<std::size_t>(k)]);
+        out[m].traffic_s[static_cast<std::size_t>(k)] = detail::union_length(spans[m * traffic_classes + static_cast<std::size_t>(k)]);
     return out;
   }
   [[nodiscard]] static std::int64_t member_in(std::span<const rank_index> members, rank_index g) {
@@ -491,7 +500,7 @@ class step_sim_backend {
       });
     const double tolerance = 1e-9 * a.run.makespan;
     double period = -1;
-    for (std::size_t p = 1; p + 1 < sampled_layers - 1; ++p) {
+    for (std::size_t p = 1; p + 2 < sampled_layers; ++p) {
       const std::vector<std::size_t>& x = at[p];
       const std::vector<std::size_t>& y = at[p + 1];
       if (x.empty() || x.size() != y.size()) return std::nullopt;
@@ -505,46 +514,31 @@ class step_sim_backend {
       }
     }
     if (!(period > 0)) return std::nullopt;
-    // the cut, then L - sampled_layers more periods, each like the 3rd layer run
-    shape_cost out = cost_of(a, b);
-    out.by_period = true;
-    const auto extra = static_cast<double>(b.layers - sampled_layers);
+    // the cut, then L - sampled_layers more periods, each like the 3rd layer run: its
+    // compute and bytes, and the in-flight time of a window of one period from its first
+    // start (`like` is in time order), which only the repeating layers' tasks may reach into
     const std::vector<std::size_t>& like = at[2];
-    std::vector<char> in_like(a.run.tags.size(), 0);
-    for (const std::size_t i : like) in_like[i] = 1;
-    const std::span<const rank_index> members = stage_members(b);
-    for (double& end : out.seconds) end += extra * period;
-    for (const compute_segment& s : a.run.segments) {
-      const std::int64_t m = member_in(members, s.rank);
-      if (m < 0 || in_like[static_cast<std::size_t>(s.task)] == 0) continue;
-      (a.recompute[static_cast<std::size_t>(s.task)] != 0 ? out.inside[static_cast<std::size_t>(m)].recompute_s
-                                                          : out.inside[static_cast<std::size_t>(m)].compute_s) += extra * (s.end - s.start);
-    }
-    // in flight: each member's and class's spans clipped to one period from the 3rd layer's
-    // first start (`like` is in time order), a window only the repeating layers' tasks may
-    // reach into
     const double from = a.run.start[like.front()], to = from + period;
-    std::vector<char> repeating(a.run.tags.size(), 0);
+    std::vector<char> repeating(a.run.tags.size(), 0), in_like(a.run.tags.size(), 0);
     for (std::size_t p = 1; p + 1 < sampled_layers; ++p)
       for (const std::size_t i : at[p]) repeating[i] = 1;
     for (std::size_t i = 0; i < a.run.tags.size(); ++i)
       if (repeating[i] == 0 && a.run.tags[i].kind != task_kind::join && a.run.end[i] > from && a.run.start[i] < to) return std::nullopt;
-    std::vector<std::vector<std::pair<double, double>>> window(members.size() * traffic_classes);
-    for (const flow_record& f : a.run.flows) {
-      const int k = traffic_class_of(a.run.tags[static_cast<std::size_t>(f.task)].kind);
-      if (k < 0) continue;
-      const std::int64_t src = member_in(members, f.source);
-      if (src >= 0 && in_like[static_cast<std::size_t>(f.task)] != 0)
-        out.inside[static_cast<std::size_t>(src)].traffic_bytes[static_cast<std::size_t>(k)] += extra * f.bytes;
-      if (f.end <= from || f.start >= to) continue;
-      for (const rank_index g : {f.source, f.destination}) {
-        const std::int64_t m = member_in(members, g);
-        if (m >= 0) window[static_cast<std::size_t>(m) * traffic_classes + static_cast<std::size_t>(k)].emplace_back(std::max(f.start, from), std::min(f.end, to));
+    for (const std::size_t i : like) in_like[i] = 1;
+    shape_cost out = cost_of(a, b);
+    out.by_period = true;
+    const auto extra = static_cast<double>(b.layers - sampled_layers);
+    const std::vector<shaped_block_time> layer = inside_of(a, stage_members(b), &in_like, from, to);
+    for (std::size_t m = 0; m < out.seconds.size(); ++m) {
+      shaped_block_time& x = out.inside[m];
+      out.seconds[m] += extra * period;
+      x.compute_s += extra * layer[m].compute_s;
+      x.recompute_s += extra * layer[m].recompute_s;
+      for (std::size_t k = 0; k < traffic_classes; ++k) {
+        x.traffic_s[k] += extra * layer[m].traffic_s[k];
+        x.traffic_bytes[k] += extra * layer[m].traffic_bytes[k];
       }
     }
-    for (std::size_t m = 0; m < members.size(); ++m)
-      for (int k = 0; k < traffic_classes; ++k)
-        out.inside[m].traffic_s[static_cast<std::size_t>(k)] += extra * detail::union_length(window[m * traffic_classes + static_cast<std::size_t>(k)]);
     return out;
   }
 
@@ -615,17 +609,17 @@ class step_sim_backend {
       prices[k] = price_launches(prog_.layout(micro_batches[k].first, micro_batches[k].second).attention, cost_.attention);
     });
     for (std::size_t k = 0; k < micro_batches.size(); ++k) prices_->emplace(micro_batches[k], std::move(prices[k]));
-    std::vector<const std::pair<const std::vector<std::int64_t>, std::int32_t>*> todo;
-    for (const auto& entry : first) todo.push_back(&entry);
-    std::vector<shape_cost> costs(todo.size());
-    detail::parallel_for(todo.size(), threads, [&](std::size_t k) {
+    std::vector<const std::pair<const std::vector<std::int64_t>, std::int32_t>*> unpriced;
+    for (const auto& entry : first) unpriced.push_back(&entry);
+    std::vector<shape_cost> costs(unpriced.size());
+    detail::parallel_for(unpriced.size(), threads, [&](std::size_t k) {
       // the members in ascending rank order, as the driver hands them to block()
-      const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(todo[k]->second)]);
+      const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(unpriced[k]->second)]);
       std::vector<rank_index> ranks(members.begin(), members.end());
       std::sort(ranks.begin(), ranks.end());
-      costs[k] = price_shape(todo[k]->second, ranks);
+      costs[k] = price_shape(unpriced[k]->second, ranks);
     });
-    for (std::size_t k = 0; k < todo.size(); ++k) shapes_.emplace(todo[k]->first, std::move(costs[k]));
+    for (std::size_t k = 0; k < unpriced.size(); ++k) shapes_.emplace(unpriced[k]->first, std::move(costs[k]));
   }
 
  private:
