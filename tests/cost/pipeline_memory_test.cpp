@@ -127,6 +127,20 @@ TEST_CASE("parameters count LLaMA-2-7B exactly and ZeRO stages shard as document
   REQUIRE(make(m, l, s3).model_state_bytes(first) == Approx(18 * p / 8).epsilon(1e-15));
 }
 
+TEST_CASE("TP splits all but the replicated parameters: the norms, the MoE router, the final norm", "[cost][pipeline_memory]") {
+  for (const model_config& m : {models::llama_7b(), models::llama_70b(), models::moe_8x550m()})
+    for (const stage_slice slice : {stage_slice{3, true, false}, stage_slice{2, false, true}, stage_slice{1, true, true}})
+      for (const int tp : {2, 4}) {
+        const auto whole = make(m, {.tp = 1, .cp = 1, .pp = 1, .dp = 1}), split = make(m, {.tp = tp, .cp = 1, .pp = 1, .dp = 1});
+        const double replicated = split.replicated_parameters(slice);
+        CAPTURE(m.name, slice.layers, slice.embedding, slice.lm_head, tp);
+        CHECK(replicated == whole.replicated_parameters(slice));
+        const double per_layer = 2.0 * m.hidden + (m.is_moe() ? double(m.hidden) * m.experts : 0.0);
+        CHECK(replicated == slice.layers * per_layer + (slice.lm_head ? m.hidden : 0));
+        CHECK((split.parameters(slice) - replicated) * tp == Approx(whole.parameters(slice) - replicated).epsilon(1e-15));
+      }
+}
+
 TEST_CASE("activations are linear in tokens and divided by the sharding degree (InfiniPipe, Eq. 5)", "[cost][pipeline_memory]") {
   for (const auto& m : {models::llama_7b(), models::llama_70b(), models::moe_8x550m(), models::gpt_13b()}) {
     const auto base = make(m, {});

@@ -200,7 +200,7 @@ TEST_CASE("full recomputation costs one forward per backward", "[sim][step]") {
   CHECK(b.iteration_s > a.iteration_s);
 }
 
-TEST_CASE("TP collectives move Megatron-LM's bytes: two all-reduces a layer each way, or their reduce-scatters and all-gathers", "[sim][step]") {
+TEST_CASE("TP collectives move Megatron-LM's bytes: two all-reduces a layer each way, or their reduce-scatters and all-gathers, with the vocabulary-parallel embedding and head", "[sim][step]") {
   const token_count rows = 1000;
   const model_config m = zeppelin_test::toy_model(3);
   for (const auto mode : {tp_collectives::all_reduce, tp_collectives::sequence_parallel})
@@ -211,9 +211,13 @@ TEST_CASE("TP collectives move Megatron-LM's bytes: two all-reduces a layer each
       const built b = recomputed ? build(shape, m, {rows}, t, "hierarchical", selective_recompute{{recomputed}}) : build(shape, m, {rows}, t);
       const step_sim_result r = run(b, block_pricing::every_op);
       // per layer and pass: 2 all-reduces of rows x hidden, each rank sending 2 (tp - 1) / tp of it
-      // (sequence parallel: 4 collectives each (tp - 1) / tp); a recomputed layer's forward again
+      // (sequence parallel: 4 collectives each (tp - 1) / tp); a recomputed layer's forward
+      // again; the embedding's output and the head's input gradient alike (sequence parallel:
+      // their reduce-scatters, and the all-gathers of the head's input and the embedding's
+      // gradient); the cross-entropy's statistics, 2 fp32 per row and TP rank, all-gathered
       const double tensor = double(rows) * m.hidden * 2;  // bf16
-      const double per_rank = (2 * m.layers + recomputed) * 2 * tensor * 2 * (2 - 1) / 2.0;
+      const double statistics = double(rows) * 2 * 4;
+      const double per_rank = (2 * m.layers + recomputed + 1) * 2 * tensor * 2 * (2 - 1) / 2.0 + statistics * (2 - 1);
       CAPTURE(to_string(mode), recomputed);
       CHECK(r.stage(0, 0).traffic_bytes[static_cast<std::size_t>(traffic_class::tp)] == Approx(2 * per_rank).epsilon(1e-12));
       CHECK(r.stage(0, 0).traffic_s[static_cast<std::size_t>(traffic_class::tp)] > 0);
@@ -247,6 +251,35 @@ TEST_CASE("CP, PP and DP traffic: the attention programs' pieces, each boundary 
     const double sent = r.stage(0, s).traffic_bytes[static_cast<std::size_t>(traffic_class::dp)] +
                         r.stage(1, s).traffic_bytes[static_cast<std::size_t>(traffic_class::dp)];
     CHECK(sent == Approx(4 * 2 * 3.0 / 4 * params * 4).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("with TP the sync first sums the norms' gradients over each stage's TP ranks, then the shard's over CP ranks and replicas", "[sim][step]") {
+  const model_config m = zeppelin_test::toy_model(4);
+  const built b = build(shape_of({2, 2, 2, 2}), m, {3000, 1000, 2000, 4000}, free_cluster(16), "even_split");
+  const step_program& prog = b.program;
+  const step_sim_result r = run(b, block_pricing::every_op);
+  for (int s = 0; s < 2; ++s) {
+    const double params = prog.stage_parameters[0][static_cast<std::size_t>(s)];
+    const double replicated = prog.stage_replicated_parameters[0][static_cast<std::size_t>(s)];
+    CHECK(replicated == 2.0 * m.hidden * 2 + (s == 1 ? m.hidden : 0));  // 2 layers' norms, the final norm on the last stage
+    // each rank: 2 (2 - 1) / 2 of the norms' fp32 gradients over TP, 2 (4 - 1) / 4 of its shard's over 2 CP x 2 replicas
+    double sent = 0;
+    for (int replica = 0; replica < 2; ++replica) sent += r.stage(replica, s).traffic_bytes[static_cast<std::size_t>(traffic_class::dp)];
+    CHECK(sent == Approx(8 * (replicated * 4 + 2 * 3.0 / 4 * params * 4)).epsilon(1e-6));
+  }
+  // the TP all-reduce names the last `replicated` gradients of the stage, between TP ranks of one (replica, CP rank, stage)
+  for (const step_transfer& x : prog.transfers) {
+    if (x.from.tensor != step_tensor::gradients || x.traffic != traffic_class::dp) continue;
+    const step_position a = prog.positions[static_cast<std::size_t>(x.src)], c = prog.positions[static_cast<std::size_t>(x.dst)];
+    REQUIRE(a.stage == c.stage);
+    const auto s = static_cast<std::size_t>(a.stage);
+    const double tail = (prog.stage_parameters[0][s] - prog.stage_replicated_parameters[0][s]) * 4;
+    if (a.tp != c.tp) {
+      CHECK((a.replica == c.replica && a.cp == c.cp));
+      CHECK(double(x.from.offset) >= tail);
+      CHECK(double(x.from.offset + x.bytes) <= prog.stage_parameters[0][s] * 4);
+    }
   }
 }
 

@@ -114,11 +114,17 @@ struct pipeline_memory_model {
     const double q = static_cast<double>(model.q_width()), kv = static_cast<double>(model.kv_width());
     const double one_mlp = (model.gated_mlp ? 3.0 : 2.0) * h * f;
     const double split = h * (q + 2 * kv) + q * h + (model.is_moe() ? model.experts * one_mlp : one_mlp);
-    const double replicated = 2 * h + (model.is_moe() ? h * model.experts : 0.0);
-    double p = slice.layers * (split / tp + replicated);
+    double p = slice.layers * (split / tp + replicated_per_layer());
     if (slice.embedding) p += v * h / tp;
     if (slice.lm_head) p += v * h / tp + h;
     return p;
+  }
+
+  //! Of parameters(slice), those every TP rank holds whole: the two norms of each layer (and
+  //! the MoE router), the final norm with the LM head.
+  [[nodiscard]] double replicated_parameters(const stage_slice& slice) const {
+    check(slice);
+    return slice.layers * replicated_per_layer() + (slice.lm_head ? static_cast<double>(model.hidden) : 0.0);
   }
 
   //! Parameters, gradients and optimizer states on one GPU of the stage, after ZeRO
@@ -197,6 +203,10 @@ struct pipeline_memory_model {
     check();
     ZEPPELIN_EXPECTS(slice.layers >= 0 && slice.layers <= model.layers, "a model chunk holds 0 .. model layers",
                      {{"slice_layers", double(slice.layers)}, {"model_layers", double(model.layers)}});
+  }
+  [[nodiscard]] double replicated_per_layer() const noexcept {
+    const double h = model.hidden;
+    return 2 * h + (model.is_moe() ? h * model.experts : 0.0);
   }
   [[nodiscard]] double norm_divisor() const noexcept { return settings.sequence_parallel ? layout.tp : 1.0; }
 };

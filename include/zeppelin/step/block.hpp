@@ -18,7 +18,11 @@
 //   attention_output   TP: all-reduce, or reduce-scatter (sequence parallel)
 //   [sequence parallel: all-gather]   mlp   TP: all-reduce, or reduce-scatter
 // The first virtual stage's forward starts with the embedding, the last one's ends with the
-// head (and the loss). A backward runs the head's backward first (last virtual stage), then
+// head (and the loss), both vocabulary-parallel over TP as in Megatron-LM: the embedding's
+// rows TP all-reduced (reduce-scattered with sequence parallelism); [SP: the head's input
+// all-gathered] the head, then the cross-entropy's per-row statistics all-gathered
+// (loss_statistics: 2 accumulators per row and TP rank). A backward runs the head's backward
+// first (last virtual stage; its input gradient TP all-reduced or reduce-scattered), then
 // each layer from the last: the recomputed ones (the block's first `recomputed` layers) run
 // their forward again first (pass recompute, no context_save), then
 //   [ZeRO-3 gather, unless the recomputation gathered]   [SP all-gather] mlp  TP all-reduce
@@ -27,12 +31,11 @@
 //   [context_gradient: add what later slices returned into the kept rows' dK/dV]
 //   attention_input  TP all-reduce or reduce-scatter   [ZeRO-3: reduce-scatter layer l's
 //   gradients over the CP ring]
-// and the embedding's backward last (first virtual stage).
+// and the embedding's backward last (first virtual stage; SP: its gradient all-gathered first).
 // Sizes: a TP collective moves rows x hidden activations (sequence parallel: the ring's
 // chunks are row ranges); ZeRO-3 moves one TP rank's parameters of the layer (the first layer
 // adds the embedding, the last the LM head and final norm); a context transfer moves the
-// kept rows' K and V (2 x kv_heads / tp x head_dim activations per row). The TP collectives
-// of the embedding and the head (vocabulary-parallel) are not modelled.
+// kept rows' K and V (2 x kv_heads / tp x head_dim activations per row).
 // Ops on the compute stream (compute, attention) run in order; groups run on the
 // communication stream in order; each op also waits for those in its `after`.
 // Host-only.
@@ -105,7 +108,8 @@ struct block_program {
 namespace detail {
 
 // Adds the groups and transfers of a ring collective over `ranks` (ring order): `elements`
-// elements of `element_bytes` bytes of `buffer` (offset and bytes set per move). Returns, per
+// elements of `element_bytes` bytes of `buffer` from its offset on (offset and bytes set per
+// move). Returns, per
 // step, per ring position, the index of the position's group (its send, then its receive).
 inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer>& transfers, std::vector<step_group>& groups,
                                                        std::span<const rank_index> ranks, ring_collective kind, std::int64_t elements,
@@ -118,7 +122,7 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
     for (int p = 0; p < n; ++p) {
       const ring_move& mv = steps[j][static_cast<std::size_t>(p)];
       step_buffer at = buffer;
-      at.offset = mv.first * element_bytes;
+      at.offset = buffer.offset + mv.first * element_bytes;
       at.bytes = mv.count * element_bytes;
       transfers.push_back({ranks[static_cast<std::size_t>(p)], ranks[static_cast<std::size_t>((p + 1) % n)], at.bytes, traffic,
                            mv.add ? combine_kind::add : combine_kind::copy, at, at});
@@ -207,15 +211,18 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
     if (after_data && produced[m] >= 0) op.after.push_back(produced[m]);
     return pending[m] = emit(m, std::move(op));
   };
-  // a ring collective over the TP ranks of each CP rank: rows x hidden of `part`'s input or output
-  const auto tp_ring = [&](detail::ring_collective kind, step_pass pass, step_tensor tensor, model_part part, std::int32_t layer) {
+  // a ring collective over the TP ranks of each CP rank: `copies` x rows of `row_bytes` (default:
+  // rows x hidden of `part`'s input or output)
+  const auto tp_ring = [&](detail::ring_collective kind, step_pass pass, step_tensor tensor, model_part part, std::int32_t layer,
+                           std::int64_t row_bytes = 0, int copies = 1) {
     if (T == 1) return;
     for (int c = 0; c < C; ++c) {
       std::vector<rank_index> ring;
       for (int t = 0; t < T; ++t) ring.push_back(out.members[member(t, c)]);
       step_buffer buf{tensor, pass, part, b.micro_batch, b.virtual_stage, layer, -1, 0, 0, 0};
-      const auto steps = detail::add_ring(out.transfers, out.groups, ring, kind, lay.linear_rows[static_cast<std::size_t>(c)],
-                                          hidden_row_bytes, buf, traffic_class::tp);
+      const std::int64_t rows = copies * lay.linear_rows[static_cast<std::size_t>(c)];
+      const auto steps = detail::add_ring(out.transfers, out.groups, ring, kind, rows, row_bytes > 0 ? row_bytes : hidden_row_bytes, buf,
+                                          traffic_class::tp);
       for (const auto& step : steps)
         for (int t = 0; t < T; ++t) group(member(t, c), step[static_cast<std::size_t>(t)], pass, layer, true);
     }
@@ -292,9 +299,10 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
     return n;
   };
 
+  // how a TP ring sums rows: all of them, or (sequence parallel) each TP rank its share
+  const auto reduce_rows = sequence_parallel ? detail::ring_collective::reduce_scatter : detail::ring_collective::all_reduce;
   const auto forward_layer = [&](step_pass pass, std::int32_t layer, bool gather) {
     if (gather && zero3) zero3_ring(detail::ring_collective::all_gather, pass, layer);
-    const auto reduce = sequence_parallel ? detail::ring_collective::reduce_scatter : detail::ring_collective::all_reduce;
     if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, pass, step_tensor::layer_input, model_part::attention_input, layer);
     for (int c = 0; c < C; ++c)
       for (int t = 0; t < T; ++t) {
@@ -310,11 +318,11 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
         if (pass == step_pass::forward && !continuing.empty()) compute(m, pass, model_part::context_save, layer, rows_of(continuing, c));
         compute(m, pass, model_part::attention_output, layer, lay.linear_rows[static_cast<std::size_t>(c)]);
       }
-    tp_ring(reduce, pass, step_tensor::layer_output, model_part::attention_output, layer);
+    tp_ring(reduce_rows, pass, step_tensor::layer_output, model_part::attention_output, layer);
     if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, pass, step_tensor::layer_input, model_part::mlp, layer);
     for (int c = 0; c < C; ++c)
       for (int t = 0; t < T; ++t) compute(member(t, c), pass, model_part::mlp, layer, lay.linear_rows[static_cast<std::size_t>(c)]);
-    tp_ring(reduce, pass, step_tensor::layer_output, model_part::mlp, layer);
+    tp_ring(reduce_rows, pass, step_tensor::layer_output, model_part::mlp, layer);
   };
   const auto for_members = [&](step_pass pass, model_part part) {
     for (int c = 0; c < C; ++c)
@@ -322,23 +330,33 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
   };
 
   if (b.pass == step_pass::forward) {
-    if (b.first) for_members(step_pass::forward, model_part::embedding);
+    if (b.first) {
+      for_members(step_pass::forward, model_part::embedding);
+      tp_ring(reduce_rows, step_pass::forward, step_tensor::layer_output, model_part::embedding, -1);
+    }
     for (std::int32_t l = b.first_layer; l < b.first_layer + b.layers; ++l) forward_layer(step_pass::forward, l, true);
-    if (b.last) for_members(step_pass::forward, model_part::head);
+    if (b.last) {
+      if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, step_pass::forward, step_tensor::layer_input, model_part::head, -1);
+      for_members(step_pass::forward, model_part::head);
+      tp_ring(detail::ring_collective::all_gather, step_pass::forward, step_tensor::loss_statistics, model_part::head, -1,
+              2 * o.accumulator_bytes, T);
+    }
     return out;
   }
   const step_pass bw = step_pass::backward;
-  if (b.last) for_members(bw, model_part::head);
+  if (b.last) {
+    for_members(bw, model_part::head);
+    tp_ring(reduce_rows, bw, step_tensor::layer_input, model_part::head, -1);
+  }
   for (std::int32_t l = b.first_layer + b.layers - 1; l >= b.first_layer; --l) {
     const bool recomputed = l < b.first_layer + b.recomputed;
     if (recomputed) forward_layer(step_pass::recompute, l, true);
     if (zero3 && !recomputed) zero3_ring(detail::ring_collective::all_gather, bw, l);
-    const auto reduce = sequence_parallel ? detail::ring_collective::reduce_scatter : detail::ring_collective::all_reduce;
     if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, bw, step_tensor::layer_output, model_part::mlp, l);
     for (int c = 0; c < C; ++c)
       for (int t = 0; t < T; ++t) gather_after[member(t, c)] =
           compute(member(t, c), bw, model_part::mlp, l, lay.linear_rows[static_cast<std::size_t>(c)]);
-    tp_ring(reduce, bw, step_tensor::layer_input, model_part::mlp, l);
+    tp_ring(reduce_rows, bw, step_tensor::layer_input, model_part::mlp, l);
     if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, bw, step_tensor::layer_output, model_part::attention_output, l);
     for (int c = 0; c < C; ++c)
       for (int t = 0; t < T; ++t) {
@@ -354,10 +372,13 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
         if (!continuing.empty()) compute(m, bw, model_part::context_gradient, l, rows_of(continuing, c));
         compute(m, bw, model_part::attention_input, l, lay.linear_rows[static_cast<std::size_t>(c)]);
       }
-    tp_ring(reduce, bw, step_tensor::layer_input, model_part::attention_input, l);
+    tp_ring(reduce_rows, bw, step_tensor::layer_input, model_part::attention_input, l);
     if (zero3) zero3_ring(detail::ring_collective::reduce_scatter, bw, l);
   }
-  if (b.first) for_members(bw, model_part::embedding);
+  if (b.first) {
+    if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, bw, step_tensor::layer_output, model_part::embedding, -1);
+    for_members(bw, model_part::embedding);
+  }
   // the block ends when its members' last ops have: nothing may be left pending
   return out;
 }

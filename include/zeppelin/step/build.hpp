@@ -21,8 +21,12 @@
 //                 all_reduce         a ring all-reduce of the stage's gradients (one TP
 //                                    rank's) over the ranks holding the same parameters
 //                                    (the same TP index and stage in every replica and CP rank);
-//                 sharded_optimizer  a ring reduce-scatter of the gradients, then a ring
-//                                    all-gather of the parameters, over the same ranks;
+//                                    with TP, first an all-reduce over each stage's TP ranks of
+//                                    the gradients of the parameters they all hold (the norms:
+//                                    step_program::stage_replicated_parameters, the last ones);
+//                 sharded_optimizer  (the same TP all-reduce first) a ring reduce-scatter of
+//                                    the gradients, then a ring all-gather of the
+//                                    parameters, over the same ranks;
 //                 fully_sharded      (ZeRO-3: the per-layer gathers and scatters over each
 //                                    stage's CP ranks are in the blocks) with several
 //                                    replicas, a ring all-reduce of each rank's gradient
@@ -166,6 +170,24 @@ inline void add_ring_sync(step_program& prog) {
   parameters.tensor = step_tensor::parameters;
   parameters.pass = step_pass::forward;
   const step_program_options& o = prog.options;
+  // with TP, first the replicated parameters' partial gradients (the stage's last ones) summed
+  // over each stage's TP ranks (Megatron-LM sums its norms' gradients over TP with sequence
+  // parallelism); ZeRO-3 shards them over the CP ranks, where this is not modelled
+  if (a.tp > 1 && p.sync != gradient_sync::fully_sharded)
+    for (std::size_t ri = 0; ri < p.replicas.size(); ++ri) {
+      const step_replica& r = p.replicas[ri];
+      for (int s = 0; s < r.pp; ++s) {
+        const auto elements = static_cast<std::int64_t>(std::llround(prog.stage_parameters[ri][static_cast<std::size_t>(s)]));
+        const auto shared = static_cast<std::int64_t>(std::llround(prog.stage_replicated_parameters[ri][static_cast<std::size_t>(s)]));
+        step_buffer tail = gradients;
+        tail.offset = (elements - shared) * o.gradient_bytes;
+        for (int c = 0; c < r.cp; ++c) {
+          std::vector<rank_index> ring;
+          for (int t = 0; t < r.tp; ++t) ring.push_back(r.rank_of(t, c, s));
+          add_step_ring(prog, ring, after_of(ring), detail::ring_collective::all_reduce, shared, o.gradient_bytes, tail);
+        }
+      }
+    }
   for (int s = 0; s < a.pp; ++s)
     for (int t = 0; t < a.tp; ++t) {
       const auto elements = static_cast<std::int64_t>(std::llround(prog.stage_parameters.front()[static_cast<std::size_t>(s)]));
@@ -302,10 +324,14 @@ inline void add_switching(step_program& prog) {
     const std::vector<step_layout>& layouts = prog.layouts.back();
     const int V = r.virtual_stages(), PV = r.pp * V, last_v = PV - 1;
     auto& params = prog.stage_parameters.emplace_back(static_cast<std::size_t>(r.pp), 0.0);
+    auto& replicated = prog.stage_replicated_parameters.emplace_back(static_cast<std::size_t>(r.pp), 0.0);
     {
       const pipeline_memory_model per_tp_rank{model, parallel_layout{r.tp, 1, 1, 1}, memory_settings{}};
-      for (int v = 0; v < PV; ++v)
-        params[static_cast<std::size_t>(v % r.pp)] += per_tp_rank.parameters(stage_slice{r.layers[static_cast<std::size_t>(v)], v == 0, v == last_v});
+      for (int v = 0; v < PV; ++v) {
+        const stage_slice slice{r.layers[static_cast<std::size_t>(v)], v == 0, v == last_v};
+        params[static_cast<std::size_t>(v % r.pp)] += per_tp_rank.parameters(slice);
+        replicated[static_cast<std::size_t>(v % r.pp)] += per_tp_rank.replicated_parameters(slice);
+      }
     }
 
     // the one walk of the schedule

@@ -107,6 +107,8 @@ enum class step_tensor : std::uint8_t {
   gradients = 5,            //!< the rank's gradients of `layer` (-1: all of its stage's)
   context = 6,              //!< K/V of document `document` kept by the source rank
   context_gradient = 7,     //!< dK/dV of document `document`'s context rows owned by the destination
+  loss_statistics = 8,      //!< the vocabulary-parallel cross-entropy's per-row statistics: TP rank
+                            //!< t's (log-sum-exp of its logits, its target logit) at rows [t n, (t + 1) n)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(step_tensor t) noexcept {
@@ -119,6 +121,7 @@ enum class step_tensor : std::uint8_t {
     case step_tensor::gradients: return "gradients";
     case step_tensor::context: return "context";
     case step_tensor::context_gradient: return "context_gradient";
+    case step_tensor::loss_statistics: return "loss_statistics";
   }
   return "?";
 }
@@ -240,6 +243,11 @@ struct step_program {
   std::vector<step_position> positions;            //!< [global rank]
   std::vector<std::vector<step_layout>> layouts;   //!< [replica][micro-batch]
   std::vector<std::vector<double>> stage_parameters;  //!< [replica][stage]: parameters one TP rank holds
+  //! [replica][stage]: of those, the ones every TP rank holds (the norms). With TP they are
+  //! the last ones of the stage's gradients: their TP ranks' gradients are partial sums (the
+  //! norms' backward runs on each rank's share of the gradient), summed over the TP ranks
+  //! by the gradient synchronisation.
+  std::vector<std::vector<double>> stage_replicated_parameters;
   std::vector<step_block> blocks;
   std::vector<step_transfer> transfers;
   std::vector<step_group> groups;
