@@ -14,10 +14,12 @@
 
 #include <zeppelin/core/random.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 namespace train_gpt {
@@ -31,7 +33,9 @@ struct gpt_config {
   int hidden = 64;    //!< MLP width
   double rope_base = 10000;
   double eps = 1e-6;  //!< RMSNorm
-  [[nodiscard]] int head_dim() const { return dim / heads; }
+  int head_size = 0;  //!< 0: dim / heads; a tensor-parallel shard's view sets it (tensor_parallel.hpp)
+  [[nodiscard]] int head_dim() const { return head_size > 0 ? head_size : dim / heads; }
+  [[nodiscard]] int q_width() const { return heads * head_dim(); }
   [[nodiscard]] int kv_width() const { return kv_heads * head_dim(); }
 };
 
@@ -74,7 +78,7 @@ gpt_params<T> zero_params(const gpt_config& c) {
   gpt_params<T> p;
   p.embed = n(c.vocab, c.dim);
   for (int i = 0; i < c.layers; ++i)
-    p.layers.push_back({n(c.dim), n(c.dim, c.dim), n(c.dim, c.kv_width()), n(c.dim, c.kv_width()), n(c.dim, c.dim), n(c.dim),
+    p.layers.push_back({n(c.dim), n(c.dim, c.q_width()), n(c.dim, c.kv_width()), n(c.dim, c.kv_width()), n(c.q_width(), c.dim), n(c.dim),
                         n(c.dim, c.hidden), n(c.hidden, c.dim)});
   p.norm_final = n(c.dim);
   p.lm_head = n(c.dim, c.vocab);
@@ -222,26 +226,63 @@ T sigmoid(T z) {
   return T(1) / (T(1) + std::exp(-z));
 }
 
-//! Cross-entropy of rows of logits [n][V] against targets (-1: no target), summed; dlogits =
-//! (softmax - onehot) * scale for rows with a target, 0 otherwise.
+//! The cross-entropy's per-row statistics of a shard of the vocabulary: `logits` [n][v] are
+//! the logits of tokens [first, first + v); stats[r] = (log-sum-exp of row r, its target's logit
+//! when the target is in the shard, else 0) for rows with a target (-1: none; stats 0).
 template <class T>
-double cross_entropy(const std::vector<T>& logits, const std::vector<std::int64_t>& target, std::vector<T>& dlogits,
-                     std::size_t v, double scale) {
-  const std::size_t n = target.size();
-  dlogits.assign(n * v, T(0));
-  double loss = 0;
-  for (std::size_t r = 0; r < n; ++r) {
+void cross_entropy_statistics(const std::vector<T>& logits, const std::vector<std::int64_t>& target, std::size_t v, std::int64_t first,
+                              std::span<T> stats) {
+  for (std::size_t r = 0; r < target.size(); ++r) {
+    stats[2 * r] = stats[2 * r + 1] = T(0);
     if (target[r] < 0) continue;
     double mx = logits[r * v];
     for (std::size_t j = 1; j < v; ++j) mx = std::max(mx, double(logits[r * v + j]));
     double sum = 0;
     for (std::size_t j = 0; j < v; ++j) sum += std::exp(double(logits[r * v + j]) - mx);
-    const auto t = static_cast<std::size_t>(target[r]);
-    loss += std::log(sum) + mx - double(logits[r * v + t]);
+    stats[2 * r] = static_cast<T>(mx + std::log(sum));
+    const std::int64_t t = target[r] - first;
+    if (t >= 0 && t < static_cast<std::int64_t>(v)) stats[2 * r + 1] = logits[r * v + static_cast<std::size_t>(t)];
+  }
+}
+
+//! The cross-entropy of rows whose vocabulary is cut into `shards` shards, from every shard's
+//! statistics (`stats` [shards][n][2], cross_entropy_statistics) and this shard's logits
+//! (tokens [first, first + v)): returns the rows' summed loss; dlogits = (softmax - onehot) *
+//! scale over this shard for rows with a target, 0 otherwise. Every shard computes the same
+//! loss bits (the statistics are combined in shard order).
+template <class T>
+double cross_entropy_from_statistics(const std::vector<T>& logits, const std::vector<std::int64_t>& target, std::size_t v,
+                                     std::int64_t first, std::span<const T> stats, int shards, std::vector<T>& dlogits, double scale) {
+  const std::size_t n = target.size();
+  dlogits.assign(n * v, T(0));
+  double loss = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (target[r] < 0) continue;
+    double mx = stats[2 * r], picked = 0;
+    for (int s = 0; s < shards; ++s) mx = std::max(mx, double(stats[(static_cast<std::size_t>(s) * n + r) * 2]));
+    double sum = 0;
+    for (int s = 0; s < shards; ++s) {
+      sum += std::exp(double(stats[(static_cast<std::size_t>(s) * n + r) * 2]) - mx);
+      picked += double(stats[(static_cast<std::size_t>(s) * n + r) * 2 + 1]);
+    }
+    const double lse = mx + std::log(sum);
+    loss += lse - picked;
+    const std::int64_t t = target[r] - first;
     for (std::size_t j = 0; j < v; ++j)
-      dlogits[r * v + j] = static_cast<T>((std::exp(double(logits[r * v + j]) - mx) / sum - (j == t ? 1.0 : 0.0)) * scale);
+      dlogits[r * v + j] = static_cast<T>((std::exp(double(logits[r * v + j]) - lse) - (static_cast<std::int64_t>(j) == t ? 1.0 : 0.0)) * scale);
   }
   return loss;
+}
+
+//! Cross-entropy of rows of logits [n][V] against targets (-1: no target), summed; dlogits =
+//! (softmax - onehot) * scale for rows with a target, 0 otherwise: the one-shard case of the
+//! two above.
+template <class T>
+double cross_entropy(const std::vector<T>& logits, const std::vector<std::int64_t>& target, std::vector<T>& dlogits,
+                     std::size_t v, double scale) {
+  std::vector<T> stats(2 * target.size());
+  cross_entropy_statistics(logits, target, v, 0, std::span<T>(stats));
+  return cross_entropy_from_statistics(logits, target, v, 0, std::span<const T>(stats), 1, dlogits, scale);
 }
 
 }  // namespace train_gpt

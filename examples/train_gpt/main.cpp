@@ -4,7 +4,7 @@
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K] [--gradient-check N]
-//             [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
+//             [--tp N] [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
 //             [--record FILE] [--write-job FILE]
 //             [--world host|device|nccl] [--device d] [--rank r] [--id-file F]
 // Every step of a host run (the reference's too) is one step program (step/build.hpp) that
@@ -18,17 +18,21 @@
 //      micro_batched) gives a micro-batch per pass (step.hpp plan_steps); the step's execution
 //      is one: a micro-batch whose planner chose another than the first micro-batch's is
 //      planned with the first's;
-//   2. the step plan (step/step_plan.hpp): one replica of TP 1, CP = the N x P ranks of a
-//      stage, PP = --stages S, rank (c, s) = s x N x P + c, on the cluster of S x N nodes of P
-//      GPUs; each micro-batch's CP layout its plan; the schedule from --schedule and
+//   2. the step plan (step/step_plan.hpp): --dp D replicas (each its equal token share of
+//      the step's whole documents) of TP = --tp (dividing P: a TP group stays on one node), CP
+//      = N x P / TP, PP = --stages S, rank (t, c, s, d) in Megatron-LM's order
+//      (parallel_layout::rank_of: t + TP (c + CP (d + D s))), on the cluster of D x S x N nodes
+//      of P GPUs (the micro-batches are planned on the CP group's topology,
+//      step/cp_group_topology.hpp); each micro-batch's CP layout its plan; the schedule from --schedule and
 //      --virtual-stages; the layers split over the S x V virtual stages (cost/layer_split.hpp,
 //      the first ones one more); the layers recomputed from --checkpoint
 //      (checkpoint/any_checkpoint_policy.hpp: a recomputed layer keeps only its input and runs
 //      its forward, attention included, again right before its backward; the reference keeps
 //      everything, so parity also proves the recomputation exact); the gradients all-reduced
-//      over each stage's ranks. Every element is sizeof(T) bytes;
+//      over the ranks holding the same parameters. Every element is sizeof(T) bytes;
 //   3. each rank runs its part of the step program with the GPT as its step model
-//      (step_model.hpp): its (token, target, position) rows dispatched to the layout of the
+//      (step_model.hpp; with TP its shard of the heads, the MLP and the vocabulary,
+//      tensor_parallel.hpp): its (token, target, position) rows dispatched to the layout of the
 //      linear modules (exec/relayout.hpp, exec/linear_layout.hpp: the token-balanced layout
 //      where the method remaps), the embedding, per layer RMSNorm, Q/K/V, rotary embedding at
 //      the token's position in its document, Q|K|V to the attention layout, the library's
@@ -36,8 +40,8 @@
 //      projection, MLP; the LM head and the next-token cross-entropy (gpt.hpp); the backward
 //      through the same path; the hidden states of the rank's rows between stages;
 //   4. the gradients of a stage's parameters, summed over its ranks by the program's ring
-//      all-reduce (the same bits on every rank), go into AdamW; the loss is gathered from the
-//      last stage.
+//      all-reduces (the same bits on every rank; with TP per TP index, and the norms' over the
+//      TP ranks), go into AdamW; the loss is gathered from the last stage.
 // The reference is the same code with one rank and one micro-batch. Prints a progress bar on a
 // terminal (plain lines otherwise) and, last,
 //   loss parity: max |loss - reference| = X over S steps
@@ -76,6 +80,7 @@
 #include <zeppelin/schedule/pipeline/any_schedule.hpp>
 #include <zeppelin/sim/methods.hpp>
 #include <zeppelin/step/build.hpp>
+#include <zeppelin/step/cp_group_topology.hpp>
 #include <zeppelin/step/make_plan.hpp>
 #include <zeppelin/step/record.hpp>
 
@@ -88,9 +93,11 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 using namespace zeppelin;
@@ -154,70 +161,106 @@ double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy
   return train_gpt::forward_backward(attention, cfg, recompute, rows, 1.0 / step.targets, w, grads);
 }
 
-// The micro-batches of one step (see the file comment, 1.), planned for `group`, a stage's ranks.
+// The micro-batches of one step (see the file comment, 1.), planned for `group`, a stage's CP
+// ranks: per replica, its share of the step's documents (whole documents, equal token shares)
+// cut into micro-batches. One execution for all: a micro-batch whose planner chose another
+// than the first's is planned with the first's.
 template <class T>
-std::vector<planned_step<T>> plan_micro_batches(const options& o, const train_gpt::step_batch& sb, const topology& group,
-                                                const method_spec& requested) {
-  std::vector<planned_step<T>> out;
-  for (train_gpt::step_batch& part : train_gpt::split_documents(sb, o.micro_batch_count())) {
-    std::vector<planned_step<T>> planned = train_gpt::plan_steps<T>(part, group, requested, o.model);
-    if (!out.empty() && planned.front().options != out.front().options)
-      planned = train_gpt::plan_steps<T>(std::move(part), group, out.front().executed, o.model);
-    for (planned_step<T>& p : planned) {
-      ZEPPELIN_EXPECTS(out.empty() || p.options == out.front().options, "train_gpt: a step's micro-batches need one execution",
-                       {{"micro_batch", double(out.size())}});
-      out.push_back(std::move(p));
+std::vector<std::vector<planned_step<T>>> plan_micro_batches(const options& o, const train_gpt::step_batch& sb, const topology& group,
+                                                             const method_spec& requested) {
+  std::vector<train_gpt::step_batch> shares = train_gpt::split_documents(sb, o.dp);
+  ZEPPELIN_EXPECTS(static_cast<int>(shares.size()) == o.dp, "train_gpt: a step has fewer documents than data-parallel replicas",
+                   {{"documents", double(sb.lengths.size())}, {"dp", double(o.dp)}, {"tokens", double(o.tokens)}});
+  std::vector<std::vector<planned_step<T>>> out;
+  std::optional<std::pair<method_spec, program_options>> first;  // the step's first micro-batch's execution
+  for (train_gpt::step_batch& share : shares) {
+    std::vector<planned_step<T>>& mine = out.emplace_back();
+    for (train_gpt::step_batch& part : train_gpt::split_documents(share, o.micro_batch_count())) {
+      std::vector<planned_step<T>> planned = train_gpt::plan_steps<T>(part, group, requested, o.model);
+      if (first && planned.front().options != first->second) planned = train_gpt::plan_steps<T>(std::move(part), group, first->first, o.model);
+      for (planned_step<T>& p : planned) {
+        if (!first) first.emplace(p.executed, p.options);
+        ZEPPELIN_EXPECTS(p.options == first->second, "train_gpt: a step's micro-batches need one execution",
+                         {{"replica", double(out.size() - 1)}, {"micro_batch", double(mine.size())}});
+        mine.push_back(std::move(p));
+      }
     }
   }
   return out;
 }
 
-// The step plan of one step (see the file comment, 2.) on `cluster`, from its micro-batches'
-// plans (their documents in order are the step's).
-template <class T>
-step_plan plan_of_step(const options& o, const topology& cluster, const model_config& model, const any_checkpoint_policy& recompute,
-                       const std::vector<planned_step<T>>& micro_batches) {
-  const int R = o.nodes * o.gpus_per_node;
-  step_plan p;
-  p.nodes = cluster.nodes();
-  p.gpus_per_node = cluster.gpus_per_node();
-  p.sync = gradient_sync::all_reduce;
+// The job's TP x CP x PP x DP degrees (see the file comment, 2.).
+parallel_layout layout_of(const options& o) { return {o.tp, o.nodes * o.gpus_per_node / o.tp, o.stages, o.dp}; }
+
+// Replica d's shape and ranks, in Megatron-LM's order (parallel_layout::rank_of: TP fastest,
+// then CP, DP, PP), before its micro-batches.
+step_replica replica_shape(const options& o, int d) {
+  const parallel_layout l = layout_of(o);
   step_replica r;
-  r.tp = 1, r.cp = R, r.pp = o.stages;
-  for (int s = 0; s < o.stages; ++s)
-    for (int c = 0; c < R; ++c) r.ranks.push_back(s * R + c);
+  r.tp = l.tp, r.cp = l.cp, r.pp = l.pp;
+  for (int s = 0; s < r.pp; ++s)
+    for (int c = 0; c < r.cp; ++c)
+      for (int t = 0; t < r.tp; ++t) r.ranks.push_back(l.rank_of({t, c, s, d}));
+  return r;
+}
+
+// Replica `r` of a step: its micro-batches' pieces (their documents appended to `documents`)
+// and CP layouts, the schedule, the layers per virtual stage and those recomputed.
+template <class T>
+step_replica replica_of_step(const options& o, const model_config& model, const any_checkpoint_policy& recompute, step_replica r,
+                             const std::vector<planned_step<T>>& micro_batches, std::vector<token_count>& documents) {
   r.schedule = make_pipeline_schedule(o.schedule, o.chunks());
   r.layers = split_layers(model.layers, o.stages * o.chunks());
   for (const planned_step<T>& mb : micro_batches) {
     step_micro_batch x;
     const batch& b = mb.data.lengths;
     for (sequence_index q = 0; q < b.size(); ++q) {
-      x.pieces.push_back({static_cast<std::int64_t>(p.documents.size()), 0, b.length(q)});
-      p.documents.push_back(b.length(q));
+      x.pieces.push_back({static_cast<std::int64_t>(documents.size()), 0, b.length(q)});
+      documents.push_back(b.length(q));
     }
     x.layout = mb.layout;
     r.micro_batches.push_back(std::move(x));
   }
   r.recompute = recompute_counts(r, recompute);
-  p.replicas.push_back(std::move(r));
+  return r;
+}
+
+// The step plan of one step (see the file comment, 2.) on `cluster`, from each replica's
+// micro-batches' plans (their documents in order are the step's).
+template <class T>
+step_plan plan_of_step(const options& o, const topology& cluster, const model_config& model, const any_checkpoint_policy& recompute,
+                       const std::vector<std::vector<planned_step<T>>>& replicas) {
+  step_plan p;
+  p.nodes = cluster.nodes();
+  p.gpus_per_node = cluster.gpus_per_node();
+  p.sync = gradient_sync::all_reduce;
+  for (int d = 0; d < o.dp; ++d)
+    p.replicas.push_back(replica_of_step(o, model, recompute, replica_shape(o, d), replicas[static_cast<std::size_t>(d)], p.documents));
   return p;
 }
 
-// Trains o.steps steps on o.stages x o.nodes x o.gpus_per_node host thread ranks, each step one
+// Trains o.steps steps on o.dp x o.stages x o.nodes x o.gpus_per_node host thread ranks, each step one
 // step program (see the file comment); writes `outputs` of step 0.
 template <class T>
 run_result train(const options& o, const any_checkpoint_policy& recompute, bool progress, const char* label, const step_outputs& outputs) {
   const gpt_config& cfg = o.model;
   const method_spec requested = method_or_partitioner(o.method);
   train_gpt::corpus data = train_gpt::corpus_of(o);
-  const topology group = cluster_by_name(o.cluster, o.nodes, o.gpus_per_node);  // a stage's ranks: what a micro-batch is planned on
-  const topology cluster = cluster_by_name(o.cluster, o.stages * o.nodes, o.gpus_per_node);
-  const rank_index R = group.num_ranks(), world_ranks = cluster.num_ranks();
+  const topology cluster = cluster_by_name(o.cluster, o.dp * o.stages * o.nodes, o.gpus_per_node);
+  const step_replica shape = replica_shape(o, 0);
+  const topology group = cp_group_topology(cluster, shape, 0, 0);  // a stage's CP ranks: what a micro-batch is planned on
+  const rank_index TP = shape.tp, world_ranks = cluster.num_ranks();
   const model_config model = train_gpt::gpt_model_config(cfg, static_cast<int>(sizeof(T)));
-  // every rank keeps its own copy of the parameters and optimizer state, as processes would
-  // (with pipeline stages a rank uses and updates only its stage's layers)
-  std::vector<gpt_params<T>> params(static_cast<std::size_t>(world_ranks), train_gpt::init_params<T>(cfg, o.seed));
-  std::vector<train_gpt::adamw<T>> optimizers(static_cast<std::size_t>(world_ranks), train_gpt::fresh_adamw<T>(o));
+  // every rank keeps its own copy of its TP shard of the parameters and optimizer state, as
+  // processes would (with pipeline stages a rank uses and updates only its stage's layers)
+  const gpt_params<T> initial = train_gpt::init_params<T>(cfg, o.seed);
+  std::vector<gpt_params<T>> params;
+  std::vector<train_gpt::adamw<T>> optimizers;
+  for (rank_index r = 0; r < world_ranks; ++r) {
+    const train_gpt::tp_shard shard{TP, r % TP};
+    params.push_back(train_gpt::shard_params(cfg, initial, shard));
+    optimizers.push_back(train_gpt::fresh_adamw<T>(o, train_gpt::shard_config(cfg, shard)));
+  }
   host_loopback_world world{.ranks = world_ranks, .gpus_per_node = cluster.gpus_per_node(), .timeout = std::chrono::seconds(600)};
 
   run_result result;
@@ -225,12 +268,13 @@ run_result train(const options& o, const any_checkpoint_policy& recompute, bool 
     const auto start = std::chrono::steady_clock::now();
     const train_gpt::step_batch sb = data.next(step, o.tokens);
     const auto tokens = static_cast<double>(sb.lengths.total_tokens());
-    const std::vector<planned_step<T>> micro_batches = plan_micro_batches<T>(o, sb, group, requested);
+    const std::vector<std::vector<planned_step<T>>> micro_batches = plan_micro_batches<T>(o, sb, group, requested);
     double targets = 0;
-    for (const planned_step<T>& mb : micro_batches) targets += mb.targets;
-    result.executed = std::string(micro_batches.back().executed.name);
+    for (const std::vector<planned_step<T>>& replica : micro_batches)
+      for (const planned_step<T>& mb : replica) targets += mb.targets;
+    result.executed = std::string(micro_batches.back().back().executed.name);
     step_program_options po;
-    po.attention = micro_batches.front().options;
+    po.attention = micro_batches.front().front().options;
     po.activation_bytes = po.parameter_bytes = po.gradient_bytes = po.accumulator_bytes = static_cast<int>(sizeof(T));
     const step_program prog = make_step_program(plan_of_step(o, cluster, model, recompute, micro_batches), cluster, model, po);
     if (step == 0 && !outputs.job.empty()) {
@@ -242,12 +286,15 @@ run_result train(const options& o, const any_checkpoint_policy& recompute, bool 
     double step_loss = 0;
     std::mutex m;
     world.run([&](host_loopback_comm& c) {
-      const rank_index stage = c.rank() / R;
-      std::vector<rank_index> members(static_cast<std::size_t>(R));
-      for (rank_index i = 0; i < R; ++i) members[static_cast<std::size_t>(i)] = stage * R + i;
+      // the CP ranks of the rank's replica, stage and TP index: the dispatch's communicator
+      const step_position at = prog.positions.at(static_cast<std::size_t>(c.rank()));
+      const step_replica& replica = prog.replica(at.replica);
+      std::vector<rank_index> members;
+      for (int i = 0; i < replica.cp; ++i) members.push_back(replica.rank_of(at.tp, i, at.stage));
       sub_communicator<host_loopback_comm> stage_comm(c, members);
       const auto ri = static_cast<std::size_t>(c.rank());
-      train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(prog, c.rank(), stage_comm, cfg, micro_batches, params[ri], 1.0 / targets);
+      train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(prog, c.rank(), stage_comm, cfg,
+                                                                  micro_batches[static_cast<std::size_t>(at.replica)], params[ri], 1.0 / targets);
       step_record mine;
       run_step_rank(prog, rank_model, c, recording ? &mine : nullptr);
       // the loss of every rank's rows (nonzero on the last stage), summed in rank order
@@ -260,7 +307,7 @@ run_result train(const options& o, const any_checkpoint_policy& recompute, bool 
                    std::span<const token_count>(ones), "loss gather");
       double loss = 0;
       for (const double x : losses) loss += x;
-      gpt_params<T> g = train_gpt::zero_params<T>(cfg);
+      gpt_params<T> g = train_gpt::zero_params<T>(train_gpt::shard_config(cfg, {TP, at.tp}));
       rank_model.gradients_into(g);
       optimizers[ri].step(params[ri], g);
       std::lock_guard lock(m);
@@ -272,10 +319,15 @@ run_result train(const options& o, const any_checkpoint_policy& recompute, bool 
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     train_gpt::report_step(result, progress, label, step, o.steps, step_loss, tokens, seconds);
   }
-  // the ranks of one stage must hold identical parameters, bit for bit
-  for (std::size_t r = 0; r < params.size(); ++r)
-    ZEPPELIN_EXPECTS(train_gpt::flatten(params[r]) == train_gpt::flatten(params[r - r % static_cast<std::size_t>(R)]),
-                     "the ranks of a stage hold different parameters after training", {{"rank", double(r)}});
+  // the CP ranks and replicas of one stage and TP index must hold identical parameters, bit
+  // for bit (a rank is compared with CP rank 0 of its stage and TP index in replica 0)
+  const parallel_layout l = layout_of(o);
+  for (rank_index r = 0; r < world_ranks; ++r) {
+    const layout_coordinates at = l.coordinates_of(r);
+    const rank_index same = l.rank_of({at.tp, 0, at.pp, 0});
+    ZEPPELIN_EXPECTS(train_gpt::flatten(params[static_cast<std::size_t>(r)]) == train_gpt::flatten(params[static_cast<std::size_t>(same)]),
+                     "the CP ranks and replicas of a stage hold different parameters after training", {{"rank", double(r)}, {"same_as", double(same)}});
+  }
   return result;
 }
 
@@ -347,15 +399,19 @@ int run(const options& o, const step_outputs& outputs) {
   // the reference keeps every activation on one rank, its step's documents not cut into
   // micro-batches; the ranks recompute what --checkpoint says
   options one_rank = o;
-  one_rank.nodes = 1, one_rank.gpus_per_node = 1, one_rank.stages = 1, one_rank.micro_batches = 1;
+  one_rank.nodes = 1, one_rank.gpus_per_node = 1, one_rank.stages = 1, one_rank.micro_batches = 1, one_rank.tp = 1, one_rank.dp = 1;
   one_rank.schedule = pipeline_schedule_kind::one_f_one_b;
   const run_result reference = train<T>(one_rank, {no_recompute{}}, progress, "reference", {});
   const run_result distributed = train<T>(o, checkpoint_policy_by_name(o.checkpoint), progress, "ranks", outputs);
   const auto [worst, scale] = train_gpt::max_loss_gap(reference, distributed);
   const double tolerance = o.fp32 ? 1e-4 * std::max(1.0, scale) : 1e-10;
   std::printf("loss: %.6f -> %.6f; tokens/s: reference %.0f, %d ranks %.0f (method %s, last step: %s)\n", reference.loss.front(),
-              reference.loss.back(), reference.tokens / reference.seconds, t.num_ranks() * o.stages,
+              reference.loss.back(), reference.tokens / reference.seconds, t.num_ranks() * o.stages * o.dp,
               distributed.tokens / distributed.seconds, o.method.c_str(), distributed.executed.c_str());
+  if (o.dp > 1) std::printf("data parallelism: %d replicas, each its share of the step's documents\n", o.dp);
+  if (o.tp > 1)
+    std::printf("tensor parallelism: %d ranks per TP group (the heads, the MLP and the vocabulary split), %d CP ranks per stage\n", o.tp,
+                t.num_ranks() / o.tp);
   if (o.pipelined())
     std::printf("pipeline: %d stage(s) of %d ranks, %s schedule, %d virtual stage(s) per stage, up to %d micro-batches per step\n",
                 o.stages, t.num_ranks(), std::string(to_string(o.schedule)).c_str(), o.chunks(), o.micro_batch_count());
@@ -396,6 +452,8 @@ int main(int argc, char** argv) {
   app.add_flag("--fp32", o.fp32, "train in fp32 (default fp64)");
   app.add_option("--checkpoint", o.checkpoint, "layers the ranks recompute in backward: none, full, selective:K")
       ->capture_default_str();
+  add_integer_option(&app, "--tp", o.tp, "tensor-parallel ranks per group (divides --gpus-per-node)")->check(CLI::Range(1, 64));
+  add_integer_option(&app, "--dp", o.dp, "data-parallel replicas, each --stages x --nodes x --gpus-per-node ranks")->check(CLI::Range(1, 16));
   add_integer_option(&app, "--stages", o.stages, "pipeline stages, each a group of nodes x gpus-per-node ranks")->check(CLI::Range(1, 16));
   add_integer_option(&app, "--micro-batches", o.micro_batches, "micro-batches per step (whole documents; 0: the stage count)")
       ->check(CLI::Range(0, 256));
@@ -437,6 +495,12 @@ int main(int argc, char** argv) {
                      "every virtual pipeline stage needs a layer: --layers must be at least --stages (times "
                      "--virtual-stages with the interleaved schedule)",
                      {{"layers", double(o.model.layers)}, {"stages", double(o.stages)}, {"virtual_stages", double(o.chunks())}});
+    ZEPPELIN_EXPECTS(o.gpus_per_node % o.tp == 0, "a TP group stays on one node: --tp must divide --gpus-per-node",
+                     {{"tp", double(o.tp)}, {"gpus_per_node", double(o.gpus_per_node)}});
+    train_gpt::check_tensor_parallel(o.model, o.tp);
+    ZEPPELIN_EXPECTS((o.tp == 1 && o.dp == 1) || (o.world == train_gpt::world_kind::host && o.gradient_check == 0),
+                     "--tp and --dp run in the host world's training (not --gradient-check or a GPU world)",
+                     {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
     ZEPPELIN_EXPECTS(o.gradient_check == 0 || !o.pipelined(), "--gradient-check runs without pipeline stages or micro-batches",
                      {{"stages", double(o.stages)}, {"micro_batches", double(o.micro_batch_count())}});
     ZEPPELIN_EXPECTS((outputs.record.empty() && outputs.job.empty()) || (o.world == train_gpt::world_kind::host && o.gradient_check == 0),

@@ -34,6 +34,8 @@ struct options {
   bool fp32 = false;
   int gradient_check = 0;  //!< coordinates to check; 0: train
   std::string checkpoint = "none";  //!< checkpoint/any_checkpoint_policy.hpp text form
+  int tp = 1;                       //!< tensor-parallel ranks per group (on one node)
+  int dp = 1;                       //!< data-parallel replicas, each a whole pipeline
   int stages = 1;                   //!< pipeline stages, each a group of nodes x gpus_per_node ranks
   int micro_batches = 0;            //!< per step; 0: the stage count
   zeppelin::pipeline_schedule_kind schedule = zeppelin::pipeline_schedule_kind::one_f_one_b;

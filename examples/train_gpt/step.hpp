@@ -28,6 +28,7 @@
 
 #include "corpus.hpp"
 #include "gpt.hpp"
+#include "tensor_parallel.hpp"
 
 #include "../common/priced_model.hpp"
 
@@ -288,7 +289,7 @@ struct host_attention {
   execution_record* record = nullptr;
 
   std::vector<T> forward(const std::vector<T>& qkv_rows, layer_cache<T>& k) const {
-    const auto D = static_cast<std::size_t>(cfg.dim), H = static_cast<std::size_t>(cfg.heads), kvw = static_cast<std::size_t>(cfg.kv_width());
+    const auto D = static_cast<std::size_t>(cfg.q_width()), H = static_cast<std::size_t>(cfg.heads), kvw = static_cast<std::size_t>(cfg.kv_width());
     const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
     std::vector<T> att(na * qkv);
     to_attention_layout(engine, c, layout, pass_kind::forward, std::span<const T>(qkv_rows), std::span<T>(att),
@@ -304,7 +305,7 @@ struct host_attention {
   }
 
   std::vector<T> backward(const std::vector<T>& d_o, const layer_cache<T>& k) const {
-    const auto D = static_cast<std::size_t>(cfg.dim), kvw = static_cast<std::size_t>(cfg.kv_width());
+    const auto D = static_cast<std::size_t>(cfg.q_width()), kvw = static_cast<std::size_t>(cfg.kv_width());
     const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
     std::vector<T> a_do(na * D), adq(na * D), adk(na * kvw), adv(na * kvw);
     to_attention_layout(engine, c, layout, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do),
@@ -320,23 +321,29 @@ struct host_attention {
   }
 };
 
-// The embedding of the rows' tokens: [n][D].
+// The embedding of the rows' tokens: [n][D]. A TP shard holds the vocabulary's block
+// shard.index (cfg.vocab tokens, tensor_parallel.hpp) and gives zeros for the other tokens.
 template <class T>
-std::vector<T> embed(const gpt_config& cfg, const gpt_params<T>& w, const linear_rows& rows) {
+std::vector<T> embed(const gpt_config& cfg, const gpt_params<T>& w, const linear_rows& rows, const tp_shard& shard = {}) {
   const auto D = static_cast<std::size_t>(cfg.dim);
-  std::vector<T> x(rows.n * D);
+  const std::int64_t first = std::int64_t{shard.index} * cfg.vocab;
+  std::vector<T> x(rows.n * D, T(0));
   for (std::size_t r = 0; r < rows.n; ++r)
-    std::copy_n(w.embed.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rows.tok[r]) * D), D,
-                x.begin() + static_cast<std::ptrdiff_t>(r * D));
+    if (rows.tok[r] >= first && rows.tok[r] < first + cfg.vocab)
+      std::copy_n(w.embed.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rows.tok[r] - first) * D), D,
+                  x.begin() + static_cast<std::ptrdiff_t>(r * D));
   return x;
 }
 
-// Adds the embedding's gradient: dx [n][D] into the rows' token vectors.
+// Adds the embedding's gradient: dx [n][D] into the rows' token vectors (those of the shard's
+// vocabulary).
 template <class T>
-void embed_backward(const gpt_config& cfg, gpt_params<T>& g, const linear_rows& rows, const std::vector<T>& dx) {
+void embed_backward(const gpt_config& cfg, gpt_params<T>& g, const linear_rows& rows, const std::vector<T>& dx, const tp_shard& shard = {}) {
   const auto D = static_cast<std::size_t>(cfg.dim);
+  const std::int64_t first = std::int64_t{shard.index} * cfg.vocab;
   for (std::size_t r = 0; r < rows.n; ++r)
-    for (std::size_t i = 0; i < D; ++i) g.embed[static_cast<std::size_t>(rows.tok[r]) * D + i] += dx[r * D + i];
+    if (rows.tok[r] >= first && rows.tok[r] < first + cfg.vocab)
+      for (std::size_t i = 0; i < D; ++i) g.embed[static_cast<std::size_t>(rows.tok[r] - first) * D + i] += dx[r * D + i];
 }
 
 // The model parts of one layer (step/block.hpp's model_part), forward: each reads what the
@@ -344,41 +351,42 @@ void embed_backward(const gpt_config& cfg, gpt_params<T>& g, const linear_rows& 
 // the rotary embedding of k.x; returns the packed Q|K|V rows for the attention.
 template <class T>
 std::vector<T> attention_input_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k) {
-  const auto D = static_cast<std::size_t>(cfg.dim);
+  const auto D = static_cast<std::size_t>(cfg.dim), Q = static_cast<std::size_t>(cfg.q_width());
   const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
   const std::size_t kvw = KV * hd, n = rows.n;
   rmsnorm(k.x, lw.norm1, k.h1, k.inv1, n, D, cfg.eps);
-  matmul(k.h1, lw.wq, k.q, n, D, D);
+  matmul(k.h1, lw.wq, k.q, n, D, Q);
   matmul(k.h1, lw.wk, k.k, n, D, kvw);
   matmul(k.h1, lw.wv, k.v, n, D, kvw);
   rope(k.q, rows.pos, H, hd, cfg.rope_base, 1);
   rope(k.k, rows.pos, KV, hd, cfg.rope_base, 1);
-  return concat_columns<T>({&k.q, &k.k, &k.v}, {D, kvw, kvw}, n);
+  return concat_columns<T>({&k.q, &k.k, &k.v}, {Q, kvw, kvw}, n);
 }
 
-// attention_output: the output projection of the attention's k.o and the residual: k.x1.
+// attention_output: the output projection of the attention's k.o and the residual: k.x1 (a
+// TP shard's partial sum: the residual from shard 0 only).
 template <class T>
-void attention_output_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k) {
-  const auto D = static_cast<std::size_t>(cfg.dim);
-  std::vector<T> y;
-  matmul(k.o, lw.wo, y, rows.n, D, D);
-  k.x1 = k.x;
-  add(k.x1, y);
+void attention_output_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k,
+                              const tp_shard& shard = {}) {
+  const auto D = static_cast<std::size_t>(cfg.dim), Q = static_cast<std::size_t>(cfg.q_width());
+  matmul(k.o, lw.wo, k.x1, rows.n, Q, D);
+  if (shard.holds_residual()) add(k.x1, k.x);
 }
 
-// mlp: RMSNorm, W1, SiLU, W2 and the residual of k.x1; returns the layer's output.
+// mlp: RMSNorm, W1, SiLU, W2 and the residual of k.x1; returns the layer's output (a TP
+// shard's partial sum: the residual from shard 0 only).
 template <class T>
-std::vector<T> mlp_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k) {
+std::vector<T> mlp_forward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_cache<T>& k,
+                           const tp_shard& shard = {}) {
   const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
   const std::size_t n = rows.n;
   rmsnorm(k.x1, lw.norm2, k.h2, k.inv2, n, D, cfg.eps);
   matmul(k.h2, lw.w1, k.z, n, D, F);
   k.act.resize(k.z.size());
   for (std::size_t i = 0; i < k.z.size(); ++i) k.act[i] = k.z[i] * sigmoid(k.z[i]);
-  std::vector<T> y;
-  matmul(k.act, lw.w2, y, n, F, D);
-  std::vector<T> out = k.x1;
-  add(out, y);
+  std::vector<T> out;
+  matmul(k.act, lw.w2, out, n, F, D);
+  if (shard.holds_residual()) add(out, k.x1);
   return out;
 }
 
@@ -396,10 +404,11 @@ std::vector<T> layer_forward(const Attention& attention, const gpt_config& cfg, 
 
 // The parts' backward passes, in the order they run; each adds into the layer's parameter
 // gradients `gl`. mlp_backward: from the gradient dx of the layer's output, returns the
-// gradient of x1 (the residual's included).
+// gradient of x1 (the residual's included; a TP shard's partial sum, the residual's from
+// shard 0 only).
 template <class T>
 std::vector<T> mlp_backward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_params<T>& gl,
-                            const layer_cache<T>& k, const std::vector<T>& dx) {
+                            const layer_cache<T>& k, const std::vector<T>& dx, const tp_shard& shard = {}) {
   const auto D = static_cast<std::size_t>(cfg.dim), F = static_cast<std::size_t>(cfg.hidden);
   const std::size_t n = rows.n;
   // x_out = x1 + silu(norm2(x1) W1) W2
@@ -412,7 +421,7 @@ std::vector<T> mlp_backward(const gpt_config& cfg, const linear_rows& rows, cons
   }
   matmul_backward(k.h2, lw.w1, dz, dh2, gl.w1, n, D, F);
   rmsnorm_backward(k.x1, lw.norm2, k.inv2, dh2, dx1, gl.norm2, n, D);
-  add(dx1, dx);
+  if (shard.holds_residual()) add(dx1, dx);
   return dx1;
 }
 
@@ -421,32 +430,34 @@ std::vector<T> mlp_backward(const gpt_config& cfg, const linear_rows& rows, cons
 template <class T>
 std::vector<T> attention_output_backward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_params<T>& gl,
                                          const layer_cache<T>& k, const std::vector<T>& dx1) {
-  const auto D = static_cast<std::size_t>(cfg.dim);
+  const auto D = static_cast<std::size_t>(cfg.dim), Q = static_cast<std::size_t>(cfg.q_width());
   std::vector<T> d_o;
-  matmul_backward(k.o, lw.wo, dx1, d_o, gl.wo, rows.n, D, D);
+  matmul_backward(k.o, lw.wo, dx1, d_o, gl.wo, rows.n, Q, D);
   return d_o;
 }
 
 // attention_input_backward: from the attention's packed dQ|dK|dV rows and dx1 (the residual
-// path), returns the gradient of the layer's input.
+// path), returns the gradient of the layer's input (a TP shard's partial sum, the residual's
+// from shard 0 only).
 template <class T>
 std::vector<T> attention_input_backward(const gpt_config& cfg, const linear_rows& rows, const layer_params<T>& lw, layer_params<T>& gl,
-                                        const layer_cache<T>& k, const std::vector<T>& grad, const std::vector<T>& dx1) {
-  const auto D = static_cast<std::size_t>(cfg.dim);
+                                        const layer_cache<T>& k, const std::vector<T>& grad, const std::vector<T>& dx1,
+                                        const tp_shard& shard = {}) {
+  const auto D = static_cast<std::size_t>(cfg.dim), Q = static_cast<std::size_t>(cfg.q_width());
   const auto H = static_cast<std::size_t>(cfg.heads), KV = static_cast<std::size_t>(cfg.kv_heads), hd = static_cast<std::size_t>(cfg.head_dim());
-  const std::size_t kvw = KV * hd, qkv = D + 2 * kvw, n = rows.n;
+  const std::size_t kvw = KV * hd, qkv = Q + 2 * kvw, n = rows.n;
   // x1 = x + attention(rope(norm1(x) Wq), rope(norm1(x) Wk), norm1(x) Wv) Wo
   std::vector<T> dxq, dxk, dxv, dxn;
-  std::vector<T> dq = columns(grad, n, qkv, 0, D), dk = columns(grad, n, qkv, D, kvw), dv = columns(grad, n, qkv, D + kvw, kvw);
+  std::vector<T> dq = columns(grad, n, qkv, 0, Q), dk = columns(grad, n, qkv, Q, kvw), dv = columns(grad, n, qkv, Q + kvw, kvw);
   rope(dq, rows.pos, H, hd, cfg.rope_base, -1);
   rope(dk, rows.pos, KV, hd, cfg.rope_base, -1);
-  matmul_backward(k.h1, lw.wq, dq, dxq, gl.wq, n, D, D);
+  matmul_backward(k.h1, lw.wq, dq, dxq, gl.wq, n, D, Q);
   matmul_backward(k.h1, lw.wk, dk, dxk, gl.wk, n, D, kvw);
   matmul_backward(k.h1, lw.wv, dv, dxv, gl.wv, n, D, kvw);
   add(dxq, dxk);
   add(dxq, dxv);
   rmsnorm_backward(k.x, lw.norm1, k.inv1, dxq, dxn, gl.norm1, n, D);
-  add(dxn, dx1);
+  if (shard.holds_residual()) add(dxn, dx1);
   return dxn;
 }
 
@@ -465,23 +476,44 @@ std::vector<T> layer_backward(const Attention& attention, const gpt_config& cfg,
 // What the head keeps between its forward and backward.
 template <class T>
 struct head_cache {
-  std::vector<T> x, hf, inv_f, dlogits;
+  std::vector<T> x, hf, inv_f, logits, dlogits;
+  std::vector<T> stats;  //!< [tp shards][rows][2]: cross_entropy_statistics of every shard
 };
 
-// Final RMSNorm, LM head and cross-entropy of the rows (each row's loss times `scale` goes
-// into dlogits); returns the rows' summed cross-entropy.
+// Final RMSNorm and LM head of the rows (a TP shard: its vocabulary block's logits), and the
+// shard's cross-entropy statistics at its place in h.stats; the other shards' places are left
+// for the program's all-gather (step/block.hpp loss_statistics).
+template <class T>
+void head_logits(const gpt_config& cfg, const gpt_params<T>& w, const linear_rows& rows, std::vector<T> x, head_cache<T>& h,
+                 const tp_shard& shard = {}) {
+  const auto D = static_cast<std::size_t>(cfg.dim), V = static_cast<std::size_t>(cfg.vocab);
+  h.x = std::move(x);
+  rmsnorm(h.x, w.norm_final, h.hf, h.inv_f, rows.n, D, cfg.eps);
+  matmul(h.hf, w.lm_head, h.logits, rows.n, D, V);
+  h.stats.assign(static_cast<std::size_t>(shard.tp) * rows.n * 2, T(0));
+  cross_entropy_statistics(h.logits, rows.tgt, V, std::int64_t{shard.index} * cfg.vocab,
+                           std::span<T>(h.stats).subspan(static_cast<std::size_t>(shard.index) * rows.n * 2, rows.n * 2));
+}
+
+// The rows' summed cross-entropy from every shard's statistics (each row's loss times `scale`
+// goes into h.dlogits).
+template <class T>
+double head_loss(const gpt_config& cfg, const linear_rows& rows, head_cache<T>& h, double scale, const tp_shard& shard = {}) {
+  return cross_entropy_from_statistics(h.logits, rows.tgt, static_cast<std::size_t>(cfg.vocab), std::int64_t{shard.index} * cfg.vocab,
+                                       std::span<const T>(h.stats), shard.tp, h.dlogits, scale);
+}
+
+// Final RMSNorm, LM head and cross-entropy of the rows on one rank holding the whole head;
+// returns the rows' summed cross-entropy.
 template <class T>
 double head_forward(const gpt_config& cfg, const gpt_params<T>& w, const linear_rows& rows, std::vector<T> x, head_cache<T>& h,
                     double scale) {
-  const auto D = static_cast<std::size_t>(cfg.dim), V = static_cast<std::size_t>(cfg.vocab);
-  std::vector<T> logits;
-  h.x = std::move(x);
-  rmsnorm(h.x, w.norm_final, h.hf, h.inv_f, rows.n, D, cfg.eps);
-  matmul(h.hf, w.lm_head, logits, rows.n, D, V);
-  return cross_entropy(logits, rows.tgt, h.dlogits, V, scale);
+  head_logits(cfg, w, rows, std::move(x), h);
+  return head_loss(cfg, rows, h, scale);
 }
 
-// The head's backward: adds into the LM head and final norm gradients; returns dx.
+// The head's backward: adds into the LM head and final norm gradients; returns dx (a TP
+// shard's partial sum).
 template <class T>
 std::vector<T> head_backward(const gpt_config& cfg, const gpt_params<T>& w, gpt_params<T>& g, const linear_rows& rows,
                              const head_cache<T>& h) {

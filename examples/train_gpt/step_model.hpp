@@ -2,43 +2,54 @@
 // train_gpt's GPT as the step runner's model (exec/step_runner.hpp's step_model) for one rank
 // of the host world: what the rank computes, keeps and hands the runner when it runs its part
 // of a step program; and gpt_model_config, the GPT as the library's model_config.
-//   in : the step program (one replica: TP 1, a stage's CP ranks, pp stages), the rank's world
-//        rank, its stage's communicator (the stage's CP ranks, for the dispatch), the model,
-//        the micro-batches' plans (step.hpp plan_step, in the program's micro-batch order:
-//        their plans are the program's CP layouts), the rank's parameters and the loss scale
-//        (1 / the step's targets: the gradients are those of the step's mean loss)
+//   in : the step program (replicas of tp x cp ranks per stage, pp stages; TP with all-reduces),
+//        the rank's world rank, the communicator of its replica's CP ranks of its stage and
+//        TP index (the dispatch), the model, its replica's micro-batches' plans (step.hpp
+//        plan_step, in the program's micro-batch order: their plans are the program's CP
+//        layouts), the rank's TP shard of the parameters (tensor_parallel.hpp shard_params)
+//        and the loss scale (1 / the step's targets: the gradients are those of the step's
+//        mean loss)
 //   out: the runner's calls answered (buffer, compute, attention); afterwards loss() (the
-//        summed cross-entropy of the rank's rows, nonzero on the last stage), peak_kept() and
-//        gradients_into(g) (the stage's gradients, as the program's all-reduce left them)
-// Compute ops (step/block.hpp's model parts, step.hpp's functions), per micro-batch k and
-// virtual stage v of the rank, each layer's cache kept per (k, v, layer):
+//        summed cross-entropy of the rank's rows, nonzero on the last stage's TP index 0),
+//        peak_kept() and gradients_into(g) (the stage's gradients of the rank's shard, as the
+//        program's all-reduces left them)
+// Compute ops (step/block.hpp's model parts, step.hpp's functions on the rank's shard_config),
+// per micro-batch k and virtual stage v of the rank, each layer's cache kept per (k, v, layer):
 //   forward    embedding (the first virtual stage), then per layer attention_input, the
 //              attention (the micro-batch's engine, built from the program's attention
-//              program), attention_output, mlp; the head and the loss (the last virtual
-//              stage). The first `recompute` layers of (v, k) keep only their input.
+//              program with the shard's heads), attention_output, mlp; the head's logits and
+//              cross-entropy statistics (the last virtual stage). The first `recompute`
+//              layers of (v, k) keep only their input.
 //   recompute  those layers' forward parts again from the kept input, before their backward:
 //              the same arithmetic on the same values, so the same bits
-//   backward   the head's, then per layer from the last mlp, attention_output, the attention,
-//              attention_input; the embedding's last. Gradients add up over the micro-batches.
+//   backward   the loss from the TP ranks' statistics and the head's backward, then per
+//              layer from the last mlp, attention_output, the attention, attention_input; the
+//              embedding's last. Gradients add up over the micro-batches.
 // Tensors the program names (step_buffer):
 //   activation (k, v), activation_gradient (k, v)   the hidden states [rows][dim] leaving
 //              virtual stage v forward (their gradient: backward) for micro-batch k, rows the
 //              rank's rows of k's linear layout, which every stage shares (the sender's
 //              output, the receiver's next input)
-//   gradients (layer -1)   the flat gradients of exactly the parameters the rank's stage owns,
-//              in gpt_params::for_each order: the embedding (virtual stage 0's stage), the
-//              layers of its virtual stages ascending, the final norm and LM head (the last
-//              virtual stage's); flattened when the all-reduce first asks, after the rank's
-//              last backward; their count is checked against the program's stage parameters
-// A micro-batch's rows are dispatched (step.hpp dispatch_rows, collective over the stage)
-// by the rank's first compute op of it, which every rank of the stage reaches in the same order.
-// Errors: invalid_argument for a program of several replicas, TP, a tensor the model does not
-// hold (TP collectives, sliced documents' context, ZeRO shards), a gradient count or rows that
+//   layer_output, layer_input, loss_statistics   the TP collectives' tensors: the partial
+//              sums a part leaves (tensor_parallel.hpp), summed in place by the program's
+//              ring, and the head's statistics, all-gathered
+//   gradients (layer -1)   the flat gradients of exactly the parameters the rank's stage owns
+//              (its TP shard): the split tensors in gpt_params::for_each order (the embedding
+//              with virtual stage 0's stage, the layers of its virtual stages ascending, the
+//              LM head with the last virtual stage's), then the norms alike, the last
+//              step_program::stage_replicated_parameters; flattened when the sync first asks,
+//              after the rank's last backward; both counts are checked against the program's
+// A micro-batch's rows are dispatched (step.hpp dispatch_rows, collective over the CP ranks of
+// the rank's replica, stage and TP index) by the rank's first compute op of it, which every
+// rank of those reaches in the same order.
+// Errors: invalid_argument for a rank outside the program, sequence parallelism, a tensor the
+// model does not hold (sliced documents' context, ZeRO shards), a gradient count or rows that
 // differ from the program's, the gradients asked for before the last backward.
 #pragma once
 
 #include "gpt.hpp"
 #include "step.hpp"
+#include "tensor_parallel.hpp"
 
 #include <zeppelin/comm/sub_communicator.hpp>
 #include <zeppelin/core/error.hpp>
@@ -87,10 +98,14 @@ class gpt_step_model {
   gpt_step_model(const step_program& prog, rank_index rank, sub_communicator<W>& stage, const gpt_config& cfg,
                  const std::vector<planned_step<T>>& micro_batches, const gpt_params<T>& w, double loss_scale)
       : prog_(&prog), at_(prog.positions.at(static_cast<std::size_t>(rank))), stage_(&stage), cfg_(&cfg), micro_batches_(&micro_batches),
-        w_(&w), g_(zero_params<T>(cfg)), loss_scale_(loss_scale) {
-    ZEPPELIN_EXPECTS(prog.plan.replicas.size() == 1 && at_.replica == 0 && replica().tp == 1,
-                     "train_gpt's step model runs one replica without tensor parallelism",
-                     {{"replicas", double(prog.plan.replicas.size())}, {"rank", double(rank)}});
+        w_(&w), loss_scale_(loss_scale) {
+    ZEPPELIN_EXPECTS(at_.replica >= 0, "train_gpt's step model: the rank runs nothing in the step program", {{"rank", double(rank)}});
+    ZEPPELIN_EXPECTS(replica().tp_mode == tp_collectives::all_reduce || replica().tp == 1,
+                     "train_gpt's step model runs tensor parallelism with all-reduces (not sequence parallelism)",
+                     {{"tp", double(replica().tp)}});
+    shard_ = {replica().tp, at_.tp};
+    shard_cfg_ = shard_config(cfg, shard_);
+    g_ = zero_params<T>(shard_cfg_);
     const step_replica& r = replica();
     ZEPPELIN_EXPECTS(micro_batches.size() == r.micro_batches.size(), "train_gpt's step model needs one plan per micro-batch of the program",
                      {{"plans", double(micro_batches.size())}, {"micro_batches", double(r.micro_batches.size())}});
@@ -98,11 +113,19 @@ class gpt_step_model {
     slots_.resize(M * V);
     rows_.resize(M);
     engines_.resize(M);
-    std::int64_t owned = 0;
-    for_each_owned(g_, [&](std::vector<T>& t) { owned += static_cast<std::int64_t>(t.size()); });
-    const auto expected = static_cast<std::int64_t>(std::llround(prog.stage_parameters.at(0).at(static_cast<std::size_t>(at_.stage))));
-    ZEPPELIN_EXPECTS(owned == expected, "train_gpt's stage holds other parameters than the step program counts (model_config mismatch)",
-                     {{"stage", double(at_.stage)}, {"parameters", double(owned)}, {"program_parameters", double(expected)}});
+    std::int64_t owned = 0, replicated = 0;
+    for_each_owned(g_, [&](std::vector<T>& t, bool whole) {
+      owned += static_cast<std::int64_t>(t.size());
+      if (whole) replicated += static_cast<std::int64_t>(t.size());
+    });
+    const auto s = static_cast<std::size_t>(at_.stage);
+    const auto ri = static_cast<std::size_t>(at_.replica);
+    const auto expected = static_cast<std::int64_t>(std::llround(prog.stage_parameters.at(ri).at(s)));
+    const auto expected_replicated = static_cast<std::int64_t>(std::llround(prog.stage_replicated_parameters.at(ri).at(s)));
+    ZEPPELIN_EXPECTS(owned == expected && replicated == expected_replicated,
+                     "train_gpt's stage holds other parameters than the step program counts (model_config mismatch)",
+                     {{"stage", double(at_.stage)}, {"parameters", double(owned)}, {"program_parameters", double(expected)},
+                      {"replicated", double(replicated)}, {"program_replicated", double(expected_replicated)}});
     for (const step_op& op : prog.ranks.at(static_cast<std::size_t>(rank)))
       if (op.kind == step_op_kind::block && prog.blocks[static_cast<std::size_t>(op.index)].pass == step_pass::backward) ++backwards_left_;
   }
@@ -116,12 +139,14 @@ class gpt_step_model {
       if (!flattened_) {
         ZEPPELIN_EXPECTS(backwards_left_ == 0, "train_gpt's step model: the gradients were asked for before the rank's last backward",
                          {{"backwards_left", double(backwards_left_)}});
-        for_each_owned(g_, [&](std::vector<T>& x) { flat_.insert(flat_.end(), x.begin(), x.end()); });
+        for_each_owned(g_, [&](std::vector<T>& x, bool) { flat_.insert(flat_.end(), x.begin(), x.end()); });
         flattened_ = true;
       }
       t = &flat_;
+    } else if (b.tensor == step_tensor::layer_input || b.tensor == step_tensor::layer_output || b.tensor == step_tensor::loss_statistics) {
+      t = &tp_tensor(b);
     } else {
-      ZEPPELIN_THROW(invalid_argument, "train_gpt's step model holds no such tensor (it runs without TP, sliced documents or ZeRO-3)",
+      ZEPPELIN_THROW(invalid_argument, "train_gpt's step model holds no such tensor (it runs without sliced documents or ZeRO-3)",
                      {{"tensor", double(static_cast<int>(b.tensor))}, {"layer", double(b.layer)}});
     }
     const std::span<std::byte> bytes = std::as_writable_bytes(std::span<T>(*t));
@@ -133,7 +158,7 @@ class gpt_step_model {
   }
 
   void compute(const step_block& blk, const layer_op& op) {
-    const gpt_config& cfg = *cfg_;
+    const gpt_config& cfg = shard_cfg_;
     slot& s = slot_of(blk);
     const int k = blk.micro_batch, v = blk.virtual_stage;
     const linear_rows& r = rows(k);
@@ -142,16 +167,21 @@ class gpt_step_model {
     if (op.part == model_part::embedding) {
       if (forward) {
         s.layers.assign(static_cast<std::size_t>(blk.layers), {});
-        s.hidden = embed(cfg, *w_, r);
+        s.hidden = embed(cfg, *w_, r, shard_);
       } else {
-        embed_backward(cfg, g_, r, s.grad);
+        embed_backward(cfg, g_, r, s.grad, shard_);
         finish_backward(s);
       }
       return;
     }
     if (op.part == model_part::head) {
-      if (forward) loss_ += head_forward(cfg, *w_, r, std::move(s.hidden), s.head, loss_scale_);
-      else s.grad = head_backward(cfg, *w_, g_, r, s.head);
+      if (forward) {
+        head_logits(cfg, *w_, r, std::move(s.hidden), s.head, shard_);  // the TP ranks' statistics gather next
+        return;
+      }
+      const double loss = head_loss(cfg, r, s.head, loss_scale_, shard_);
+      if (shard_.holds_residual()) loss_ += loss;  // every TP rank computes the same loss: count it once
+      s.grad = head_backward(cfg, *w_, g_, r, s.head);
       return;
     }
     ZEPPELIN_EXPECTS(op.layer >= blk.first_layer && op.layer <= last_layer &&
@@ -172,7 +202,7 @@ class gpt_step_model {
           if (op.pass == step_pass::forward) c.x = std::move(s.hidden);  // a recomputation reads the kept input
           s.qkv = attention_input_forward(cfg, r, lw, c);
         } else {
-          s.grad = attention_input_backward(cfg, r, lw, gl, c, s.dqkv, s.dx1);
+          s.grad = attention_input_backward(cfg, r, lw, gl, c, s.dqkv, s.dx1, shard_);
           c = {};
           if (op.layer == blk.first_layer) {
             --backwards_left_;
@@ -184,12 +214,12 @@ class gpt_step_model {
         }
         return;
       case model_part::attention_output:
-        if (forward) attention_output_forward(cfg, r, lw, c);
+        if (forward) attention_output_forward(cfg, r, lw, c, shard_);
         else s.d_o = attention_output_backward(cfg, r, lw, gl, c, s.dx1);
         return;
       default:  // mlp
         if (forward) {
-          s.hidden = mlp_forward(cfg, r, lw, c);
+          s.hidden = mlp_forward(cfg, r, lw, c, shard_);
           if (op.pass != step_pass::forward) return;  // a recomputation's output is not used
           if (op.layer - blk.first_layer < replica().recomputed(v, k)) {  // keep the input only
             layer_cache<T> input_only;
@@ -204,7 +234,7 @@ class gpt_step_model {
           if (!blk.last) boundary_[{static_cast<int>(step_tensor::activation), k, v}] = std::move(s.hidden);
         } else {
           if (op.layer == last_layer && !blk.last) s.grad = take(step_tensor::activation_gradient, k, v + 1);
-          s.dx1 = mlp_backward(cfg, r, lw, gl, c, s.grad);
+          s.dx1 = mlp_backward(cfg, r, lw, gl, c, s.grad, shard_);
         }
         return;
     }
@@ -215,7 +245,7 @@ class gpt_step_model {
     slot& s = slot_of(blk);
     const int k = blk.micro_batch;
     layer_cache<T>& c = s.layers.at(static_cast<std::size_t>(a.layer - blk.first_layer));
-    const host_attention<T, CP> run{cp, *cfg_, engine(k), replica().micro_batches[static_cast<std::size_t>(k)].layout, rows(k), record};
+    const host_attention<T, CP> run{cp, shard_cfg_, engine(k), replica().micro_batches[static_cast<std::size_t>(k)].layout, rows(k), record};
     if (a.pass == step_pass::backward) s.dqkv = run.backward(s.d_o, c);
     else c.o = run.forward(s.qkv, c);
   }
@@ -234,11 +264,11 @@ class gpt_step_model {
       from = &flat_;
     } else {  // a stage of one rank: no all-reduce asked for them
       gpt_params<T> mine = g_;
-      for_each_owned(mine, [&](std::vector<T>& x) { local.insert(local.end(), x.begin(), x.end()); });
+      for_each_owned(mine, [&](std::vector<T>& x, bool) { local.insert(local.end(), x.begin(), x.end()); });
       from = &local;
     }
     std::size_t at = 0;
-    for_each_owned(g, [&](std::vector<T>& x) {
+    for_each_owned(g, [&](std::vector<T>& x, bool) {
       std::copy_n(from->begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
       at += x.size();
     });
@@ -255,29 +285,65 @@ class gpt_step_model {
     head_cache<T> head;
   };
 
-  [[nodiscard]] const step_replica& replica() const { return prog_->replica(0); }
-  slot& slot_of(const step_block& b) {
+  [[nodiscard]] const step_replica& replica() const { return prog_->replica(at_.replica); }
+  slot& slot_at(int micro_batch, int virtual_stage) {
     const auto V = static_cast<std::size_t>(replica().virtual_stages());
-    return slots_[static_cast<std::size_t>(b.micro_batch) * V + static_cast<std::size_t>(b.virtual_stage / replica().pp)];
+    return slots_[static_cast<std::size_t>(micro_batch) * V + static_cast<std::size_t>(virtual_stage / replica().pp)];
   }
+  slot& slot_of(const step_block& b) { return slot_at(b.micro_batch, b.virtual_stage); }
   void finish_backward(slot& s) { s = {}; }
 
-  // Visits the tensors of `p` the rank's stage owns, in gpt_params::for_each order.
+  // Visits the tensors of `p` the rank's stage owns as f(tensor, whole): first those TP
+  // splits, then the norms, which every TP rank holds whole (the program's gradient sync sums
+  // the stage's last stage_replicated_parameters over the TP ranks), each in gpt_params::for_each order.
   template <class F>
   void for_each_owned(gpt_params<T>& p, F&& f) const {
     const step_replica& r = replica();
     const int PV = static_cast<int>(r.layers.size());
-    if (at_.stage == 0) f(p.embed);  // virtual stage 0
-    for (int v = at_.stage; v < PV; v += r.pp)
-      for (int l = r.first_layer(v); l < r.first_layer(v) + r.layers[static_cast<std::size_t>(v)]; ++l) {
-        layer_params<T>& x = p.layers[static_cast<std::size_t>(l)];
-        for (std::vector<T>* t : {&x.norm1, &x.wq, &x.wk, &x.wv, &x.wo, &x.norm2, &x.w1, &x.w2}) f(*t);
-      }
-    if ((PV - 1) % r.pp == at_.stage) f(p.norm_final), f(p.lm_head);  // the last virtual stage
+    const bool last = (PV - 1) % r.pp == at_.stage;  // the stage holds the last virtual stage
+    for (const bool whole : {false, true}) {
+      if (at_.stage == 0 && !whole) f(p.embed, whole);  // virtual stage 0
+      for (int v = at_.stage; v < PV; v += r.pp)
+        for (int l = r.first_layer(v); l < r.first_layer(v) + r.layers[static_cast<std::size_t>(v)]; ++l) {
+          layer_params<T>& x = p.layers[static_cast<std::size_t>(l)];
+          if (whole) {
+            f(x.norm1, whole), f(x.norm2, whole);
+          } else {
+            for (std::vector<T>* t : {&x.wq, &x.wk, &x.wv, &x.wo, &x.w1, &x.w2}) f(*t, whole);
+          }
+        }
+      if (last) f(whole ? p.norm_final : p.lm_head, whole);
+    }
+  }
+
+  // The tensor a TP collective of the program names (step/block.hpp): the partial sums the
+  // parts leave (the ring sums them in place) and the head's statistics. A virtual stage's
+  // last forward output and first input gradient are its boundary tensors, kept for the
+  // pipeline's send.
+  std::vector<T>& tp_tensor(const step_buffer& b) {
+    const step_replica& r = replica();
+    const int v = b.virtual_stage, PV = static_cast<int>(r.layers.size());
+    slot& s = slot_at(b.micro_batch, v);
+    const bool forward = b.pass != step_pass::backward;
+    if (b.tensor == step_tensor::loss_statistics) return s.head.stats;
+    if (b.part == model_part::embedding || b.part == model_part::head) return forward ? s.hidden : s.grad;
+    const int first = r.first_layer(v), last = first + r.layers[static_cast<std::size_t>(v)] - 1;
+    if (forward && b.part == model_part::attention_output) return s.layers.at(static_cast<std::size_t>(b.layer - first)).x1;
+    if (forward && b.part == model_part::mlp) {
+      if (b.pass == step_pass::forward && b.layer == last && v < PV - 1) return boundary_[{static_cast<int>(step_tensor::activation), b.micro_batch, v}];
+      return s.hidden;
+    }
+    if (!forward && b.part == model_part::mlp) return s.dx1;
+    if (!forward && b.part == model_part::attention_input) {
+      if (b.layer == first && v > 0) return boundary_[{static_cast<int>(step_tensor::activation_gradient), b.micro_batch, v}];
+      return s.grad;
+    }
+    ZEPPELIN_THROW(invalid_argument, "train_gpt's step model holds no such TP tensor",
+                   {{"tensor", double(static_cast<int>(b.tensor))}, {"part", double(static_cast<int>(b.part))}, {"layer", double(b.layer)}});
   }
 
   [[nodiscard]] std::size_t linear_rows_of(int k) const {
-    return static_cast<std::size_t>(prog_->layout(0, k).linear_rows.at(static_cast<std::size_t>(at_.cp)));
+    return static_cast<std::size_t>(prog_->layout(at_.replica, k).linear_rows.at(static_cast<std::size_t>(at_.cp)));
   }
 
   // A received boundary tensor, moved out of the runner's buffer.
@@ -295,7 +361,7 @@ class gpt_step_model {
     std::optional<linear_rows>& r = rows_[static_cast<std::size_t>(k)];
     if (r) return *r;
     r = dispatch_rows(*stage_, (*micro_batches_)[static_cast<std::size_t>(k)]);
-    const step_layout& lay = prog_->layout(0, k);
+    const step_layout& lay = prog_->layout(at_.replica, k);
     const auto c = static_cast<std::size_t>(at_.cp);
     ZEPPELIN_EXPECTS(r->n == static_cast<std::size_t>(lay.linear_rows.at(c)) && r->na == static_cast<std::size_t>(lay.attention.rows.at(c)),
                      "train_gpt's step model: the dispatched rows are not the step program's layout",
@@ -308,7 +374,8 @@ class gpt_step_model {
   const attention_engine<T>& engine(int k) {
     std::optional<attention_engine<T>>& e = engines_[static_cast<std::size_t>(k)];
     if (!e)
-      e.emplace(prog_->layout(0, k).attention, attention_dims{.heads = cfg_->heads, .kv_heads = cfg_->kv_heads, .head_dim = cfg_->head_dim()});
+      e.emplace(prog_->layout(at_.replica, k).attention,
+                attention_dims{.heads = shard_cfg_.heads, .kv_heads = shard_cfg_.kv_heads, .head_dim = shard_cfg_.head_dim()});
     return *e;
   }
 
@@ -316,8 +383,10 @@ class gpt_step_model {
   step_position at_;
   sub_communicator<W>* stage_;
   const gpt_config* cfg_;
+  tp_shard shard_;
+  gpt_config shard_cfg_;  // the model as the rank's TP shard sees it
   const std::vector<planned_step<T>>* micro_batches_;
-  const gpt_params<T>* w_;
+  const gpt_params<T>* w_;  // the rank's TP shard of the parameters (shard_params)
   gpt_params<T> g_;  // the rank's gradients, added up over its micro-batches (its stage's tensors)
   double loss_scale_;
   std::vector<slot> slots_;  // [micro-batch x virtual stages + chunk]

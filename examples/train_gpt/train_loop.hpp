@@ -43,12 +43,17 @@ inline corpus corpus_of(const options& o) {
   return o.corpus_file.empty() ? corpus(o.model.vocab, o.min_length, o.max_length, o.seed) : corpus(o.corpus_file, o.model.vocab);
 }
 
-// A rank's optimizer before the first step.
+// A rank's optimizer before the first step, for the parameters of `shape` (the model's, or a
+// TP shard's view of it).
+template <class T>
+adamw<T> fresh_adamw(const options& o, const gpt_config& shape) {
+  adamw<T> opt;
+  opt.lr = o.lr, opt.m = zero_params<T>(shape), opt.v = zero_params<T>(shape);
+  return opt;
+}
 template <class T>
 adamw<T> fresh_adamw(const options& o) {
-  adamw<T> opt;
-  opt.lr = o.lr, opt.m = zero_params<T>(o.model), opt.v = zero_params<T>(o.model);
-  return opt;
+  return fresh_adamw<T>(o, o.model);
 }
 
 // A method of `zeppelin simulate` by name, or a partitioner (partition/registry.hpp) run with
