@@ -125,6 +125,13 @@ TEST_CASE("per_document: divisible body split into 2C equal chunks, tail dealt r
   CHECK(r3[2] == shard{1, {4, 5}, 0, 0});
   for (const auto& pl : p.placements) CHECK((pl.tokens() == 6 || pl.tokens() == 6));
   CHECK_THROWS_AS((per_document{.capacity = 5}.partition(b, t)), infeasible);  // 24 > 4 * 5
+  // WLB-LLM's all-gather CP: the same shards, the groups all-gather instead of a ring
+  for (const ring_group& g : p.groups) CHECK(g.collective == collective_kind::ring);
+  const plan gathered = per_document{.capacity = 8, .collective = collective_kind::all_gather}.partition(b, t);
+  validate(gathered, b, t);
+  CHECK(gathered.placements == p.placements);
+  REQUIRE(gathered.groups.size() == p.groups.size());
+  for (const ring_group& g : gathered.groups) CHECK(g.collective == collective_kind::all_gather);
 }
 
 TEST_CASE("hybrid_dp: data parallel for short sequences, smallest power-of-two ring for long ones", "[partition][hybrid_dp]") {

@@ -95,8 +95,10 @@ namespace packing_methods {
 
 //! WLB-LLM: variable-length packing with two outlier queues (thresholds 1/2 and 3/4 of
 //! `context`), micro-batches of up to variable_ratio x context tokens, per micro-batch the
-//! cheaper of the per-document and per-sequence layouts (planner/cheapest_layout.hpp).
-[[nodiscard]] inline packing_method wlb_4d(const packing_target& target, token_count context, double variable_ratio = 1.5) {
+//! cheaper of the per-document and per-sequence layouts (planner/cheapest_layout.hpp), the
+//! per-document one's groups running `per_document_collective`.
+[[nodiscard]] inline packing_method wlb_4d(const packing_target& target, token_count context, double variable_ratio = 1.5,
+                                           collective_kind per_document_collective = collective_kind::ring) {
   ZEPPELIN_EXPECTS(variable_ratio >= 1 && std::isfinite(variable_ratio), "WLB-LLM's L_max / context must be a finite number >= 1",
                    {{"variable_ratio", variable_ratio}});
   ZEPPELIN_EXPECTS(context >= 1, "the context window needs at least 1 token", {{"context", double(context)}});
@@ -105,7 +107,7 @@ namespace packing_methods {
   packer.context_window = context;
   const auto capacity = static_cast<token_count>(std::floor(variable_ratio * static_cast<double>(context)));
   return {.packer = {packer},
-          .layout = {wlb_adaptive_layout(capacity, attention_time_model::for_gpu(target.gpu), target.wire())},
+          .layout = {wlb_adaptive_layout(capacity, attention_time_model::for_gpu(target.gpu), target.wire(), per_document_collective)},
           .max_tokens_ratio = variable_ratio};
 }
 

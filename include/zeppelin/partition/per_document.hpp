@@ -8,7 +8,8 @@
 //        tokens [D_i, L_i) are dealt one by one round-robin with ONE counter per CP group
 //        that runs across the group's documents (batch order), so token counts of the ranks
 //        of a group differ by at most one.
-// Several CP groups (cp_size < N * P): documents dealt by detail/cp_groups.hpp.
+// Several CP groups (cp_size < N * P): documents dealt by detail/cp_groups.hpp. The groups run
+// `collective` (a ring, or WLB-LLM's all-gather).
 // Throws invalid_argument (cp_size not dividing N * P), infeasible (batch > N * P * L, a
 // document no group can take, a rank over L). Host-only.
 #pragma once
@@ -29,6 +30,10 @@ struct per_document {
   token_count capacity = 4096;
   //! Ranks per CP group; 0 = all ranks.
   std::int32_t cp_size = 0;
+  //! How a group's members exchange K/V: a ring (TransformerEngine's per-document CP), or an
+  //! all-gather of K/V in forward and a reduce-scatter of dK/dV in backward (WLB-LLM's, Llama-3
+  //! style).
+  collective_kind collective = collective_kind::ring;
 
   [[nodiscard]] plan partition(const batch& b, const topology& t) const { return partition_into<detail::plan_store>(b, t); }
 
@@ -37,7 +42,7 @@ struct per_document {
   template <class Store>
   [[nodiscard]] typename Store::result_type partition_into(const batch& b, const topology& t) const {
     return detail::partition_over_cp_groups<Store>(
-        name, b, t, capacity, cp_size, collective_kind::ring, 3,
+        name, b, t, capacity, cp_size, collective, 3,
         [&](auto& out, const std::vector<rank_index>& ranks, group_index id,
             const std::vector<sequence_index>& seqs) {
           const auto C = static_cast<token_count>(ranks.size());

@@ -158,7 +158,7 @@ inline constexpr std::array<std::string_view, detail::partitioners.size()> parti
 [[nodiscard]] inline std::optional<collective_kind> collective_of(const any_partitioner& p) {
   return std::visit(
       [](const auto& model) -> std::optional<collective_kind> {
-        if constexpr (requires { std::decay_t<decltype(model)>::collective; }) return std::decay_t<decltype(model)>::collective;
+        if constexpr (requires { collective_kind{model.collective}; }) return model.collective;  // a constant, or per_document's choice
         else return std::nullopt;
       },
       p);

@@ -72,9 +72,13 @@ struct cheapest_layout {
   friend bool operator==(const cheapest_layout&, const cheapest_layout&) = default;
 };
 
-//! WLB-LLM's adaptive sharding: per_document or per_sequence, of capacity `capacity`.
-[[nodiscard]] inline cheapest_layout wlb_adaptive_layout(token_count capacity, const attention_time_model& attention, const wire_format& wire) {
-  return {{partitioner_by_name("per_document", {.capacity = capacity}), partitioner_by_name("per_sequence", {.capacity = capacity})},
+//! WLB-LLM's adaptive sharding: per_document or per_sequence, of capacity `capacity`; the
+//! per-document layout's groups run `per_document_collective` (WLB-LLM's own CP all-gathers
+//! K/V, Llama-3 style; a ring is TransformerEngine's per-document CP).
+[[nodiscard]] inline cheapest_layout wlb_adaptive_layout(token_count capacity, const attention_time_model& attention, const wire_format& wire,
+                                                         collective_kind per_document_collective = collective_kind::ring) {
+  return {{any_partitioner{per_document{.capacity = capacity, .collective = per_document_collective}},
+           partitioner_by_name("per_sequence", {.capacity = capacity})},
           attention,
           wire};
 }
