@@ -1,23 +1,27 @@
 // train_gpt: a small GPT trained end to end with the library, on N x P host thread ranks (the
 // host loopback world), and the same training on one rank as the reference.
-//   train_gpt [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
+//   train_gpt [--system zeppelin|wlb] [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K] [--gradient-check N]
-//             [--tp N] [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
+//             [--tp N] [--dp D] [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
 //             [--record FILE] [--write-job FILE]
 //             [--world host|device|nccl] [--device d] [--rank r] [--id-file F]
 // Every step of a host run (the reference's too) is one step program (step/build.hpp) that
 // every rank runs with the library's step runner (exec/step_runner.hpp):
-//   1. the step's documents (corpus.hpp) are cut into M micro-batches of whole documents
-//      (step.hpp split_documents; M = --micro-batches, default the stage count), each planned
+//   1. the step's documents (corpus.hpp) form each replica's micro-batches as --system says
+//      (step_documents.hpp): zeppelin cuts them into D equal token shares, each into M
+//      micro-batches of whole documents (step.hpp split_documents; M = --micro-batches, default
+//      the stage count), each planned
 //      for the N x P ranks of a stage with method M (any method of `zeppelin simulate`,
 //      sim/methods.hpp; `zeppelin`, the default, lets the cost-driven planner choose the layout
 //      and execution, priced for LLaMA-7B with this attention shape; or a partitioner name,
 //      run with the baselines' execution); a plan that runs in several passes (hybrid_dp,
 //      micro_batched) gives a micro-batch per pass (step.hpp plan_steps); the step's execution
 //      is one: a micro-batch whose planner chose another than the first micro-batch's is
-//      planned with the first's;
+//      planned with the first's; wlb packs them with WLB-LLM's packer into M x D micro-batches
+//      (documents may wait for a later step) and lays each out per document (all-gather) or
+//      per sequence (ring), whichever the library prices faster;
 //   2. the step plan (step/step_plan.hpp): --dp D replicas (each its equal token share of
 //      the step's whole documents) of TP = --tp (dividing P: a TP group stays on one node), CP
 //      = N x P / TP, PP = --stages S, rank (t, c, s, d) in Megatron-LM's order
@@ -61,6 +65,7 @@
 #include "gpt.hpp"
 #include "options.hpp"
 #include "step.hpp"
+#include "step_documents.hpp"
 #include "step_model.hpp"
 #include "train_loop.hpp"
 
@@ -76,6 +81,7 @@
 #include <zeppelin/cost/layer_split.hpp>
 #include <zeppelin/exec.hpp>
 #include <zeppelin/exec/step_runner.hpp>
+#include <zeppelin/pack/packing_methods.hpp>
 #include <zeppelin/program.hpp>
 #include <zeppelin/schedule/pipeline/any_schedule.hpp>
 #include <zeppelin/sim/methods.hpp>
@@ -96,8 +102,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <unistd.h>
 #include <utility>
+#include <variant>
 #include <vector>
 
 using namespace zeppelin;
@@ -131,53 +139,34 @@ void write_output(const std::string& path, Write&& write, const char* what) {
   }
 }
 
-// The host world's all-gather of every rank's `flat`, rank by rank.
-template <class T, communicator C>
-std::vector<T> gather_ranks(C& c, const std::vector<T>& flat) {
-  const auto R = static_cast<std::size_t>(c.size());
-  std::vector<rank_index> group(R);
-  for (std::size_t r = 0; r < R; ++r) group[r] = static_cast<rank_index>(r);
-  std::vector<token_count> counts(R, static_cast<token_count>(flat.size()));
-  std::vector<T> all(flat.size() * R);
-  all_gather_v(c, std::span<const rank_index>(group), std::span<const T>(flat), std::span<T>(all), std::span<const token_count>(counts),
-               "gradient all-reduce");
-  return all;
-}
+// The job's TP x CP x PP x DP degrees (see the file comment, 2.).
+parallel_layout layout_of(const options& o) { return {o.tp, o.nodes * o.gpus_per_node / o.tp, o.stages, o.dp}; }
 
-// The world's gradients summed in rank order: the same bits on every rank.
-template <class T, communicator C>
-void sum_over_ranks(C& c, gpt_params<T>& grads, double& loss) {
-  train_gpt::sum_over_ranks(grads, loss, static_cast<std::size_t>(c.size()), [&](const std::vector<T>& flat) { return gather_ranks(c, flat); });
-}
+// How a micro-batch is laid out over a stage's CP ranks: a method of `zeppelin simulate` or a
+// partitioner (Zeppelin's system), or a CP layout policy (WLB-LLM's adaptive sharding).
+using micro_batch_layout = std::variant<method_spec, any_cp_layout>;
 
-// The calling rank's share of one step with the plain loop (train_loop.hpp forward_backward) on
-// host thread ranks: its loader rows dispatched to the linear layout, attention through the
-// host engine. The gradient check's loop.
-template <class T, communicator C>
-double forward_backward(C& c, const gpt_config& cfg, const any_checkpoint_policy& recompute, const planned_step<T>& step,
-                        const gpt_params<T>& w, gpt_params<T>* grads) {
-  const train_gpt::linear_rows rows = train_gpt::dispatch_rows(c, step);
-  const train_gpt::host_attention<T, C> attention{c, cfg, step.engine, step.layout, rows};
-  return train_gpt::forward_backward(attention, cfg, recompute, rows, 1.0 / step.targets, w, grads);
-}
-
-// The micro-batches of one step (see the file comment, 1.), planned for `group`, a stage's CP
-// ranks: per replica, its share of the step's documents (whole documents, equal token shares)
-// cut into micro-batches. One execution for all: a micro-batch whose planner chose another
-// than the first's is planned with the first's.
+// One step's micro-batches (see the file comment, 1.), planned for `group`, a stage's CP ranks:
+// per replica, each micro-batch of `docs` laid out by `how` (a method may run one in several
+// passes). One execution for all: a micro-batch whose planner chose another than the step's
+// first's is planned with the first's.
 template <class T>
-std::vector<std::vector<planned_step<T>>> plan_micro_batches(const options& o, const train_gpt::step_batch& sb, const topology& group,
-                                                             const method_spec& requested) {
-  std::vector<train_gpt::step_batch> shares = train_gpt::split_documents(sb, o.dp);
-  ZEPPELIN_EXPECTS(static_cast<int>(shares.size()) == o.dp, "train_gpt: a step has fewer documents than data-parallel replicas",
-                   {{"documents", double(sb.lengths.size())}, {"dp", double(o.dp)}, {"tokens", double(o.tokens)}});
+std::vector<std::vector<planned_step<T>>> plan_micro_batches(const options& o, const train_gpt::step_documents& docs, const topology& group,
+                                                             const micro_batch_layout& how) {
   std::vector<std::vector<planned_step<T>>> out;
   std::optional<std::pair<method_spec, program_options>> first;  // the step's first micro-batch's execution
-  for (train_gpt::step_batch& share : shares) {
+  for (const std::vector<train_gpt::step_batch>& replica : docs) {
     std::vector<planned_step<T>>& mine = out.emplace_back();
-    for (train_gpt::step_batch& part : train_gpt::split_documents(share, o.micro_batch_count())) {
-      std::vector<planned_step<T>> planned = train_gpt::plan_steps<T>(part, group, requested, o.model);
-      if (first && planned.front().options != first->second) planned = train_gpt::plan_steps<T>(std::move(part), group, first->first, o.model);
+    for (const train_gpt::step_batch& part : replica) {
+      std::vector<planned_step<T>> planned = std::visit(
+          [&](const auto& layout) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(layout)>, method_spec>)
+              return train_gpt::plan_steps<T>(part, group, layout, o.model);
+            else
+              return std::vector<planned_step<T>>{train_gpt::plan_step<T>(part, group, layout, o.model)};
+          },
+          how);
+      if (first && planned.front().options != first->second) planned = train_gpt::plan_steps<T>(part, group, first->first, o.model);
       for (planned_step<T>& p : planned) {
         if (!first) first.emplace(p.executed, p.options);
         ZEPPELIN_EXPECTS(p.options == first->second, "train_gpt: a step's micro-batches need one execution",
@@ -189,8 +178,23 @@ std::vector<std::vector<planned_step<T>>> plan_micro_batches(const options& o, c
   return out;
 }
 
-// The job's TP x CP x PP x DP degrees (see the file comment, 2.).
-parallel_layout layout_of(const options& o) { return {o.tp, o.nodes * o.gpus_per_node / o.tp, o.stages, o.dp}; }
+// The documents of o.steps steps as the system forms them (train_gpt::step_documents), and how
+// their micro-batches are laid out.
+template <class T>
+std::pair<std::vector<train_gpt::step_documents>, micro_batch_layout> form_steps(const options& o) {
+  train_gpt::corpus data = train_gpt::corpus_of(o);
+  std::vector<train_gpt::step_documents> out;
+  if (o.system == train_gpt::training_system::zeppelin) {
+    for (int step = 0; step < o.steps; ++step) out.push_back(train_gpt::equal_shares(data.next(step, o.tokens), o.dp, o.micro_batch_count()));
+    return {std::move(out), method_or_partitioner(o.method)};
+  }
+  const topology cluster = cluster_by_name(o.cluster, 1, o.gpus_per_node);
+  const packing_target target{example_cli::priced_model(o.model.heads, o.model.kv_heads, o.model.head_dim(), static_cast<int>(sizeof(T))),
+                              cluster.gpu(), layout_of(o)};
+  train_gpt::wlb_packing packing(target, o.micro_batch_count(), o.tokens, o.max_length);
+  for (int step = 0; step < o.steps; ++step) out.push_back(packing.next(step, data.next(step, o.tokens)));
+  return {std::move(out), packing.layout()};
+}
 
 // Replica d's shape and ranks, in Megatron-LM's order (parallel_layout::rank_of: TP fastest,
 // then CP, DP, PP), before its micro-batches.
@@ -239,90 +243,132 @@ step_plan plan_of_step(const options& o, const topology& cluster, const model_co
   return p;
 }
 
-// Trains o.steps steps on o.dp x o.stages x o.nodes x o.gpus_per_node host thread ranks, each step one
-// step program (see the file comment); writes `outputs` of step 0.
+// One step's micro-batches, planned, and the step program they form.
 template <class T>
-run_result train(const options& o, const any_checkpoint_policy& recompute, bool progress, const char* label, const step_outputs& outputs) {
+struct prepared_step {
+  std::vector<std::vector<planned_step<T>>> micro_batches;  //!< [replica][micro-batch]
+  double targets = 0, tokens = 0;
+  step_program_options options;
+  step_program program;
+};
+
+// Step `docs` (see the file comment, 1. and 2.) on `cluster`, its micro-batches planned for
+// `group`, a stage's CP ranks; every element sizeof(T) bytes.
+template <class T>
+prepared_step<T> prepare(const options& o, const topology& cluster, const topology& group, const model_config& model,
+                         const any_checkpoint_policy& recompute, const train_gpt::step_documents& docs, const micro_batch_layout& how) {
+  prepared_step<T> out;
+  out.micro_batches = plan_micro_batches<T>(o, docs, group, how);
+  for (const std::vector<planned_step<T>>& replica : out.micro_batches)
+    for (const planned_step<T>& mb : replica) out.targets += mb.targets, out.tokens += static_cast<double>(mb.data.lengths.total_tokens());
+  out.options.attention = out.micro_batches.front().front().options;
+  out.options.activation_bytes = out.options.parameter_bytes = out.options.gradient_bytes = out.options.accumulator_bytes =
+      static_cast<int>(sizeof(T));
+  out.program = make_step_program(plan_of_step(o, cluster, model, recompute, out.micro_batches), cluster, model, out.options);
+  return out;
+}
+
+// What one run of a step program gave: the summed loss of every rank's rows (in rank order),
+// per rank the gradients of its stage's tensors of its TP shard (as the program's sync left
+// them), the most activation values a rank kept, the ranks' merged step record.
+template <class T>
+struct step_outcome {
+  double loss = 0;
+  std::vector<gpt_params<T>> gradients;  //!< [rank]
+  double kept = 0;
+  step_record record;
+};
+
+// Every rank of `world` runs its part of `s.program` with the GPT as its step model and its
+// parameters `params[rank]` (its TP shard); `recording` merges the ranks' step records.
+template <class T>
+step_outcome<T> run_step(host_loopback_world& world, const gpt_config& cfg, const prepared_step<T>& s,
+                         const std::vector<gpt_params<T>>& params, bool recording) {
+  const step_program& prog = s.program;
+  step_outcome<T> out;
+  out.gradients.resize(params.size());
+  std::vector<double> losses(params.size(), 0.0);
+  std::mutex m;
+  world.run([&](host_loopback_comm& c) {
+    // the CP ranks of the rank's replica, stage and TP index: the dispatch's communicator
+    const step_position at = prog.positions.at(static_cast<std::size_t>(c.rank()));
+    const step_replica& replica = prog.replica(at.replica);
+    std::vector<rank_index> members;
+    for (int i = 0; i < replica.cp; ++i) members.push_back(replica.rank_of(at.tp, i, at.stage));
+    sub_communicator<host_loopback_comm> stage_comm(c, members);
+    const auto ri = static_cast<std::size_t>(c.rank());
+    train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(prog, c.rank(), stage_comm, cfg,
+                                                                s.micro_batches[static_cast<std::size_t>(at.replica)], params[ri],
+                                                                1.0 / s.targets);
+    step_record mine;
+    run_step_rank(prog, rank_model, c, recording ? &mine : nullptr);
+    losses[ri] = rank_model.loss();
+    gpt_params<T> g = train_gpt::zero_params<T>(train_gpt::shard_config(cfg, {replica.tp, at.tp}));
+    rank_model.gradients_into(g);
+    out.gradients[ri] = std::move(g);
+    std::lock_guard lock(m);
+    out.kept = std::max(out.kept, rank_model.peak_kept());
+    if (recording) out.record.merge(mine);
+  });
+  for (const double x : losses) out.loss += x;
+  return out;
+}
+
+// The cluster of the job (D x S x N nodes of P GPUs), and the topology its micro-batches are
+// planned on (a stage's CP ranks).
+inline std::pair<topology, topology> topologies_of(const options& o) {
+  topology cluster = cluster_by_name(o.cluster, o.dp * o.stages * o.nodes, o.gpus_per_node);
+  topology group = cp_group_topology(cluster, replica_shape(o, 0), 0, 0);
+  return {std::move(cluster), std::move(group)};
+}
+
+// Every rank's TP shard of the whole model's `w`.
+template <class T>
+std::vector<gpt_params<T>> rank_parameters(const options& o, const gpt_params<T>& w) {
+  std::vector<gpt_params<T>> out;
+  for (rank_index r = 0; r < layout_of(o).gpus(); ++r) out.push_back(train_gpt::shard_params(o.model, w, {o.tp, r % o.tp}));
+  return out;
+}
+
+// Trains o.steps steps on o.dp x o.stages x o.nodes x o.gpus_per_node host thread ranks, each
+// step one step program (see the file comment); writes `outputs` of step 0.
+template <class T>
+run_result train(const options& o, const std::vector<train_gpt::step_documents>& steps, const micro_batch_layout& how,
+                 const any_checkpoint_policy& recompute, bool progress, const char* label, const step_outputs& outputs) {
   const gpt_config& cfg = o.model;
-  const method_spec requested = method_or_partitioner(o.method);
-  train_gpt::corpus data = train_gpt::corpus_of(o);
-  const topology cluster = cluster_by_name(o.cluster, o.dp * o.stages * o.nodes, o.gpus_per_node);
-  const step_replica shape = replica_shape(o, 0);
-  const topology group = cp_group_topology(cluster, shape, 0, 0);  // a stage's CP ranks: what a micro-batch is planned on
-  const rank_index TP = shape.tp, world_ranks = cluster.num_ranks();
+  const auto [cluster, group] = topologies_of(o);
   const model_config model = train_gpt::gpt_model_config(cfg, static_cast<int>(sizeof(T)));
   // every rank keeps its own copy of its TP shard of the parameters and optimizer state, as
   // processes would (with pipeline stages a rank uses and updates only its stage's layers)
-  const gpt_params<T> initial = train_gpt::init_params<T>(cfg, o.seed);
-  std::vector<gpt_params<T>> params;
+  std::vector<gpt_params<T>> params = rank_parameters(o, train_gpt::init_params<T>(cfg, o.seed));
   std::vector<train_gpt::adamw<T>> optimizers;
-  for (rank_index r = 0; r < world_ranks; ++r) {
-    const train_gpt::tp_shard shard{TP, r % TP};
-    params.push_back(train_gpt::shard_params(cfg, initial, shard));
-    optimizers.push_back(train_gpt::fresh_adamw<T>(o, train_gpt::shard_config(cfg, shard)));
-  }
-  host_loopback_world world{.ranks = world_ranks, .gpus_per_node = cluster.gpus_per_node(), .timeout = std::chrono::seconds(600)};
+  for (rank_index r = 0; r < cluster.num_ranks(); ++r)
+    optimizers.push_back(train_gpt::fresh_adamw<T>(o, train_gpt::shard_config(cfg, {o.tp, r % o.tp})));
+  host_loopback_world world{.ranks = cluster.num_ranks(), .gpus_per_node = cluster.gpus_per_node(), .timeout = std::chrono::seconds(600)};
 
   run_result result;
   for (int step = 0; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const train_gpt::step_batch sb = data.next(step, o.tokens);
-    const auto tokens = static_cast<double>(sb.lengths.total_tokens());
-    const std::vector<std::vector<planned_step<T>>> micro_batches = plan_micro_batches<T>(o, sb, group, requested);
-    double targets = 0;
-    for (const std::vector<planned_step<T>>& replica : micro_batches)
-      for (const planned_step<T>& mb : replica) targets += mb.targets;
-    result.executed = std::string(micro_batches.back().back().executed.name);
-    step_program_options po;
-    po.attention = micro_batches.front().front().options;
-    po.activation_bytes = po.parameter_bytes = po.gradient_bytes = po.accumulator_bytes = static_cast<int>(sizeof(T));
-    const step_program prog = make_step_program(plan_of_step(o, cluster, model, recompute, micro_batches), cluster, model, po);
+    const prepared_step<T> s = prepare<T>(o, cluster, group, model, recompute, steps[static_cast<std::size_t>(step)], how);
+    result.executed = std::string(s.micro_batches.back().back().executed.name);
+    for (const std::vector<planned_step<T>>& replica : s.micro_batches)
+      for (const planned_step<T>& mb : replica) ++result.layouts[std::string(mb.executed.name)];
     if (step == 0 && !outputs.job.empty()) {
-      const example_cli::step_job job{o.cluster, cluster.nodes(), cluster.gpus_per_node(), model, po, prog.plan};
+      const example_cli::step_job job{o.cluster, cluster.nodes(), cluster.gpus_per_node(), model, s.options, s.program.plan};
       write_output(outputs.job, [&](std::ostream& out) { example_cli::write_step_job(out, job); }, "--write-job");
     }
     const bool recording = step == 0 && !outputs.record.empty();
-    step_record record;
-    double step_loss = 0;
-    std::mutex m;
-    world.run([&](host_loopback_comm& c) {
-      // the CP ranks of the rank's replica, stage and TP index: the dispatch's communicator
-      const step_position at = prog.positions.at(static_cast<std::size_t>(c.rank()));
-      const step_replica& replica = prog.replica(at.replica);
-      std::vector<rank_index> members;
-      for (int i = 0; i < replica.cp; ++i) members.push_back(replica.rank_of(at.tp, i, at.stage));
-      sub_communicator<host_loopback_comm> stage_comm(c, members);
-      const auto ri = static_cast<std::size_t>(c.rank());
-      train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(prog, c.rank(), stage_comm, cfg,
-                                                                  micro_batches[static_cast<std::size_t>(at.replica)], params[ri], 1.0 / targets);
-      step_record mine;
-      run_step_rank(prog, rank_model, c, recording ? &mine : nullptr);
-      // the loss of every rank's rows (nonzero on the last stage), summed in rank order
-      std::vector<rank_index> everyone(static_cast<std::size_t>(c.size()));
-      for (rank_index i = 0; i < c.size(); ++i) everyone[static_cast<std::size_t>(i)] = i;
-      const double own = rank_model.loss();
-      std::vector<double> losses(everyone.size());
-      const std::vector<token_count> ones(everyone.size(), 1);
-      all_gather_v(c, std::span<const rank_index>(everyone), std::span<const double>(&own, 1), std::span<double>(losses),
-                   std::span<const token_count>(ones), "loss gather");
-      double loss = 0;
-      for (const double x : losses) loss += x;
-      gpt_params<T> g = train_gpt::zero_params<T>(train_gpt::shard_config(cfg, {TP, at.tp}));
-      rank_model.gradients_into(g);
-      optimizers[ri].step(params[ri], g);
-      std::lock_guard lock(m);
-      result.kept = std::max(result.kept, rank_model.peak_kept());
-      if (recording) record.merge(mine);
-      if (c.rank() == 0) step_loss = loss / targets;
-    });
-    if (recording) write_output(outputs.record, [&](std::ostream& out) { write_step_record_json(out, record); }, "--record");
+    step_outcome<T> outcome = run_step(world, cfg, s, params, recording);
+    for (std::size_t r = 0; r < params.size(); ++r) optimizers[r].step(params[r], outcome.gradients[r]);
+    result.kept = std::max(result.kept, outcome.kept);
+    if (recording) write_output(outputs.record, [&](std::ostream& out) { write_step_record_json(out, outcome.record); }, "--record");
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    train_gpt::report_step(result, progress, label, step, o.steps, step_loss, tokens, seconds);
+    train_gpt::report_step(result, progress, label, step, o.steps, outcome.loss / s.targets, s.tokens, seconds);
   }
   // the CP ranks and replicas of one stage and TP index must hold identical parameters, bit
   // for bit (a rank is compared with CP rank 0 of its stage and TP index in replica 0)
   const parallel_layout l = layout_of(o);
-  for (rank_index r = 0; r < world_ranks; ++r) {
+  for (rank_index r = 0; r < cluster.num_ranks(); ++r) {
     const layout_coordinates at = l.coordinates_of(r);
     const rank_index same = l.rank_of({at.tp, 0, at.pp, 0});
     ZEPPELIN_EXPECTS(train_gpt::flatten(params[static_cast<std::size_t>(r)]) == train_gpt::flatten(params[static_cast<std::size_t>(same)]),
@@ -332,32 +378,33 @@ run_result train(const options& o, const any_checkpoint_policy& recompute, bool 
 }
 
 // The distributed gradient of the first step's mean loss against central differences of the
-// distributed loss, at `samples` coordinates spread over every tensor. Returns the largest
-// |analytic - numeric| / max(1e-3, |numeric|).
+// distributed loss, at `samples` coordinates spread over every tensor, both through the step
+// program the training runs (TP, CP, PP and DP included). The analytic gradient of the whole
+// model is assembled from CP rank 0 of replica 0 of every (stage, TP index): its shard's
+// tensors of its stage. Returns the largest |analytic - numeric| / max(1e-3, |numeric|).
 template <class T>
-double gradient_check(const options& o, const topology& t, int samples) {
+double gradient_check(const options& o, int samples) {
   const gpt_config& cfg = o.model;
-  train_gpt::corpus data = train_gpt::corpus_of(o);
-  const planned_step<T> planned = train_gpt::plan_step<T>(data.next(0, o.tokens), t, method_or_partitioner(o.method), cfg);
-  const any_checkpoint_policy recompute = checkpoint_policy_by_name(o.checkpoint);
-  host_loopback_world world{.ranks = t.num_ranks(), .gpus_per_node = t.gpus_per_node(), .timeout = std::chrono::seconds(600)};
-  gpt_params<T> w = train_gpt::init_params<T>(cfg, o.seed), analytic;
-  std::mutex m;
+  options first = o;
+  first.steps = 1;
+  const auto [steps, how] = form_steps<T>(first);
+  const auto [cluster, group] = topologies_of(o);
+  const model_config model = train_gpt::gpt_model_config(cfg, static_cast<int>(sizeof(T)));
+  const prepared_step<T> s = prepare<T>(o, cluster, group, model, checkpoint_policy_by_name(o.checkpoint), steps.front(), how);
+  host_loopback_world world{.ranks = cluster.num_ranks(), .gpus_per_node = cluster.gpus_per_node(), .timeout = std::chrono::seconds(600)};
+  const parallel_layout l = layout_of(o);
   const auto loss_at = [&](const gpt_params<T>& at, gpt_params<T>* grads) {
-    double total = 0;
-    world.run([&](host_loopback_comm& c) {
-      gpt_params<T> g;
-      double loss = forward_backward(c, cfg, recompute, planned, at, grads ? &g : nullptr);
-      if (!grads) g = train_gpt::zero_params<T>(cfg);
-      sum_over_ranks(c, g, loss);
-      if (c.rank() == 0) {
-        std::lock_guard lock(m);
-        total = loss / planned.targets;
-        if (grads) *grads = std::move(g);
+    step_outcome<T> outcome = run_step(world, cfg, s, rank_parameters(o, at), false);
+    if (grads) {
+      *grads = train_gpt::zero_params<T>(cfg);
+      for (rank_index r = 0; r < cluster.num_ranks(); ++r) {
+        const layout_coordinates c = l.coordinates_of(r);
+        if (c.cp == 0 && c.dp == 0) train_gpt::add_shard(cfg, outcome.gradients[static_cast<std::size_t>(r)], {o.tp, c.tp}, *grads);
       }
-    });
-    return total;
+    }
+    return outcome.loss / s.targets;
   };
+  gpt_params<T> w = train_gpt::init_params<T>(cfg, o.seed), analytic;
   (void)loss_at(w, &analytic);
   std::vector<std::vector<T>*> tensors, grads;
   w.for_each([&](std::vector<T>& x) { tensors.push_back(&x); });
@@ -390,10 +437,10 @@ int run(const options& o, const step_outputs& outputs) {
               o.model.kv_heads, o.model.vocab, o.steps, static_cast<long long>(o.tokens), o.method.c_str(), t.nodes(),
               t.gpus_per_node(), o.fp32 ? "fp32" : "fp64");
   if (o.gradient_check > 0) {
-    const double worst = gradient_check<T>(o, t, o.gradient_check);
+    const double worst = gradient_check<T>(o, o.gradient_check);
     const double tolerance = o.fp32 ? 5e-2 : 1e-5;
     std::printf("gradient check: max relative error %.3e over %d coordinates (%d ranks, tolerance %.0e)\n", worst, o.gradient_check,
-                t.num_ranks(), tolerance);
+                static_cast<int>(layout_of(o).gpus()), tolerance);
     return worst <= tolerance ? 0 : 1;
   }
   // the reference keeps every activation on one rank, its step's documents not cut into
@@ -401,13 +448,19 @@ int run(const options& o, const step_outputs& outputs) {
   options one_rank = o;
   one_rank.nodes = 1, one_rank.gpus_per_node = 1, one_rank.stages = 1, one_rank.micro_batches = 1, one_rank.tp = 1, one_rank.dp = 1;
   one_rank.schedule = pipeline_schedule_kind::one_f_one_b;
-  const run_result reference = train<T>(one_rank, {no_recompute{}}, progress, "reference", {});
-  const run_result distributed = train<T>(o, checkpoint_policy_by_name(o.checkpoint), progress, "ranks", outputs);
+  const auto [steps, how] = form_steps<T>(o);
+  std::vector<train_gpt::step_documents> whole_steps;
+  for (const train_gpt::step_documents& s : steps) whole_steps.push_back(train_gpt::merged(s));
+  const run_result reference = train<T>(one_rank, whole_steps, method_or_partitioner(o.method), {no_recompute{}}, progress, "reference", {});
+  const run_result distributed = train<T>(o, steps, how, checkpoint_policy_by_name(o.checkpoint), progress, "ranks", outputs);
   const auto [worst, scale] = train_gpt::max_loss_gap(reference, distributed);
   const double tolerance = o.fp32 ? 1e-4 * std::max(1.0, scale) : 1e-10;
   std::printf("loss: %.6f -> %.6f; tokens/s: reference %.0f, %d ranks %.0f (method %s, last step: %s)\n", reference.loss.front(),
               reference.loss.back(), reference.tokens / reference.seconds, t.num_ranks() * o.stages * o.dp,
               distributed.tokens / distributed.seconds, o.method.c_str(), distributed.executed.c_str());
+  std::printf("micro-batch layouts:");
+  for (const auto& [name, count] : distributed.layouts) std::printf(" %s %d", name.c_str(), count);
+  std::printf("\n");
   if (o.dp > 1) std::printf("data parallelism: %d replicas, each its share of the step's documents\n", o.dp);
   if (o.tp > 1)
     std::printf("tensor parallelism: %d ranks per TP group (the heads, the MLP and the vocabulary split), %d CP ranks per stage\n", o.tp,
@@ -452,6 +505,14 @@ int main(int argc, char** argv) {
   app.add_flag("--fp32", o.fp32, "train in fp32 (default fp64)");
   app.add_option("--checkpoint", o.checkpoint, "layers the ranks recompute in backward: none, full, selective:K")
       ->capture_default_str();
+  const std::map<std::string, train_gpt::training_system> systems{{"zeppelin", train_gpt::training_system::zeppelin},
+                                                                   {"wlb", train_gpt::training_system::wlb}};
+  std::string system = "zeppelin";
+  app.add_option("--system", system,
+                 "whose composition trains: zeppelin (equal token shares, each micro-batch planned by --method) or wlb (WLB-LLM's "
+                 "packer with outlier delay, per-document all-gather or per-sequence ring CP, whichever is faster)")
+      ->check(CLI::IsMember({"zeppelin", "wlb"}))
+      ->capture_default_str();
   add_integer_option(&app, "--tp", o.tp, "tensor-parallel ranks per group (divides --gpus-per-node)")->check(CLI::Range(1, 64));
   add_integer_option(&app, "--dp", o.dp, "data-parallel replicas, each --stages x --nodes x --gpus-per-node ranks")->check(CLI::Range(1, 16));
   add_integer_option(&app, "--stages", o.stages, "pipeline stages, each a group of nodes x gpus-per-node ranks")->check(CLI::Range(1, 16));
@@ -485,6 +546,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     o.schedule = pipeline_schedule_kind_by_name(schedule);
+    o.system = systems.at(system);
     ZEPPELIN_EXPECTS(o.model.dim % o.model.heads == 0 && o.model.head_dim() % 2 == 0 && o.model.heads % o.model.kv_heads == 0,
                      "the width must split into heads of an even head dim, and the K/V heads divide the heads",
                      {{"dim", double(o.model.dim)}, {"heads", double(o.model.heads)}, {"kv_heads", double(o.model.kv_heads)}});
@@ -498,11 +560,8 @@ int main(int argc, char** argv) {
     ZEPPELIN_EXPECTS(o.gpus_per_node % o.tp == 0, "a TP group stays on one node: --tp must divide --gpus-per-node",
                      {{"tp", double(o.tp)}, {"gpus_per_node", double(o.gpus_per_node)}});
     train_gpt::check_tensor_parallel(o.model, o.tp);
-    ZEPPELIN_EXPECTS((o.tp == 1 && o.dp == 1) || (o.world == train_gpt::world_kind::host && o.gradient_check == 0),
-                     "--tp and --dp run in the host world's training (not --gradient-check or a GPU world)",
-                     {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
-    ZEPPELIN_EXPECTS(o.gradient_check == 0 || !o.pipelined(), "--gradient-check runs without pipeline stages or micro-batches",
-                     {{"stages", double(o.stages)}, {"micro_batches", double(o.micro_batch_count())}});
+    ZEPPELIN_EXPECTS((o.tp == 1 && o.dp == 1 && o.system == train_gpt::training_system::zeppelin) || o.world == train_gpt::world_kind::host,
+                     "--tp, --dp and --system wlb run in the host world (not a GPU world)", {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
     ZEPPELIN_EXPECTS((outputs.record.empty() && outputs.job.empty()) || (o.world == train_gpt::world_kind::host && o.gradient_check == 0),
                      "--record and --write-job write a host training run's first step (not --gradient-check or a GPU world)", {});
     if (o.world != train_gpt::world_kind::host) return train_gpt::run_on_device(o);

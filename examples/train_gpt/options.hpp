@@ -18,7 +18,11 @@ namespace train_gpt {
 
 enum class world_kind : std::uint8_t { host, device, nccl };
 
+//! Whose composition forms and lays out a step's micro-batches (step_documents.hpp).
+enum class training_system : std::uint8_t { zeppelin, wlb };
+
 struct options {
+  training_system system = training_system::zeppelin;
   std::string method = "zeppelin";
   std::string cluster = "c";
   int nodes = 1;

@@ -3,7 +3,8 @@
 // run through the step program) and the plain loop (train_loop.hpp: the gradient check and
 // the GPU worlds) both compose:
 //   split_documents  a step's documents cut into micro-batches of whole documents
-//   plan_step        a micro-batch's plan, attention engine and dispatch (the same on every rank);
+//   plan_step        a micro-batch's plan, attention engine and dispatch (the same on every rank),
+//                    from a method or from a CP layout policy (WLB-LLM's adaptive sharding);
 //                    plan_steps: one per pass of a plan that runs in several (micro_batch_plan)
 //   dispatch_rows    a rank's (token, target, position) rows, from the data loader's layout to
 //                    the linear modules' layout (loader_rows and unpack_rows: the parts a
@@ -34,6 +35,7 @@
 
 #include <zeppelin/comm.hpp>
 #include <zeppelin/exec.hpp>
+#include <zeppelin/planner/any_cp_layout.hpp>
 #include <zeppelin/program.hpp>
 #include <zeppelin/sim/methods.hpp>
 
@@ -41,6 +43,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace train_gpt {
@@ -146,14 +150,38 @@ planned_step<T> prepare_step(step_batch sb, const topology& t, const gpt_config&
           std::move(p),       std::move(options), std::move(loader),  std::move(dispatch), std::move(engine)};
 }
 
-template <class T>
-planned_step<T> plan_step(step_batch sb, const topology& t, const method_spec& requested, const gpt_config& cfg) {
-  const batch& b = sb.lengths;
-  const model_config priced = example_cli::priced_model(cfg.heads, cfg.kv_heads, cfg.head_dim(), static_cast<int>(sizeof(T)));
+//! The partitioner called `name` (partition/registry.hpp) as a method: its layout with the
+//! baselines' execution (direct routing, in-order engine, a launch per group, no remapping).
+//! Throws invalid_argument for a name that is not a partitioner's.
+inline method_spec method_of_partitioner(std::string_view name) {
+  for (const std::string_view p : partitioner_names)
+    if (p == name) return {method_kind::candidate, p, "a partitioner with the baselines' execution", p, false, engine_policy::in_order, false};
+  ZEPPELIN_THROW(invalid_argument, "no partitioner is called '" + std::string(name) + "'", {});
+}
+
+// The setup a micro-batch of `b` on `t` is planned and run with: a rank's fair share of tokens.
+inline method_setup setup_for(const batch& b, const topology& t) {
   method_setup setup;
   setup.tokens_per_gpu = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks();
-  auto [spec, p] = plan_method(requested, b, t, priced, setup);
+  return setup;
+}
+
+template <class T>
+planned_step<T> plan_step(step_batch sb, const topology& t, const method_spec& requested, const gpt_config& cfg) {
+  const model_config priced = example_cli::priced_model(cfg.heads, cfg.kv_heads, cfg.head_dim(), static_cast<int>(sizeof(T)));
+  const method_setup setup = setup_for(sb.lengths, t);
+  auto [spec, p] = plan_method(requested, sb.lengths, t, priced, setup);
   program_options options = to_program_options(options_for(spec, setup), {});
+  return prepare_step<T>(std::move(sb), t, cfg, spec, std::move(p), std::move(options));
+}
+
+//! A micro-batch laid out by `layout` (a CP layout policy, planner/any_cp_layout.hpp), run with
+//! the baselines' execution of `spec`, the method of the partitioner the policy chose.
+template <class T>
+planned_step<T> plan_step(step_batch sb, const topology& t, const any_cp_layout& layout, const gpt_config& cfg) {
+  plan p = layout.partition(sb.lengths, t);
+  const method_spec spec = method_of_partitioner(p.method);
+  program_options options = to_program_options(options_for(spec, setup_for(sb.lengths, t)), {});
   return prepare_step<T>(std::move(sb), t, cfg, spec, std::move(p), std::move(options));
 }
 

@@ -9,6 +9,8 @@
 //                   columns (heads t x heads / tp on, the MLP's t-th column block), Wo and W2
 //                   by rows, the embedding's rows and the LM head's columns of vocabulary
 //                   block t; the norms whole (every shard holds them)
+//   add_shard       a shard's tensors added back at their places in the whole model's
+//                   (the inverse of shard_params, summed over the shards)
 // Between the step program's TP collectives a shard holds partial sums: the output
 // projection's, the MLP's, the embedding's (a token outside the shard's vocabulary gives
 // zeros) and, in backward, the input gradients of the column-parallel projections and the
@@ -93,6 +95,52 @@ gpt_params<T> shard_params(const gpt_config& c, const gpt_params<T>& w, const tp
   out.norm_final = w.norm_final;
   out.lm_head = detail::column_block(w.lm_head, V, t * v, v);
   return out;
+}
+
+namespace detail {
+// Adds `block` (rows [first, first + count) of a [rows][width] matrix) into `m`.
+template <class T>
+void add_row_block(std::vector<T>& m, std::size_t width, std::size_t first, const std::vector<T>& block) {
+  for (std::size_t i = 0; i < block.size(); ++i) m[first * width + i] += block[i];
+}
+// Adds `block` (columns [first, first + count) of a [rows][width] matrix) into `m`.
+template <class T>
+void add_column_block(std::vector<T>& m, std::size_t width, std::size_t first, std::size_t count, const std::vector<T>& block) {
+  for (std::size_t r = 0; r < block.size() / count; ++r)
+    for (std::size_t j = 0; j < count; ++j) m[r * width + first + j] += block[r * count + j];
+}
+}  // namespace detail
+
+//! Adds shard `s`'s tensors `part` (shaped as shard_params gives them) into the whole model's
+//! `w` at their places, so that adding every shard's inverts shard_params. The norms, which
+//! every shard holds whole, are added from shard 0 only.
+template <class T>
+void add_shard(const gpt_config& c, const gpt_params<T>& part, const tp_shard& s, gpt_params<T>& w) {
+  const gpt_config sc = shard_config(c, s);
+  const auto t = static_cast<std::size_t>(s.index);
+  const auto D = static_cast<std::size_t>(c.dim), Q = static_cast<std::size_t>(c.q_width()), KV = static_cast<std::size_t>(c.kv_width());
+  const auto q = static_cast<std::size_t>(sc.q_width()), kv = static_cast<std::size_t>(sc.kv_width());
+  const auto F = static_cast<std::size_t>(c.hidden), f = static_cast<std::size_t>(sc.hidden);
+  const auto V = static_cast<std::size_t>(c.vocab), v = static_cast<std::size_t>(sc.vocab);
+  const auto add_whole = [&](std::vector<T>& into, const std::vector<T>& from) {
+    if (!s.holds_residual()) return;
+    for (std::size_t i = 0; i < into.size(); ++i) into[i] += from[i];
+  };
+  detail::add_row_block(w.embed, D, t * v, part.embed);
+  for (std::size_t l = 0; l < w.layers.size(); ++l) {
+    layer_params<T>& x = w.layers[l];
+    const layer_params<T>& y = part.layers[l];
+    add_whole(x.norm1, y.norm1);
+    add_whole(x.norm2, y.norm2);
+    detail::add_column_block(x.wq, Q, t * q, q, y.wq);
+    detail::add_column_block(x.wk, KV, t * kv, kv, y.wk);
+    detail::add_column_block(x.wv, KV, t * kv, kv, y.wv);
+    detail::add_row_block(x.wo, D, t * q, y.wo);
+    detail::add_column_block(x.w1, F, t * f, f, y.w1);
+    detail::add_row_block(x.w2, D, t * f, y.w2);
+  }
+  add_whole(w.norm_final, part.norm_final);
+  detail::add_column_block(w.lm_head, V, t * v, v, part.lm_head);
 }
 
 }  // namespace train_gpt

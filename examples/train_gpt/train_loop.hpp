@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ struct run_result {
   double tokens = 0, seconds = 0;
   double kept = 0;           //!< most activation values a rank held between forward and backward
   std::string executed;      //!< the candidate of the last step (for zeppelin)
+  std::map<std::string, int> layouts;  //!< micro-batches (passes) per method that laid them out
 };
 
 // The run's documents: the synthetic stream, or --corpus.
@@ -61,8 +63,7 @@ adamw<T> fresh_adamw(const options& o) {
 inline method_spec method_or_partitioner(const std::string& name) {
   for (const method_spec& s : method_specs)
     if (s.name == name) return s;
-  for (const std::string_view p : partitioner_names)
-    if (p == name) return {method_kind::candidate, p, "a partitioner with the baselines' execution", p, false, engine_policy::in_order, false};
+  if (std::find(partitioner_names.begin(), partitioner_names.end(), name) != partitioner_names.end()) return method_of_partitioner(name);
   return method_by_name(name);  // throws, listing the methods
 }
 
