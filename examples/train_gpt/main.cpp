@@ -3,7 +3,7 @@
 //   train_gpt [--system zeppelin|wlb] [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
-//             [--lr x] [--fp32] [--checkpoint none|full|selective:K] [--gradient-check N]
+//             [--lr x] [--fp32] [--checkpoint none|full|selective:K|stage_aware:...] [--gradient-check N]
 //             [--tp N] [--dp D] [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
 //             [--record FILE] [--write-job FILE]
 //             [--world host|device|nccl] [--device d] [--rank r] [--id-file F]
@@ -503,7 +503,8 @@ int main(int argc, char** argv) {
   add_integer_option(&app, "--hidden", o.model.hidden, "MLP width")->check(CLI::Range(1, 16384));
   app.add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--fp32", o.fp32, "train in fp32 (default fp64)");
-  app.add_option("--checkpoint", o.checkpoint, "layers the ranks recompute in backward: none, full, selective:K")
+  app.add_option("--checkpoint", o.checkpoint,
+                 "layers the ranks recompute in backward: none, full, selective:K, or a stage-aware plan stage_aware:S:B0,...:C0,...")
       ->capture_default_str();
   const std::map<std::string, train_gpt::training_system> systems{{"zeppelin", train_gpt::training_system::zeppelin},
                                                                    {"wlb", train_gpt::training_system::wlb}};

@@ -9,7 +9,7 @@
 //      micro-batch, a plain "x" is one document), --model M, --cluster C, --tp, --cp, --dp,
 //      --partitioner NAME (each micro-batch's CP layout), --tp-collectives all_reduce |
 //      sequence_parallel, --sync all_reduce | sharded_optimizer | fully_sharded | switching,
-//      --checkpoint none | full | selective:K[,K1,...], --pricing every_op | per_shape,
+//      --checkpoint none | full | selective:K[,K1,...] | stage_aware:S:B...:C..., --pricing every_op | per_shape,
 //      --trace FILE (Chrome / Perfetto JSON), --record FILE (the step record), --json;
 //      or --job FILE (a step job, examples/common/step_job.hpp: what train_gpt --write-job
 //      wrote) instead of the flags that build the plan: its cluster, model, step program
@@ -301,7 +301,9 @@ void add_pipeline_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tp-collectives", options->tp_collectives, "all_reduce or sequence_parallel")->capture_default_str();
   cmd->add_option("--sync", options->sync, "gradient sync: all_reduce, sharded_optimizer, fully_sharded or switching")->capture_default_str();
-  cmd->add_option("--checkpoint", options->checkpoint, "none, full, selective:K or selective:K0,K1,... (layers per stage)")
+  cmd->add_option("--checkpoint", options->checkpoint,
+                  "none, full, selective:K, selective:K0,K1,... (layers per stage) or stage_aware:S:B0,B1,...:C0,C1,... (a "
+                  "stage-aware plan: stages, the micro-batches' backward positions, the diagonal counts)")
       ->capture_default_str();
   cmd->add_option("--pricing", options->pricing,
                   "every_op (every op in one engine) or per_shape (each block shape priced once: for large layouts)")

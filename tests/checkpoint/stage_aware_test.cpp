@@ -558,3 +558,42 @@ TEST_CASE("a solved plan answers checkpoint_policy queries", "[checkpoint][stage
     FAIL("seed 7 should be feasible");
   }
 }
+
+TEST_CASE("a stage-aware plan is a member of any_checkpoint_policy, and its text form round-trips", "[checkpoint][stage_aware]") {
+  int checked = 0;
+  for (std::uint64_t seed = 1; seed <= 120; ++seed) {
+    random_generator g(seed, 3);
+    const int stages = static_cast<int>(g.between(1, 3));
+    const int chunks = static_cast<int>(g.between(1, 6));
+    const stage_aware_problem q = random_problem(seed, {chunks, stages, 2, 10, 60, 1, 9});
+    stage_aware_plan plan;
+    try {
+      plan = solve_stage_aware_checkpointing(q);
+    } catch (const infeasible&) {
+      continue;
+    }
+    const stage_aware_recompute direct{plan};
+    const any_checkpoint_policy held{direct};
+    const std::string text = to_string(held);
+    INFO("seed " << seed << " " << text);
+    const any_checkpoint_policy parsed = checkpoint_policy_by_name(text);
+    CHECK(to_string(parsed) == text);
+    CHECK(std::get<stage_aware_recompute>(parsed.policy).plan.total_layers == plan.total_layers);
+    for (int p = 0; p < stages; ++p)
+      for (int k = 0; k < chunks; ++k)
+        for (const int earlier : {0, 1}) {
+          const checkpoint_site site{p, earlier, k, 2, earlier};
+          CHECK(held.recomputed_layers(site) == direct.recomputed_layers(site));
+          CHECK(parsed.recomputed_layers(site) == direct.recomputed_layers(site));
+        }
+    ++checked;
+  }
+  CHECK(checked > 60);
+  CHECK(to_string(checkpoint_policy_by_name("stage_aware:2:1,0:0,1,2")) == "stage_aware:2:1,0:0,1,2");
+  CHECK(checkpoint_policy_by_name("stage_aware:2:1,0:0,1,2").recomputed_layers({0, 0, 0, 4, 0}) == 2);  // C[f2b 1 + 2 - 1 - 0]
+  for (const char* bad : {"stage_aware", "stage_aware:", "stage_aware:0:0:0", "stage_aware:2:0", "stage_aware:2:0,x:1,1",
+                          "stage_aware:1,2:0:1"})
+    CHECK_THROWS_WITH(checkpoint_policy_by_name(bad), Catch::Contains("unknown checkpoint policy") && Catch::Contains("stage_aware:S"));
+  CHECK_THROWS_WITH(checkpoint_policy_by_name("stage_aware:2:0,2:0,1,2"), Catch::Contains("permutation"));
+  CHECK_THROWS_WITH(checkpoint_policy_by_name("stage_aware:2:1,0:0,1"), Catch::Contains("n + S - 1"));
+}
