@@ -4,7 +4,7 @@
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K|stage_aware:...] [--gradient-check N]
-//             [--tp N] [--dp D] [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
+//             [--tp N] [--tp-collectives all_reduce|sequence_parallel] [--dp D] [--stages S] [--micro-batches M] [--schedule gpipe|1f1b|interleaved] [--virtual-stages V]
 //             [--record FILE] [--write-job FILE]
 //             [--world host|device|nccl] [--device d] [--rank r] [--id-file F]
 // Every step of a host run (the reference's too) is one step program (step/build.hpp) that
@@ -202,6 +202,7 @@ step_replica replica_shape(const options& o, int d) {
   const parallel_layout l = layout_of(o);
   step_replica r;
   r.tp = l.tp, r.cp = l.cp, r.pp = l.pp;
+  r.tp_mode = o.tp_mode;
   for (int s = 0; s < r.pp; ++s)
     for (int c = 0; c < r.cp; ++c)
       for (int t = 0; t < r.tp; ++t) r.ranks.push_back(l.rank_of({t, c, s, d}));
@@ -515,6 +516,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"zeppelin", "wlb"}))
       ->capture_default_str();
   add_integer_option(&app, "--tp", o.tp, "tensor-parallel ranks per group (divides --gpus-per-node)")->check(CLI::Range(1, 64));
+  const std::map<std::string, zeppelin::tp_collectives> tp_modes{{"all_reduce", zeppelin::tp_collectives::all_reduce},
+                                                                   {"sequence_parallel", zeppelin::tp_collectives::sequence_parallel}};
+  std::string tp_collectives = "all_reduce";
+  app.add_option("--tp-collectives", tp_collectives,
+                 "how TP's collectives run: all_reduce, or sequence_parallel (reduce-scatters and all-gathers, row shares between "
+                 "stages)")
+      ->check(CLI::IsMember({"all_reduce", "sequence_parallel"}))
+      ->capture_default_str();
   add_integer_option(&app, "--dp", o.dp, "data-parallel replicas, each --stages x --nodes x --gpus-per-node ranks")->check(CLI::Range(1, 16));
   add_integer_option(&app, "--stages", o.stages, "pipeline stages, each a group of nodes x gpus-per-node ranks")->check(CLI::Range(1, 16));
   add_integer_option(&app, "--micro-batches", o.micro_batches, "micro-batches per step (whole documents; 0: the stage count)")
@@ -548,6 +557,7 @@ int main(int argc, char** argv) {
   try {
     o.schedule = pipeline_schedule_kind_by_name(schedule);
     o.system = systems.at(system);
+    o.tp_mode = tp_modes.at(tp_collectives);
     ZEPPELIN_EXPECTS(o.model.dim % o.model.heads == 0 && o.model.head_dim() % 2 == 0 && o.model.heads % o.model.kv_heads == 0,
                      "the width must split into heads of an even head dim, and the K/V heads divide the heads",
                      {{"dim", double(o.model.dim)}, {"heads", double(o.model.heads)}, {"kv_heads", double(o.model.kv_heads)}});

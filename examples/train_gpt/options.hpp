@@ -10,6 +10,7 @@
 #include "gpt.hpp"
 
 #include <zeppelin/schedule/pipeline/any_schedule.hpp>
+#include <zeppelin/step/step_plan.hpp>
 
 #include <cstdint>
 #include <string>
@@ -39,6 +40,7 @@ struct options {
   int gradient_check = 0;  //!< coordinates to check; 0: train
   std::string checkpoint = "none";  //!< checkpoint/any_checkpoint_policy.hpp text form
   int tp = 1;                       //!< tensor-parallel ranks per group (on one node)
+  zeppelin::tp_collectives tp_mode = zeppelin::tp_collectives::all_reduce;  //!< all-reduces, or sequence parallelism
   int dp = 1;                       //!< data-parallel replicas, each a whole pipeline
   int stages = 1;                   //!< pipeline stages, each a group of nodes x gpus_per_node ranks
   int micro_batches = 0;            //!< per step; 0: the stage count

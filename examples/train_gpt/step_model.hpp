@@ -2,7 +2,8 @@
 // train_gpt's GPT as the step runner's model (exec/step_runner.hpp's step_model) for one rank
 // of the host world: what the rank computes, keeps and hands the runner when it runs its part
 // of a step program; and gpt_model_config, the GPT as the library's model_config.
-//   in : the step program (replicas of tp x cp ranks per stage, pp stages; TP with all-reduces),
+//   in : the step program (replicas of tp x cp ranks per stage, pp stages; TP with all-reduces
+//        or sequence parallelism),
 //        the rank's world rank, the communicator of its replica's CP ranks of its stage and
 //        TP index (the dispatch), the model, its replica's micro-batches' plans (step.hpp
 //        plan_step, in the program's micro-batch order: their plans are the program's CP
@@ -42,8 +43,7 @@
 // A micro-batch's rows are dispatched (step.hpp dispatch_rows, collective over the CP ranks of
 // the rank's replica, stage and TP index) by the rank's first compute op of it, which every
 // rank of those reaches in the same order.
-// Errors: invalid_argument for a rank outside the program, sequence parallelism, a tensor the
-// model does not hold (sliced documents' context, ZeRO shards), a gradient count or rows that
+// Errors: invalid_argument for a rank outside the program, a tensor the model does not hold (sliced documents' context, ZeRO shards), a gradient count or rows that
 // differ from the program's, the gradients asked for before the last backward.
 #pragma once
 
@@ -100,9 +100,6 @@ class gpt_step_model {
       : prog_(&prog), at_(prog.positions.at(static_cast<std::size_t>(rank))), stage_(&stage), cfg_(&cfg), micro_batches_(&micro_batches),
         w_(&w), loss_scale_(loss_scale) {
     ZEPPELIN_EXPECTS(at_.replica >= 0, "train_gpt's step model: the rank runs nothing in the step program", {{"rank", double(rank)}});
-    ZEPPELIN_EXPECTS(replica().tp_mode == tp_collectives::all_reduce || replica().tp == 1,
-                     "train_gpt's step model runs tensor parallelism with all-reduces (not sequence parallelism)",
-                     {{"tp", double(replica().tp)}});
     shard_ = {replica().tp, at_.tp};
     shard_cfg_ = shard_config(cfg, shard_);
     g_ = zero_params<T>(shard_cfg_);
@@ -317,26 +314,38 @@ class gpt_step_model {
   }
 
   // The tensor a TP collective of the program names (step/block.hpp): the partial sums the
-  // parts leave (the ring sums them in place) and the head's statistics. A virtual stage's
-  // last forward output and first input gradient are its boundary tensors, kept for the
-  // pipeline's send.
+  // parts leave, summed in place by an all-reduce, or by a reduce-scatter whose chunks the
+  // next all-gather (sequence parallelism) completes in the same tensor; and the head's
+  // statistics. A virtual stage's last forward output and first input gradient are its
+  // boundary tensors, sent (with SP: each TP rank its summed chunk) and received in place.
   std::vector<T>& tp_tensor(const step_buffer& b) {
     const step_replica& r = replica();
-    const int v = b.virtual_stage, PV = static_cast<int>(r.layers.size());
-    slot& s = slot_at(b.micro_batch, v);
-    const bool forward = b.pass != step_pass::backward;
-    if (b.tensor == step_tensor::loss_statistics) return s.head.stats;
-    if (b.part == model_part::embedding || b.part == model_part::head) return forward ? s.hidden : s.grad;
+    const int k = b.micro_batch, v = b.virtual_stage, PV = static_cast<int>(r.layers.size());
+    slot& s = slot_at(k, v);
     const int first = r.first_layer(v), last = first + r.layers[static_cast<std::size_t>(v)] - 1;
-    if (forward && b.part == model_part::attention_output) return s.layers.at(static_cast<std::size_t>(b.layer - first)).x1;
-    if (forward && b.part == model_part::mlp) {
-      if (b.pass == step_pass::forward && b.layer == last && v < PV - 1) return boundary_[{static_cast<int>(step_tensor::activation), b.micro_batch, v}];
-      return s.hidden;
-    }
-    if (!forward && b.part == model_part::mlp) return s.dx1;
-    if (!forward && b.part == model_part::attention_input) {
-      if (b.layer == first && v > 0) return boundary_[{static_cast<int>(step_tensor::activation_gradient), b.micro_batch, v}];
-      return s.grad;
+    const auto cache = [&]() -> layer_cache<T>& { return s.layers.at(static_cast<std::size_t>(b.layer - first)); };
+    const auto kept = [&](step_tensor t, int of) -> std::vector<T>& { return boundary_[{static_cast<int>(t), k, of}]; };
+    const bool output = b.tensor == step_tensor::layer_output;
+    switch (b.pass) {
+      case step_pass::forward:
+      case step_pass::recompute: {
+        const bool recompute = b.pass == step_pass::recompute;
+        if (b.tensor == step_tensor::loss_statistics) return s.head.stats;
+        if (b.part == model_part::embedding || b.part == model_part::head) return s.hidden;
+        if (b.part == model_part::attention_input && !output) {  // SP: the layer's input gathered
+          if (recompute) return cache().x;                          // (kept whole)
+          return b.layer == first && v > 0 ? kept(step_tensor::activation, v - 1) : s.hidden;
+        }
+        if (b.part == model_part::attention_output || (b.part == model_part::mlp && !output)) return cache().x1;
+        if (b.part == model_part::mlp) return !recompute && b.layer == last && v < PV - 1 ? kept(step_tensor::activation, v) : s.hidden;
+        break;
+      }
+      case step_pass::backward:
+        if (b.part == model_part::embedding || b.part == model_part::head) return s.grad;
+        if (b.part == model_part::mlp && output) return b.layer == last && v < PV - 1 ? kept(step_tensor::activation_gradient, v + 1) : s.grad;
+        if ((b.part == model_part::mlp && !output) || (b.part == model_part::attention_output && output)) return s.dx1;
+        if (b.part == model_part::attention_input && !output) return b.layer == first && v > 0 ? kept(step_tensor::activation_gradient, v) : s.grad;
+        break;
     }
     ZEPPELIN_THROW(invalid_argument, "train_gpt's step model holds no such TP tensor",
                    {{"tensor", double(static_cast<int>(b.tensor))}, {"part", double(static_cast<int>(b.part))}, {"layer", double(b.layer)}});

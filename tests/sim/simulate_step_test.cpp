@@ -283,6 +283,27 @@ TEST_CASE("with TP the sync first sums the norms' gradients over each stage's TP
   }
 }
 
+TEST_CASE("with sequence parallelism each TP rank sends its row share of a boundary tensor, at the chunk its reduce-scatter summed", "[sim][step]") {
+  const model_config m = zeppelin_test::toy_model(4);
+  step_shape shape = shape_of({2, 2, 2, 1});
+  shape.tp_mode = tp_collectives::sequence_parallel;
+  const built b = build(shape, m, {3001, 1000, 2003}, free_cluster(8), "even_split");
+  const step_program& prog = b.program;
+  const std::int64_t row_bytes = std::int64_t{m.hidden} * prog.options.activation_bytes;
+  int boundaries = 0;
+  for (const step_transfer& x : prog.transfers) {
+    if (x.traffic != traffic_class::pp) continue;
+    const step_position at = prog.positions[static_cast<std::size_t>(x.src)];
+    const token_count rows = prog.layout(at.replica, x.from.micro_batch).linear_rows[static_cast<std::size_t>(at.cp)];
+    const std::int64_t first = detail::ring_chunk_begin(rows, 2, at.tp), end = detail::ring_chunk_begin(rows, 2, at.tp + 1);
+    CHECK(x.from.offset == first * row_bytes);
+    CHECK(x.bytes == (end - first) * row_bytes);
+    CHECK(x.to == x.from);
+    ++boundaries;
+  }
+  CHECK(boundaries == 2 * 2 * 2 * static_cast<int>(prog.layouts[0].size()));  // (activation, gradient) x tp x cp x micro-batches
+}
+
 TEST_CASE("ZeRO-3 gathers every layer's parameters before its forward and backward and scatters its gradients", "[sim][step]") {
   const model_config m = zeppelin_test::toy_model(2);
   step_shape shape = shape_of({1, 2, 1, 1});

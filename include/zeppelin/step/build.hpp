@@ -15,7 +15,8 @@
 //               receives one group per member (as the schedule posts them, NCCL groups), each
 //               send of member (t, c) to member (t, c) of the neighbouring stage moving the
 //               boundary tensor of its rows (rows x hidden activations; with sequence
-//               parallelism each TP rank its row share). A block waits for the group that
+//               parallelism each TP rank its row share, at its offset in the tensor: the chunk
+//               its reduce-scatter left summed). A block waits for the group that
 //               received its input, a group for the blocks whose outputs it sends;
 //   sync        after each rank's last backward, on its communication stream:
 //                 all_reduce         a ring all-reduce of the stage's gradients (one TP
@@ -354,9 +355,14 @@ inline void add_switching(step_program& prog) {
       const int t = static_cast<int>(m % static_cast<std::size_t>(r.tp)), c = static_cast<int>(m / static_cast<std::size_t>(r.tp));
       const bool sending = is_send(kind);
       const int from_stage = sending ? stage : peer, to_stage = sending ? peer : stage;
-      token_count rows = layouts[k].linear_rows[static_cast<std::size_t>(c)];
-      if (r.tp_mode == tp_collectives::sequence_parallel && r.tp > 1)
-        rows = detail::ring_chunk_begin(rows, r.tp, t + 1) - detail::ring_chunk_begin(rows, r.tp, t);
+      // the rows x hidden tensor, or with sequence parallelism the TP rank's row share of it (the
+      // chunk its reduce-scatter left summed, step/detail/ring_steps.hpp)
+      const token_count all_rows = layouts[k].linear_rows[static_cast<std::size_t>(c)];
+      token_count first = 0, rows = all_rows;
+      if (r.tp_mode == tp_collectives::sequence_parallel && r.tp > 1) {
+        first = detail::ring_chunk_begin(all_rows, r.tp, t);
+        rows = detail::ring_chunk_begin(all_rows, r.tp, t + 1) - first;
+      }
       const step_buffer buf{activation ? step_tensor::activation : step_tensor::activation_gradient,
                             activation ? step_pass::forward : step_pass::backward,
                             model_part::embedding,
@@ -364,7 +370,7 @@ inline void add_switching(step_program& prog) {
                             v,
                             -1,
                             -1,
-                            0,
+                            first * hidden_row_bytes,
                             rows * hidden_row_bytes,
                             0};
       id = static_cast<std::int32_t>(prog.transfers.size());
