@@ -37,7 +37,7 @@ class corpus {
   corpus(int vocab, std::int64_t min_length, std::int64_t max_length, std::uint64_t seed)
       : vocab_(vocab), min_(min_length), max_(max_length), seed_(seed) {
     ZEPPELIN_EXPECTS(vocab >= 2 && min_length >= 2 && max_length >= min_length,
-                     "train_gpt: the vocabulary needs 2 tokens and documents 2 tokens at least (min <= max)",
+                     "the vocabulary needs 2 tokens and documents 2 tokens at least (min <= max)",
                      {{"vocab", double(vocab)}, {"min_length", double(min_length)}, {"max_length", double(max_length)}});
     next_.resize(static_cast<std::size_t>(vocab));
     for (std::size_t i = 0; i < next_.size(); ++i) next_[i] = static_cast<std::int64_t>(i);
@@ -49,20 +49,20 @@ class corpus {
   //! an id outside [0, vocab) or an unreadable file, and when no document has 2 tokens.
   corpus(const std::string& path, int vocab) : vocab_(vocab) {
     std::ifstream in(path);
-    ZEPPELIN_EXPECTS(in.good(), "train_gpt: cannot read the corpus file " + path, {});
+    ZEPPELIN_EXPECTS(in.good(), "cannot read the corpus file " + path, {});
     std::string line;
     for (int number = 1; std::getline(in, line); ++number) {
       std::istringstream words(line);
       std::vector<std::int64_t> doc;
       std::int64_t id = 0;
       while (words >> id) {
-        ZEPPELIN_EXPECTS(id >= 0 && id < vocab, "train_gpt: a token id outside the vocabulary in " + path,
+        ZEPPELIN_EXPECTS(id >= 0 && id < vocab, "a token id outside the vocabulary in " + path,
                          {{"line", double(number)}, {"id", double(id)}, {"vocab", double(vocab)}});
         doc.push_back(id);
       }
       if (doc.size() >= 2) documents_.push_back(std::move(doc));
     }
-    ZEPPELIN_EXPECTS(!documents_.empty(), "train_gpt: the corpus file has no document of 2 tokens or more: " + path, {});
+    ZEPPELIN_EXPECTS(!documents_.empty(), "the corpus file has no document of 2 tokens or more: " + path, {});
   }
 
   //! The documents of step `step`, about `tokens` tokens (the last document is cut to fit).

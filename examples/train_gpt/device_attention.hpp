@@ -108,7 +108,7 @@ inline device_step make_device_step(const planned_step<float>& step, const topol
   const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
   device_step out{step, device_attention_engine(step.layout, step.data.lengths, t, dims, device::dtype::bf16, step.options)};
   ZEPPELIN_EXPECTS(linear_layout(step.layout, out.engine.program()) == linear_layout(step.layout, step.engine.program()),
-                   "train_gpt: the device and host programs of one plan place the linear layout differently", {});
+                   "the device and host programs of one plan place the linear layout differently", {});
   return out;
 }
 

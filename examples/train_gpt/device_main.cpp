@@ -100,7 +100,7 @@ run_result train_loopback(const options& o, const topology& t, const any_checkpo
     return step_loss;
   });
   for (std::size_t r = 1; r < R; ++r)
-    ZEPPELIN_EXPECTS(flatten(params[r]) == flatten(params[0]), "train_gpt: the ranks hold different parameters after training",
+    ZEPPELIN_EXPECTS(flatten(params[r]) == flatten(params[0]), "the ranks hold different parameters after training",
                      {{"rank", double(r)}});
   return result;
 }

@@ -169,7 +169,7 @@ std::vector<std::vector<planned_step<T>>> plan_micro_batches(const options& o, c
       if (first && planned.front().options != first->second) planned = train_gpt::plan_steps<T>(part, group, first->first, o.model);
       for (planned_step<T>& p : planned) {
         if (!first) first.emplace(p.executed, p.options);
-        ZEPPELIN_EXPECTS(p.options == first->second, "train_gpt: a step's micro-batches need one execution",
+        ZEPPELIN_EXPECTS(p.options == first->second, "a step's micro-batches need one execution",
                          {{"replica", double(out.size() - 1)}, {"micro_batch", double(mine.size())}});
         mine.push_back(std::move(p));
       }

@@ -68,7 +68,7 @@ inline std::vector<std::vector<std::int64_t>> documents_of(const step_batch& sb)
 //! Zeppelin's step: `sb` in `dp` equal token shares, each in `micro_batches` micro-batches.
 inline step_documents equal_shares(const step_batch& sb, int dp, int micro_batches) {
   std::vector<step_batch> shares = split_documents(sb, dp);
-  ZEPPELIN_EXPECTS(static_cast<int>(shares.size()) == dp, "train_gpt: a step has fewer documents than data-parallel replicas",
+  ZEPPELIN_EXPECTS(static_cast<int>(shares.size()) == dp, "a step has fewer documents than data-parallel replicas",
                    {{"documents", double(sb.lengths.size())}, {"dp", double(dp)}});
   step_documents out;
   for (const step_batch& share : shares) out.push_back(split_documents(share, micro_batches));
@@ -102,7 +102,7 @@ class wlb_packing {
     const packed_iteration it = method_.packer.pack(state_, refs, limits_);
     const auto replicas = replicas_of(it, lengths_, dp_);
     ZEPPELIN_EXPECTS(static_cast<int>(replicas.size()) == dp_,
-                     "train_gpt: WLB-LLM's packer gave a step fewer micro-batches with documents than data-parallel replicas "
+                     "WLB-LLM's packer gave a step fewer micro-batches with documents than data-parallel replicas "
                      "(draw more --tokens per step)",
                      {{"step", double(step)}, {"micro_batches", double(replicas.size())}, {"dp", double(dp_)}});
     step_documents out;
