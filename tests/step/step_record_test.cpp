@@ -143,3 +143,43 @@ TEST_CASE("step record: the host runner executes what the simulator prices, on 2
   CHECK(tensor_parallel > 20);
   CHECK(zero3 > 10);
 }
+
+TEST_CASE("context transfers move kept K/V into a gathered context and dK/dV back: no rank sends from what it receives into", "[step][record]") {
+  int sliced_plans = 0, transfers = 0;
+  for (std::uint64_t seed = 0; seed < 200; ++seed) {
+    const zeppelin_test::random_step_case c = zeppelin_test::random_step_plan(seed);
+    INFO(c.description);
+    const step_program prog = make_step_program(c.plan, c.cluster, c.model, c.options);
+    bool any = false;
+    for (std::int32_t i = 0; i < static_cast<std::int32_t>(prog.blocks.size()); ++i) {
+      const block_program bp = make_block_program(prog, i);
+      // per rank: the (tensor, document, layer) byte ranges it sends from and receives into
+      using key = std::tuple<rank_index, int, std::int64_t, std::int32_t>;
+      std::map<key, std::vector<std::pair<std::int64_t, std::int64_t>>> sent, received;
+      for (const step_transfer& x : bp.transfers) {
+        const bool forward = x.from.tensor == step_tensor::context, backward = x.from.tensor == step_tensor::gathered_context_gradient;
+        if (!forward && !backward) {
+          CHECK(x.to.tensor != step_tensor::gathered_context);
+          CHECK(x.to.tensor != step_tensor::context_gradient);
+          continue;
+        }
+        any = true;
+        ++transfers;
+        CHECK(x.to.tensor == (forward ? step_tensor::gathered_context : step_tensor::context_gradient));
+        CHECK(x.combine == (forward ? combine_kind::copy : combine_kind::add));
+        CHECK((x.to.document == x.from.document && x.to.layer == x.from.layer));
+        sent[{x.src, static_cast<int>(x.from.tensor), x.from.document, x.from.layer}].push_back({x.from.offset, x.from.offset + x.bytes});
+        received[{x.dst, static_cast<int>(x.to.tensor), x.to.document, x.to.layer}].push_back({x.to.offset, x.to.offset + x.bytes});
+      }
+      for (const auto& [k, ranges] : received) {
+        const auto it = sent.find(k);
+        if (it == sent.end()) continue;
+        for (const auto& [b, e] : ranges)
+          for (const auto& [sb, se] : it->second) CHECK((e <= sb || se <= b));
+      }
+    }
+    sliced_plans += any;
+  }
+  CHECK(sliced_plans > 10);
+  CHECK(transfers > 100);
+}

@@ -108,8 +108,10 @@ namespace detail {
     case step_tensor::loss_statistics: return task_kind::tp_transfer;
     case step_tensor::parameters: return t.traffic == traffic_class::tp ? task_kind::parameter_gather : task_kind::parameter_sync;
     case step_tensor::gradients: return t.traffic == traffic_class::tp ? task_kind::gradient_scatter : task_kind::gradient_sync;
-    case step_tensor::context: return task_kind::kv;
-    case step_tensor::context_gradient: return task_kind::dkv;
+    case step_tensor::context:
+    case step_tensor::gathered_context: return task_kind::kv;
+    case step_tensor::context_gradient:
+    case step_tensor::gathered_context_gradient: return task_kind::dkv;
   }
   return task_kind::activation;
 }

@@ -263,9 +263,12 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
           for (int o2 = 0; o2 < C; ++o2) {
             const std::int64_t bytes = lay.context_rows[static_cast<std::size_t>(o2)][i] * kv_row_bytes;
             if (bytes > 0 && o2 != n) {
+              // the owner's kept rows (their accumulated dK/dV in backward) and their place in
+              // the needer's gathered context: two tensors, so no rank's send and receive alias
               const step_buffer kept{back ? step_tensor::context_gradient : step_tensor::context, pass, model_part::embedding,
                                      b.micro_batch, b.virtual_stage, layer, document, 0, bytes, 0};
               step_buffer gathered = kept;
+              gathered.tensor = back ? step_tensor::gathered_context_gradient : step_tensor::gathered_context;
               gathered.offset = offset;
               const rank_index owner = out.members[member(t, o2)], needer = out.members[member(t, n)];
               const auto id = static_cast<std::int32_t>(out.transfers.size());

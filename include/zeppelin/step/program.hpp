@@ -105,10 +105,13 @@ enum class step_tensor : std::uint8_t {
                             //!< gradient (backward: all-gathered)
   parameters = 4,           //!< the rank's parameters of `layer` (-1: all of its stage's)
   gradients = 5,            //!< the rank's gradients of `layer` (-1: all of its stage's)
-  context = 6,              //!< K/V of document `document` kept by the source rank
-  context_gradient = 7,     //!< dK/dV of document `document`'s context rows owned by the destination
+  context = 6,              //!< K/V of document `document` the rank kept from its earlier slices
+  context_gradient = 7,     //!< the dK/dV of those kept rows, added up over the later slices
   loss_statistics = 8,      //!< the vocabulary-parallel cross-entropy's per-row statistics: TP rank
                             //!< t's (log-sum-exp of its logits, its target logit) at rows [t n, (t + 1) n)
+  gathered_context = 9,     //!< the K/V context of document `document` a slice's rank gathered: every
+                            //!< CP rank's kept rows in CP order (the rank's own included, not moved)
+  gathered_context_gradient = 10,  //!< its dK/dV, sent back to the ranks that kept the rows (added there)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(step_tensor t) noexcept {
@@ -122,6 +125,8 @@ enum class step_tensor : std::uint8_t {
     case step_tensor::context: return "context";
     case step_tensor::context_gradient: return "context_gradient";
     case step_tensor::loss_statistics: return "loss_statistics";
+    case step_tensor::gathered_context: return "gathered_context";
+    case step_tensor::gathered_context_gradient: return "gathered_context_gradient";
   }
   return "?";
 }
