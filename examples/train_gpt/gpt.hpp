@@ -54,11 +54,21 @@ struct gpt_params {
   //! Visits every tensor in one fixed order (flattening for the all-reduce and AdamW).
   template <class F>
   void for_each(F&& f) {
-    f(embed);
-    for (auto& l : layers)
-      for (std::vector<T>* t : {&l.norm1, &l.wq, &l.wk, &l.wv, &l.wo, &l.norm2, &l.w1, &l.w2}) f(*t);
-    f(norm_final);
-    f(lm_head);
+    visit(*this, f);
+  }
+  template <class F>
+  void for_each(F&& f) const {
+    visit(*this, f);
+  }
+
+ private:
+  template <class Self, class F>
+  static void visit(Self& p, F& f) {
+    f(p.embed);
+    for (auto& l : p.layers)
+      for (auto* t : {&l.norm1, &l.wq, &l.wk, &l.wv, &l.wo, &l.norm2, &l.w1, &l.w2}) f(*t);
+    f(p.norm_final);
+    f(p.lm_head);
   }
 };
 

@@ -139,6 +139,14 @@ void write_output(const std::string& path, Write&& write, const char* what) {
   }
 }
 
+// The names a command-line option maps to values (its accepted texts, listed once).
+template <class V>
+std::vector<std::string> names_of(const std::map<std::string, V>& by_name) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : by_name) out.push_back(name);
+  return out;
+}
+
 // The job's TP x CP x PP x DP degrees (see the file comment, 2.).
 parallel_layout layout_of(const options& o) { return {o.tp, o.nodes * o.gpus_per_node / o.tp, o.stages, o.dp}; }
 
@@ -513,7 +521,7 @@ int main(int argc, char** argv) {
   app.add_option("--system", system,
                  "whose composition trains: zeppelin (equal token shares, each micro-batch planned by --method) or wlb (WLB-LLM's "
                  "packer with outlier delay, per-document all-gather or per-sequence ring CP, whichever is faster)")
-      ->check(CLI::IsMember({"zeppelin", "wlb"}))
+      ->check(CLI::IsMember(names_of(systems)))
       ->capture_default_str();
   add_integer_option(&app, "--tp", o.tp, "tensor-parallel ranks per group (divides --gpus-per-node)")->check(CLI::Range(1, 64));
   const std::map<std::string, zeppelin::tp_collectives> tp_modes{{"all_reduce", zeppelin::tp_collectives::all_reduce},
@@ -522,7 +530,7 @@ int main(int argc, char** argv) {
   app.add_option("--tp-collectives", tp_collectives,
                  "how TP's collectives run: all_reduce, or sequence_parallel (reduce-scatters and all-gathers, row shares between "
                  "stages)")
-      ->check(CLI::IsMember({"all_reduce", "sequence_parallel"}))
+      ->check(CLI::IsMember(names_of(tp_modes)))
       ->capture_default_str();
   add_integer_option(&app, "--dp", o.dp, "data-parallel replicas, each --stages x --nodes x --gpus-per-node ranks")->check(CLI::Range(1, 16));
   add_integer_option(&app, "--stages", o.stages, "pipeline stages, each a group of nodes x gpus-per-node ranks")->check(CLI::Range(1, 16));

@@ -5,6 +5,7 @@
 //   shard_config    the model as one shard sees it: heads / tp query and K/V heads (of the
 //                   same head size), an MLP of width hidden / tp, a vocabulary of vocab / tp;
 //                   step.hpp's functions run on it unchanged
+//   cuts_of         per tensor its cut (tensor_cut): whole, or the shard's row or column block
 //   shard_params    a shard's parameters cut from the whole model's: Wq, Wk, Wv and W1 by
 //                   columns (heads t x heads / tp on, the MLP's t-th column block), Wo and W2
 //                   by rows, the embedding's rows and the LM head's columns of vocabulary
@@ -26,6 +27,7 @@
 #include <zeppelin/core/error.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace train_gpt {
@@ -58,89 +60,73 @@ inline gpt_config shard_config(const gpt_config& c, const tp_shard& s) {
   return out;
 }
 
-namespace detail {
-// Rows [first, first + count) of a [rows][width] matrix.
-template <class T>
-std::vector<T> row_block(const std::vector<T>& m, std::size_t width, std::size_t first, std::size_t count) {
-  return {m.begin() + static_cast<std::ptrdiff_t>(first * width), m.begin() + static_cast<std::ptrdiff_t>((first + count) * width)};
-}
-// Columns [first, first + count) of a [rows][width] matrix.
-template <class T>
-std::vector<T> column_block(const std::vector<T>& m, std::size_t width, std::size_t first, std::size_t count) {
-  std::vector<T> out;
-  out.reserve(m.size() / width * count);
-  for (std::size_t r = 0; r < m.size() / width; ++r)
-    out.insert(out.end(), m.begin() + static_cast<std::ptrdiff_t>(r * width + first),
-               m.begin() + static_cast<std::ptrdiff_t>(r * width + first + count));
+//! How TP cuts one tensor of the whole model: whole (the norms), or the shard's block of
+//! `count` rows or columns of a [rows][width] matrix, block `index` of them.
+struct tensor_cut {
+  enum class kind : std::uint8_t { whole, rows, columns };
+  kind cut = kind::whole;
+  std::size_t width = 0, count = 0, index = 0;
+  //! The whole tensor's element of the shard's element `i`.
+  [[nodiscard]] std::size_t whole_index(std::size_t i) const noexcept {
+    switch (cut) {
+      case kind::rows: return index * count * width + i;
+      case kind::columns: return i / count * width + index * count + i % count;
+      case kind::whole: break;
+    }
+    return i;
+  }
+};
+
+//! The cut of every tensor of the model for shard `s`, in gpt_params::for_each order (see
+//! the file comment).
+inline std::vector<tensor_cut> cuts_of(const gpt_config& c, const tp_shard& s) {
+  const gpt_config sc = shard_config(c, s);
+  const auto t = static_cast<std::size_t>(s.index);
+  using kind = tensor_cut::kind;
+  const auto whole = tensor_cut{};
+  const auto rows = [&](int width, int count) { return tensor_cut{kind::rows, std::size_t(width), std::size_t(count), t}; };
+  const auto columns = [&](int width, int count) { return tensor_cut{kind::columns, std::size_t(width), std::size_t(count), t}; };
+  std::vector<tensor_cut> out{rows(c.dim, sc.vocab)};  // the embedding: vocabulary block t
+  for (int l = 0; l < c.layers; ++l)
+    out.insert(out.end(), {whole, columns(c.q_width(), sc.q_width()), columns(c.kv_width(), sc.kv_width()),
+                           columns(c.kv_width(), sc.kv_width()), rows(c.dim, sc.q_width()), whole, columns(c.hidden, sc.hidden),
+                           rows(c.dim, sc.hidden)});
+  out.insert(out.end(), {whole, columns(c.vocab, sc.vocab)});  // the final norm, the LM head
   return out;
 }
-}  // namespace detail
 
 //! Shard `s`'s parameters of the whole model's `w` (see the file comment); shaped as
 //! zero_params(shard_config(c, s)).
 template <class T>
 gpt_params<T> shard_params(const gpt_config& c, const gpt_params<T>& w, const tp_shard& s) {
-  const gpt_config sc = shard_config(c, s);
-  const auto t = static_cast<std::size_t>(s.index);
-  const auto D = static_cast<std::size_t>(c.dim), Q = static_cast<std::size_t>(c.q_width()), KV = static_cast<std::size_t>(c.kv_width());
-  const auto q = static_cast<std::size_t>(sc.q_width()), kv = static_cast<std::size_t>(sc.kv_width());
-  const auto F = static_cast<std::size_t>(c.hidden), f = static_cast<std::size_t>(sc.hidden);
-  const auto V = static_cast<std::size_t>(c.vocab), v = static_cast<std::size_t>(sc.vocab);
-  gpt_params<T> out;
-  out.embed = detail::row_block(w.embed, D, t * v, v);
-  for (const layer_params<T>& l : w.layers)
-    out.layers.push_back({l.norm1, detail::column_block(l.wq, Q, t * q, q), detail::column_block(l.wk, KV, t * kv, kv),
-                          detail::column_block(l.wv, KV, t * kv, kv), detail::row_block(l.wo, D, t * q, q), l.norm2,
-                          detail::column_block(l.w1, F, t * f, f), detail::row_block(l.w2, D, t * f, f)});
-  out.norm_final = w.norm_final;
-  out.lm_head = detail::column_block(w.lm_head, V, t * v, v);
+  const std::vector<tensor_cut> cuts = cuts_of(c, s);
+  std::vector<const std::vector<T>*> whole;
+  w.for_each([&](const std::vector<T>& x) { whole.push_back(&x); });
+  gpt_params<T> out = zero_params<T>(shard_config(c, s));
+  std::size_t k = 0;
+  out.for_each([&](std::vector<T>& x) {
+    const tensor_cut& cut = cuts[k];
+    const std::vector<T>& from = *whole[k++];
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = from[cut.whole_index(i)];
+  });
   return out;
 }
-
-namespace detail {
-// Adds `block` (rows [first, first + count) of a [rows][width] matrix) into `m`.
-template <class T>
-void add_row_block(std::vector<T>& m, std::size_t width, std::size_t first, const std::vector<T>& block) {
-  for (std::size_t i = 0; i < block.size(); ++i) m[first * width + i] += block[i];
-}
-// Adds `block` (columns [first, first + count) of a [rows][width] matrix) into `m`.
-template <class T>
-void add_column_block(std::vector<T>& m, std::size_t width, std::size_t first, std::size_t count, const std::vector<T>& block) {
-  for (std::size_t r = 0; r < block.size() / count; ++r)
-    for (std::size_t j = 0; j < count; ++j) m[r * width + first + j] += block[r * count + j];
-}
-}  // namespace detail
 
 //! Adds shard `s`'s tensors `part` (shaped as shard_params gives them) into the whole model's
 //! `w` at their places, so that adding every shard's inverts shard_params. The norms, which
 //! every shard holds whole, are added from shard 0 only.
 template <class T>
 void add_shard(const gpt_config& c, const gpt_params<T>& part, const tp_shard& s, gpt_params<T>& w) {
-  const gpt_config sc = shard_config(c, s);
-  const auto t = static_cast<std::size_t>(s.index);
-  const auto D = static_cast<std::size_t>(c.dim), Q = static_cast<std::size_t>(c.q_width()), KV = static_cast<std::size_t>(c.kv_width());
-  const auto q = static_cast<std::size_t>(sc.q_width()), kv = static_cast<std::size_t>(sc.kv_width());
-  const auto F = static_cast<std::size_t>(c.hidden), f = static_cast<std::size_t>(sc.hidden);
-  const auto V = static_cast<std::size_t>(c.vocab), v = static_cast<std::size_t>(sc.vocab);
-  const auto add_whole = [&](std::vector<T>& into, const std::vector<T>& from) {
-    if (!s.holds_residual()) return;
-    for (std::size_t i = 0; i < into.size(); ++i) into[i] += from[i];
-  };
-  detail::add_row_block(w.embed, D, t * v, part.embed);
-  for (std::size_t l = 0; l < w.layers.size(); ++l) {
-    layer_params<T>& x = w.layers[l];
-    const layer_params<T>& y = part.layers[l];
-    add_whole(x.norm1, y.norm1);
-    add_whole(x.norm2, y.norm2);
-    detail::add_column_block(x.wq, Q, t * q, q, y.wq);
-    detail::add_column_block(x.wk, KV, t * kv, kv, y.wk);
-    detail::add_column_block(x.wv, KV, t * kv, kv, y.wv);
-    detail::add_row_block(x.wo, D, t * q, y.wo);
-    detail::add_column_block(x.w1, F, t * f, f, y.w1);
-    detail::add_row_block(x.w2, D, t * f, y.w2);
-  }
-  add_whole(w.norm_final, part.norm_final);
-  detail::add_column_block(w.lm_head, V, t * v, v, part.lm_head);
+  const std::vector<tensor_cut> cuts = cuts_of(c, s);
+  std::vector<const std::vector<T>*> parts;
+  part.for_each([&](const std::vector<T>& x) { parts.push_back(&x); });
+  std::size_t k = 0;
+  w.for_each([&](std::vector<T>& x) {
+    const tensor_cut& cut = cuts[k];
+    const std::vector<T>& from = *parts[k++];
+    if (cut.cut == tensor_cut::kind::whole && !s.holds_residual()) return;
+    for (std::size_t i = 0; i < from.size(); ++i) x[cut.whole_index(i)] += from[i];
+  });
 }
 
 }  // namespace train_gpt

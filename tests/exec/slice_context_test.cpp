@@ -2,6 +2,7 @@
 // plus its context (the rows of the earlier slices, kept by slice_context), equals the dense
 // causal attention of the whole document: outputs, LSE and every gradient (fp64).
 #include <catch2/catch.hpp>
+#include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/exec/host_attention.hpp>
 #include <zeppelin/exec/slice_context.hpp>
@@ -12,14 +13,11 @@
 #include <span>
 #include <vector>
 
+#include "exec_test_support.hpp"
+
 using namespace zeppelin;
 
 namespace {
-std::vector<double> slice_test_values(random_generator& g, std::size_t n) {
-  std::vector<double> out(n);
-  for (double& x : out) x = 2 * g.uniform() - 1;
-  return out;
-}
 // rows [b, e) of a [rows][width] tensor
 std::vector<double> slice_test_rows(const std::vector<double>& t, std::int64_t width, std::int64_t b, std::int64_t e) {
   return {t.begin() + b * width, t.begin() + e * width};
@@ -45,12 +43,10 @@ TEST_CASE("slice_context: a document attended slice by slice equals its dense at
     cuts.push_back(L);
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    const auto q = slice_test_values(g, static_cast<std::size_t>(L * Q)), k = slice_test_values(g, static_cast<std::size_t>(L * KV)),
-               v = slice_test_values(g, static_cast<std::size_t>(L * KV)), d_o = slice_test_values(g, static_cast<std::size_t>(L * Q));
-    std::vector<double> o(static_cast<std::size_t>(L * Q)), lse(static_cast<std::size_t>(H * L));
-    reference_forward(dims, L, q.data(), k.data(), v.data(), o.data(), lse.data());
-    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
-    reference_backward(dims, L, q.data(), k.data(), v.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data());
+    // one document: its inputs and its dense causal attention (LSE [heads][L])
+    const zeppelin_test::problem_data<double> dense = zeppelin_test::make_problem<double>(batch({L}), dims, seed);
+    const std::vector<double>&q = dense.q, &k = dense.k, &v = dense.v, &d_o = dense.d_o, &o = dense.o, &lse = dense.lse, &dq = dense.dq,
+                              &dk = dense.dk, &dv = dense.dv;
     CAPTURE(seed, L, cuts.size() - 1, dims.heads, dims.kv_heads);
 
     slice_context<double> kept(dims);

@@ -211,21 +211,24 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
     if (after_data && produced[m] >= 0) op.after.push_back(produced[m]);
     return pending[m] = emit(m, std::move(op));
   };
-  // a ring collective over the TP ranks of each CP rank: `copies` x rows of `row_bytes` (default:
-  // rows x hidden of `part`'s input or output)
-  const auto tp_ring = [&](detail::ring_collective kind, step_pass pass, step_tensor tensor, model_part part, std::int32_t layer,
-                           std::int64_t row_bytes = 0, int copies = 1) {
+  // a ring collective over the TP ranks of each CP rank: `copies` x rows elements of
+  // `row_bytes` of `tensor`
+  const auto tp_ring_of = [&](detail::ring_collective kind, step_pass pass, step_tensor tensor, model_part part, std::int32_t layer,
+                              std::int64_t row_bytes, int copies) {
     if (T == 1) return;
     for (int c = 0; c < C; ++c) {
       std::vector<rank_index> ring;
       for (int t = 0; t < T; ++t) ring.push_back(out.members[member(t, c)]);
       step_buffer buf{tensor, pass, part, b.micro_batch, b.virtual_stage, layer, -1, 0, 0, 0};
       const std::int64_t rows = copies * lay.linear_rows[static_cast<std::size_t>(c)];
-      const auto steps = detail::add_ring(out.transfers, out.groups, ring, kind, rows, row_bytes > 0 ? row_bytes : hidden_row_bytes, buf,
-                                          traffic_class::tp);
+      const auto steps = detail::add_ring(out.transfers, out.groups, ring, kind, rows, row_bytes, buf, traffic_class::tp);
       for (const auto& step : steps)
         for (int t = 0; t < T; ++t) group(member(t, c), step[static_cast<std::size_t>(t)], pass, layer, true);
     }
+  };
+  // the rows x hidden of `part`'s input or output
+  const auto tp_ring = [&](detail::ring_collective kind, step_pass pass, step_tensor tensor, model_part part, std::int32_t layer) {
+    tp_ring_of(kind, pass, tensor, part, layer, hidden_row_bytes, 1);
   };
   // ZeRO-3: a ring over the CP ranks of each TP index, of one TP rank's parameters of `layer`
   std::vector<std::int32_t> gather_after(out.members.size(), -1);  // prefetch: the op a gather waits for
@@ -341,8 +344,8 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
     if (b.last) {
       if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, step_pass::forward, step_tensor::layer_input, model_part::head, -1);
       for_members(step_pass::forward, model_part::head);
-      tp_ring(detail::ring_collective::all_gather, step_pass::forward, step_tensor::loss_statistics, model_part::head, -1,
-              2 * o.accumulator_bytes, T);
+      tp_ring_of(detail::ring_collective::all_gather, step_pass::forward, step_tensor::loss_statistics, model_part::head, -1,
+                 2 * o.accumulator_bytes, T);
     }
     return out;
   }
