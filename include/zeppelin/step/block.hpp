@@ -17,7 +17,9 @@
 //   [forward only: context_save of the rows of documents that continue in a later slice]
 //   attention_output   TP: all-reduce, or reduce-scatter (sequence parallel)
 //   [sequence parallel: all-gather]   mlp   TP: all-reduce, or reduce-scatter
-// The first virtual stage's forward starts with the embedding, the last one's ends with the
+// With ZeRO-3 the first virtual stage gathers its first layer's parameters (the embedding's
+// among them) before the embedding, and scatters their gradients after the embedding's
+// backward. The first virtual stage's forward starts with the embedding, the last one's ends with the
 // head (and the loss), both vocabulary-parallel over TP as in Megatron-LM: the embedding's
 // rows TP all-reduced (reduce-scattered with sequence parallelism); [SP: the head's input
 // all-gathered] the head, then the cross-entropy's per-row statistics all-gathered
@@ -335,12 +337,17 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
       for (int t = 0; t < T; ++t) compute(member(t, c), pass, part, -1, lay.linear_rows[static_cast<std::size_t>(c)]);
   };
 
+  // ZeRO-3: the first layer's parameters hold the embedding's, so the first virtual stage
+  // gathers them before the embedding and scatters their gradients after its backward
+  const bool embedding_gathers = zero3 && b.first;
   if (b.pass == step_pass::forward) {
     if (b.first) {
+      if (embedding_gathers) zero3_ring(detail::ring_collective::all_gather, step_pass::forward, b.first_layer);
       for_members(step_pass::forward, model_part::embedding);
       tp_ring(reduce_rows, step_pass::forward, step_tensor::layer_output, model_part::embedding, -1);
     }
-    for (std::int32_t l = b.first_layer; l < b.first_layer + b.layers; ++l) forward_layer(step_pass::forward, l, true);
+    for (std::int32_t l = b.first_layer; l < b.first_layer + b.layers; ++l)
+      forward_layer(step_pass::forward, l, !(embedding_gathers && l == b.first_layer));
     if (b.last) {
       if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, step_pass::forward, step_tensor::layer_input, model_part::head, -1);
       for_members(step_pass::forward, model_part::head);
@@ -379,11 +386,12 @@ inline std::vector<std::vector<std::int32_t>> add_ring(std::vector<step_transfer
         compute(m, bw, model_part::attention_input, l, lay.linear_rows[static_cast<std::size_t>(c)]);
       }
     tp_ring(reduce_rows, bw, step_tensor::layer_input, model_part::attention_input, l);
-    if (zero3) zero3_ring(detail::ring_collective::reduce_scatter, bw, l);
+    if (zero3 && !(embedding_gathers && l == b.first_layer)) zero3_ring(detail::ring_collective::reduce_scatter, bw, l);
   }
   if (b.first) {
     if (sequence_parallel) tp_ring(detail::ring_collective::all_gather, bw, step_tensor::layer_output, model_part::embedding, -1);
     for_members(bw, model_part::embedding);
+    if (embedding_gathers) zero3_ring(detail::ring_collective::reduce_scatter, bw, b.first_layer);
   }
   // the block ends when its members' last ops have: nothing may be left pending
   return out;
