@@ -170,7 +170,7 @@ int run_on_device(const options& o) {
                 o.method.c_str(), t.nodes(), t.gpus_per_node(),
                 nccl_world ? "one process per GPU over NCCL" : "threads on one GPU (device loopback world)", prop.name);
   const run_result reference = train_loopback(one_rank, single, {no_recompute{}}, progress, speaks ? "reference" : nullptr);
-  const any_checkpoint_policy recompute = checkpoint_policy_by_name(o.checkpoint);
+  const any_checkpoint_policy recompute = checkpoint_policy_by_name(o.checkpoint_or_none());
   const run_result distributed =
       nccl_world ? train_nccl(o, t, recompute, progress, label) : train_loopback(one_rank, t, recompute, progress, label);
   const auto [worst, scale] = max_loss_gap(reference, distributed);

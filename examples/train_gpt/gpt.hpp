@@ -95,6 +95,18 @@ gpt_params<T> zero_params(const gpt_config& c) {
   return p;
 }
 
+//! Adds `x` into `into`, tensor by tensor (the same shapes).
+template <class T>
+void add_params(gpt_params<T>& into, const gpt_params<T>& x) {
+  std::vector<const std::vector<T>*> from;
+  x.for_each([&](const std::vector<T>& t) { from.push_back(&t); });
+  std::size_t i = 0;
+  into.for_each([&](std::vector<T>& t) {
+    const std::vector<T>& f = *from.at(i++);
+    for (std::size_t j = 0; j < t.size(); ++j) t[j] += f[j];
+  });
+}
+
 //! Seeded initialisation: norms 1, matrices uniform in +-1/sqrt(fan-in), embedding +-1.
 template <class T>
 gpt_params<T> init_params(const gpt_config& c, std::uint64_t seed) {

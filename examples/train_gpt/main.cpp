@@ -63,6 +63,7 @@
 #include "corpus.hpp"
 #include "device_world.hpp"
 #include "gpt.hpp"
+#include "infinipipe_step.hpp"
 #include "options.hpp"
 #include "step.hpp"
 #include "step_documents.hpp"
@@ -150,9 +151,10 @@ std::vector<std::string> names_of(const std::map<std::string, V>& by_name) {
 // The job's TP x CP x PP x DP degrees (see the file comment, 2.).
 parallel_layout layout_of(const options& o) { return {o.tp, o.nodes * o.gpus_per_node / o.tp, o.stages, o.dp}; }
 
-// How a micro-batch is laid out over a stage's CP ranks: a method of `zeppelin simulate` or a
-// partitioner (Zeppelin's system), or a CP layout policy (WLB-LLM's adaptive sharding).
-using micro_batch_layout = std::variant<method_spec, any_cp_layout>;
+// How a step's micro-batches are laid out over a stage's CP ranks: a method of `zeppelin
+// simulate` or a partitioner (Zeppelin's system), a CP layout policy (WLB-LLM's adaptive
+// sharding), or InfiniPipe's planner, which also forms the micro-batches (chunks of slices).
+using micro_batch_layout = std::variant<method_spec, any_cp_layout, train_gpt::infinipipe_planning>;
 
 // One step's micro-batches (see the file comment, 1.), planned for `group`, a stage's CP ranks:
 // per replica, each micro-batch of `docs` laid out by `how` (a method may run one in several
@@ -167,11 +169,14 @@ std::vector<std::vector<planned_step<T>>> plan_micro_batches(const options& o, c
     std::vector<planned_step<T>>& mine = out.emplace_back();
     for (const train_gpt::step_batch& part : replica) {
       std::vector<planned_step<T>> planned = std::visit(
-          [&](const auto& layout) {
-            if constexpr (std::is_same_v<std::decay_t<decltype(layout)>, method_spec>)
+          [&](const auto& layout) -> std::vector<planned_step<T>> {
+            using L = std::decay_t<decltype(layout)>;
+            if constexpr (std::is_same_v<L, method_spec>)
               return train_gpt::plan_steps<T>(part, group, layout, o.model);
-            else
+            else if constexpr (std::is_same_v<L, any_cp_layout>)
               return std::vector<planned_step<T>>{train_gpt::plan_step<T>(part, group, layout, o.model)};
+            else
+              ZEPPELIN_THROW(invalid_argument, "InfiniPipe's micro-batches come from its own planner (infinipipe_parts)", {});
           },
           how);
       if (first && planned.front().options != first->second) planned = train_gpt::plan_steps<T>(part, group, first->first, o.model);
@@ -195,6 +200,16 @@ std::pair<std::vector<train_gpt::step_documents>, micro_batch_layout> form_steps
   if (o.system == train_gpt::training_system::zeppelin) {
     for (int step = 0; step < o.steps; ++step) out.push_back(train_gpt::equal_shares(data.next(step, o.tokens), o.dp, o.micro_batch_count()));
     return {std::move(out), method_or_partitioner(o.method)};
+  }
+  if (o.system == train_gpt::training_system::infinipipe) {
+    const topology cluster = cluster_by_name(o.cluster, o.stages * o.nodes, o.gpus_per_node);
+    const model_config priced = example_cli::priced_model(o.model.heads, o.model.kv_heads, o.model.head_dim(), static_cast<int>(sizeof(T)));
+    train_gpt::infinipipe_planning planning{
+        elastic_pipeline_options::for_model(priced, cluster, layout_of(o).cp, o.stages, 0.9 * cluster.gpu().memory_bytes)};
+    planning.options.processor.max_chunk_tokens = o.chunk_tokens;
+    if (!o.checkpoint.empty()) planning.recompute = checkpoint_policy_by_name(o.checkpoint);
+    for (int step = 0; step < o.steps; ++step) out.push_back({{data.next(step, o.tokens)}});
+    return {std::move(out), std::move(planning)};
   }
   const topology cluster = cluster_by_name(o.cluster, 1, o.gpus_per_node);
   const packing_target target{example_cli::priced_model(o.model.heads, o.model.kv_heads, o.model.head_dim(), static_cast<int>(sizeof(T))),
@@ -252,13 +267,20 @@ step_plan plan_of_step(const options& o, const topology& cluster, const model_co
   return p;
 }
 
-// One step's micro-batches, planned, and the step program they form.
+// One step program of a step and its micro-batches, planned.
+template <class T>
+struct step_part {
+  std::vector<std::vector<planned_step<T>>> micro_batches;  //!< [replica][micro-batch]
+  step_program program;
+};
+
+// One step: its parts, run one after another (one, but for InfiniPipe's back-to-back
+// pipelines), the gradients added up over them.
 template <class T>
 struct prepared_step {
-  std::vector<std::vector<planned_step<T>>> micro_batches;  //!< [replica][micro-batch]
+  std::vector<step_part<T>> parts;
   double targets = 0, tokens = 0;
   step_program_options options;
-  step_program program;
 };
 
 // Step `docs` (see the file comment, 1. and 2.) on `cluster`, its micro-batches planned for
@@ -267,13 +289,28 @@ template <class T>
 prepared_step<T> prepare(const options& o, const topology& cluster, const topology& group, const model_config& model,
                          const any_checkpoint_policy& recompute, const train_gpt::step_documents& docs, const micro_batch_layout& how) {
   prepared_step<T> out;
-  out.micro_batches = plan_micro_batches<T>(o, docs, group, how);
-  for (const std::vector<planned_step<T>>& replica : out.micro_batches)
-    for (const planned_step<T>& mb : replica) out.targets += mb.targets, out.tokens += static_cast<double>(mb.data.lengths.total_tokens());
-  out.options.attention = out.micro_batches.front().front().options;
   out.options.activation_bytes = out.options.parameter_bytes = out.options.gradient_bytes = out.options.accumulator_bytes =
       static_cast<int>(sizeof(T));
-  out.program = make_step_program(plan_of_step(o, cluster, model, recompute, out.micro_batches), cluster, model, out.options);
+  if (const auto* infinipipe = std::get_if<train_gpt::infinipipe_planning>(&how)) {
+    for (train_gpt::planned_part<T>& part :
+         train_gpt::infinipipe_parts<T>(docs.front().front(), *infinipipe, o.model, model, cluster, out.options.attention)) {
+      step_part<T>& mine = out.parts.emplace_back();
+      if (infinipipe->recompute) {
+        step_replica& r = part.plan.replicas.front();
+        r.recompute = recompute_counts(r, *infinipipe->recompute);
+      }
+      mine.program = make_step_program(part.plan, cluster, model, out.options);
+      mine.micro_batches.push_back(std::move(part.micro_batches));
+    }
+  } else {
+    step_part<T>& mine = out.parts.emplace_back();
+    mine.micro_batches = plan_micro_batches<T>(o, docs, group, how);
+    out.options.attention = mine.micro_batches.front().front().options;
+    mine.program = make_step_program(plan_of_step(o, cluster, model, recompute, mine.micro_batches), cluster, model, out.options);
+  }
+  for (const step_part<T>& part : out.parts)
+    for (const std::vector<planned_step<T>>& replica : part.micro_batches)
+      for (const planned_step<T>& mb : replica) out.targets += mb.targets, out.tokens += static_cast<double>(mb.data.lengths.total_tokens());
   return out;
 }
 
@@ -288,17 +325,20 @@ struct step_outcome {
   step_record record;
 };
 
-// Every rank of `world` runs its part of `s.program` with the GPT as its step model and its
-// parameters `params[rank]` (its TP shard); `recording` merges the ranks' step records.
+// Every rank of `world` runs its part of each of the step's programs in turn with the GPT as
+// its step model and its parameters `params[rank]` (its TP shard), the gradients added up over
+// the programs; `recording` merges the ranks' step records of the first program.
 template <class T>
 step_outcome<T> run_step(host_loopback_world& world, const gpt_config& cfg, const prepared_step<T>& s,
                          const std::vector<gpt_params<T>>& params, bool recording) {
-  const step_program& prog = s.program;
   step_outcome<T> out;
   out.gradients.resize(params.size());
   std::vector<double> losses(params.size(), 0.0);
   std::mutex m;
-  world.run([&](host_loopback_comm& c) {
+  for (std::size_t part = 0; part < s.parts.size(); ++part) {
+    const step_program& prog = s.parts[part].program;
+    const bool record_part = recording && part == 0;
+    world.run([&](host_loopback_comm& c) {
     // the CP ranks of the rank's replica, stage and TP index: the dispatch's communicator
     const step_position at = prog.positions.at(static_cast<std::size_t>(c.rank()));
     const step_replica& replica = prog.replica(at.replica);
@@ -307,18 +347,20 @@ step_outcome<T> run_step(host_loopback_world& world, const gpt_config& cfg, cons
     sub_communicator<host_loopback_comm> stage_comm(c, members);
     const auto ri = static_cast<std::size_t>(c.rank());
     train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(prog, c.rank(), stage_comm, cfg,
-                                                                s.micro_batches[static_cast<std::size_t>(at.replica)], params[ri],
+                                                                s.parts[part].micro_batches[static_cast<std::size_t>(at.replica)], params[ri],
                                                                 1.0 / s.targets);
     step_record mine;
-    run_step_rank(prog, rank_model, c, recording ? &mine : nullptr);
-    losses[ri] = rank_model.loss();
+    run_step_rank(prog, rank_model, c, record_part ? &mine : nullptr);
+    losses[ri] += rank_model.loss();
     gpt_params<T> g = train_gpt::zero_params<T>(train_gpt::shard_config(cfg, {replica.tp, at.tp}));
     rank_model.gradients_into(g);
-    out.gradients[ri] = std::move(g);
+    if (part == 0) out.gradients[ri] = std::move(g);
+    else train_gpt::add_params(out.gradients[ri], g);
     std::lock_guard lock(m);
     out.kept = std::max(out.kept, rank_model.peak_kept());
-    if (recording) out.record.merge(mine);
-  });
+    if (record_part) out.record.merge(mine);
+    });
+  }
   for (const double x : losses) out.loss += x;
   return out;
 }
@@ -359,11 +401,18 @@ run_result train(const options& o, const std::vector<train_gpt::step_documents>&
   for (int step = 0; step < o.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const prepared_step<T> s = prepare<T>(o, cluster, group, model, recompute, steps[static_cast<std::size_t>(step)], how);
-    result.executed = std::string(s.micro_batches.back().back().executed.name);
-    for (const std::vector<planned_step<T>>& replica : s.micro_batches)
-      for (const planned_step<T>& mb : replica) ++result.layouts[std::string(mb.executed.name)];
+    result.executed = std::string(s.parts.back().micro_batches.back().back().executed.name);
+    result.parts = std::max(result.parts, static_cast<int>(s.parts.size()));
+    for (const step_part<T>& part : s.parts)
+      for (const std::vector<planned_step<T>>& replica : part.micro_batches)
+        for (const planned_step<T>& mb : replica) ++result.layouts[std::string(mb.executed.name)];
+    for (const step_part<T>& part : s.parts)
+      for (const step_replica& r : part.program.plan.replicas)
+        for (const step_micro_batch& mb : r.micro_batches)
+          for (const step_piece& x : mb.pieces)
+            if (x.tokens() < part.program.plan.documents[static_cast<std::size_t>(x.document)]) ++result.slices;
     if (step == 0 && !outputs.job.empty()) {
-      const example_cli::step_job job{o.cluster, cluster.nodes(), cluster.gpus_per_node(), model, s.options, s.program.plan};
+      const example_cli::step_job job{o.cluster, cluster.nodes(), cluster.gpus_per_node(), model, s.options, s.parts.front().program.plan};
       write_output(outputs.job, [&](std::ostream& out) { example_cli::write_step_job(out, job); }, "--write-job");
     }
     const bool recording = step == 0 && !outputs.record.empty();
@@ -375,9 +424,10 @@ run_result train(const options& o, const std::vector<train_gpt::step_documents>&
     train_gpt::report_step(result, progress, label, step, o.steps, outcome.loss / s.targets, s.tokens, seconds);
   }
   // the CP ranks and replicas of one stage and TP index must hold identical parameters, bit
-  // for bit (a rank is compared with CP rank 0 of its stage and TP index in replica 0)
+  // for bit (a rank is compared with CP rank 0 of its stage and TP index in replica 0); with
+  // ZeRO-3 (InfiniPipe) a CP rank keeps only its chunks up to date, which every use gathers
   const parallel_layout l = layout_of(o);
-  for (rank_index r = 0; r < cluster.num_ranks(); ++r) {
+  for (rank_index r = 0; r < cluster.num_ranks() && o.system != train_gpt::training_system::infinipipe; ++r) {
     const layout_coordinates at = l.coordinates_of(r);
     const rank_index same = l.rank_of({at.tp, 0, at.pp, 0});
     ZEPPELIN_EXPECTS(train_gpt::flatten(params[static_cast<std::size_t>(r)]) == train_gpt::flatten(params[static_cast<std::size_t>(same)]),
@@ -399,16 +449,18 @@ double gradient_check(const options& o, int samples) {
   const auto [steps, how] = form_steps<T>(first);
   const auto [cluster, group] = topologies_of(o);
   const model_config model = train_gpt::gpt_model_config(cfg, static_cast<int>(sizeof(T)));
-  const prepared_step<T> s = prepare<T>(o, cluster, group, model, checkpoint_policy_by_name(o.checkpoint), steps.front(), how);
+  const prepared_step<T> s = prepare<T>(o, cluster, group, model, checkpoint_policy_by_name(o.checkpoint_or_none()), steps.front(), how);
   host_loopback_world world{.ranks = cluster.num_ranks(), .gpus_per_node = cluster.gpus_per_node(), .timeout = std::chrono::seconds(600)};
   const parallel_layout l = layout_of(o);
   const auto loss_at = [&](const gpt_params<T>& at, gpt_params<T>* grads) {
     step_outcome<T> outcome = run_step(world, cfg, s, rank_parameters(o, at), false);
     if (grads) {
       *grads = train_gpt::zero_params<T>(cfg);
+      // with ZeRO-3 (InfiniPipe) every CP rank holds its chunks of the gradients, zeros elsewhere
+      const bool chunked = o.system == train_gpt::training_system::infinipipe;
       for (rank_index r = 0; r < cluster.num_ranks(); ++r) {
         const layout_coordinates c = l.coordinates_of(r);
-        if (c.cp == 0 && c.dp == 0) train_gpt::add_shard(cfg, outcome.gradients[static_cast<std::size_t>(r)], {o.tp, c.tp}, *grads);
+        if ((c.cp == 0 || chunked) && c.dp == 0) train_gpt::add_shard(cfg, outcome.gradients[static_cast<std::size_t>(r)], {o.tp, c.tp}, *grads);
       }
     }
     return outcome.loss / s.targets;
@@ -461,7 +513,7 @@ int run(const options& o, const step_outputs& outputs) {
   std::vector<train_gpt::step_documents> whole_steps;
   for (const train_gpt::step_documents& s : steps) whole_steps.push_back(train_gpt::merged(s));
   const run_result reference = train<T>(one_rank, whole_steps, method_or_partitioner(o.method), {no_recompute{}}, progress, "reference", {});
-  const run_result distributed = train<T>(o, steps, how, checkpoint_policy_by_name(o.checkpoint), progress, "ranks", outputs);
+  const run_result distributed = train<T>(o, steps, how, checkpoint_policy_by_name(o.checkpoint_or_none()), progress, "ranks", outputs);
   const auto [worst, scale] = train_gpt::max_loss_gap(reference, distributed);
   const double tolerance = o.fp32 ? 1e-4 * std::max(1.0, scale) : 1e-10;
   std::printf("loss: %.6f -> %.6f; tokens/s: reference %.0f, %d ranks %.0f (method %s, last step: %s)\n", reference.loss.front(),
@@ -471,14 +523,20 @@ int run(const options& o, const step_outputs& outputs) {
   for (const auto& [name, count] : distributed.layouts) std::printf(" %s %d", name.c_str(), count);
   std::printf("\n");
   if (o.dp > 1) std::printf("data parallelism: %d replicas, each its share of the step's documents\n", o.dp);
+  if (o.system == train_gpt::training_system::infinipipe)
+    std::printf("infinipipe: up to %d chunk-level 1F1B pipeline(s) per step, %lld document slices in all, ZeRO-3 over each stage's "
+                "%d ranks\n",
+                distributed.parts, static_cast<long long>(distributed.slices), t.num_ranks());
   if (o.tp > 1)
     std::printf("tensor parallelism: %d ranks per TP group (the heads, the MLP and the vocabulary split), %d CP ranks per stage\n", o.tp,
                 t.num_ranks() / o.tp);
-  if (o.pipelined())
+  if (o.pipelined() && o.system != train_gpt::training_system::infinipipe)
     std::printf("pipeline: %d stage(s) of %d ranks, %s schedule, %d virtual stage(s) per stage, up to %d micro-batches per step\n",
                 o.stages, t.num_ranks(), std::string(to_string(o.schedule)).c_str(), o.chunks(), o.micro_batch_count());
   std::printf("activations kept between forward and backward: reference %.0f values, ranks at most %.0f each (checkpoint %s)\n",
-              reference.kept, distributed.kept, o.checkpoint.c_str());
+              reference.kept, distributed.kept,
+              o.checkpoint.empty() && o.system == train_gpt::training_system::infinipipe ? "InfiniPipe's stage-aware plan"
+                                                                                          : o.checkpoint_or_none().c_str());
   std::printf("loss parity: max |loss - reference| = %.3e over %d steps\n", worst, o.steps);
   return worst <= tolerance ? 0 : 1;
 }
@@ -513,16 +571,22 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::Range(0.0, 1.0));
   app.add_flag("--fp32", o.fp32, "train in fp32 (default fp64)");
   app.add_option("--checkpoint", o.checkpoint,
-                 "layers the ranks recompute in backward: none, full, selective:K, or a stage-aware plan stage_aware:S:B0,...:C0,...")
-      ->capture_default_str();
+                 "layers the ranks recompute in backward: none (the default), full, selective:K, or a stage-aware plan "
+                 "stage_aware:S:B0,...:C0,...; with --system infinipipe it replaces the stage-aware recomputation the planner chose");
   const std::map<std::string, train_gpt::training_system> systems{{"zeppelin", train_gpt::training_system::zeppelin},
-                                                                   {"wlb", train_gpt::training_system::wlb}};
+                                                                   {"wlb", train_gpt::training_system::wlb},
+                                                                   {"infinipipe", train_gpt::training_system::infinipipe}};
   std::string system = "zeppelin";
   app.add_option("--system", system,
-                 "whose composition trains: zeppelin (equal token shares, each micro-batch planned by --method) or wlb (WLB-LLM's "
-                 "packer with outlier delay, per-document all-gather or per-sequence ring CP, whichever is faster)")
+                 "whose composition trains: zeppelin (equal token shares, each micro-batch planned by --method), wlb (WLB-LLM's "
+                 "packer with outlier delay, per-document all-gather or per-sequence ring CP, whichever is faster) or infinipipe "
+                 "(InfiniPipe's elastic pipelines: documents sliced into chunks, chunk-level 1F1B, Ulysses, stage-aware "
+                 "checkpointing, ZeRO-3)")
       ->check(CLI::IsMember(names_of(systems)))
       ->capture_default_str();
+  add_integer_option(&app, "--chunk-tokens", o.chunk_tokens,
+                     "--system infinipipe: the most tokens one chunk may hold (longer documents are sliced; 0: no limit)")
+      ->check(CLI::Range(0, 1 << 20));
   add_integer_option(&app, "--tp", o.tp, "tensor-parallel ranks per group (divides --gpus-per-node)")->check(CLI::Range(1, 64));
   const std::map<std::string, zeppelin::tp_collectives> tp_modes{{"all_reduce", zeppelin::tp_collectives::all_reduce},
                                                                    {"sequence_parallel", zeppelin::tp_collectives::sequence_parallel}};
@@ -571,7 +635,7 @@ int main(int argc, char** argv) {
                      {{"dim", double(o.model.dim)}, {"heads", double(o.model.heads)}, {"kv_heads", double(o.model.kv_heads)}});
     ZEPPELIN_EXPECTS(o.min_length <= o.max_length, "--min-length exceeds --max-length",
                      {{"min_length", double(o.min_length)}, {"max_length", double(o.max_length)}});
-    (void)checkpoint_policy_by_name(o.checkpoint);  // a bad policy fails before any training
+    (void)checkpoint_policy_by_name(o.checkpoint_or_none());  // a bad policy fails before any training
     ZEPPELIN_EXPECTS(o.model.layers >= o.stages * o.chunks(),
                      "every virtual pipeline stage needs a layer: --layers must be at least --stages (times "
                      "--virtual-stages with the interleaved schedule)",
@@ -579,8 +643,13 @@ int main(int argc, char** argv) {
     ZEPPELIN_EXPECTS(o.gpus_per_node % o.tp == 0, "a TP group stays on one node: --tp must divide --gpus-per-node",
                      {{"tp", double(o.tp)}, {"gpus_per_node", double(o.gpus_per_node)}});
     train_gpt::check_tensor_parallel(o.model, o.tp);
+    ZEPPELIN_EXPECTS(o.system != train_gpt::training_system::infinipipe || (o.tp == 1 && o.dp == 1),
+                     "--system infinipipe plans one pipeline of --stages stages of N x P Ulysses ranks (no --tp, no --dp)",
+                     {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
+    ZEPPELIN_EXPECTS(o.chunk_tokens == 0 || o.system == train_gpt::training_system::infinipipe,
+                     "--chunk-tokens limits InfiniPipe's chunks (--system infinipipe)", {{"chunk_tokens", double(o.chunk_tokens)}});
     ZEPPELIN_EXPECTS((o.tp == 1 && o.dp == 1 && o.system == train_gpt::training_system::zeppelin) || o.world == train_gpt::world_kind::host,
-                     "--tp, --dp and --system wlb run in the host world (not a GPU world)", {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
+                     "--tp, --dp and --system wlb or infinipipe run in the host world (not a GPU world)", {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
     ZEPPELIN_EXPECTS((outputs.record.empty() && outputs.job.empty()) || (o.world == train_gpt::world_kind::host && o.gradient_check == 0),
                      "--record and --write-job write a host training run's first step (not --gradient-check or a GPU world)", {});
     if (o.world != train_gpt::world_kind::host) return train_gpt::run_on_device(o);

@@ -20,7 +20,7 @@ namespace train_gpt {
 enum class world_kind : std::uint8_t { host, device, nccl };
 
 //! Whose composition forms and lays out a step's micro-batches (step_documents.hpp).
-enum class training_system : std::uint8_t { zeppelin, wlb };
+enum class training_system : std::uint8_t { zeppelin, wlb, infinipipe };
 
 struct options {
   training_system system = training_system::zeppelin;
@@ -38,7 +38,7 @@ struct options {
   double lr = 1e-2;
   bool fp32 = false;
   int gradient_check = 0;  //!< coordinates to check; 0: train
-  std::string checkpoint = "none";  //!< checkpoint/any_checkpoint_policy.hpp text form
+  std::string checkpoint;  //!< checkpoint/any_checkpoint_policy.hpp text form; empty: the system's own (none, or InfiniPipe's plan)
   int tp = 1;                       //!< tensor-parallel ranks per group (on one node)
   zeppelin::tp_collectives tp_mode = zeppelin::tp_collectives::all_reduce;  //!< all-reduces, or sequence parallelism
   int dp = 1;                       //!< data-parallel replicas, each a whole pipeline
@@ -46,12 +46,15 @@ struct options {
   int micro_batches = 0;            //!< per step; 0: the stage count
   zeppelin::pipeline_schedule_kind schedule = zeppelin::pipeline_schedule_kind::one_f_one_b;
   int virtual_stages = 2;  //!< model chunks per stage of the interleaved schedule
+  std::int64_t chunk_tokens = 0;  //!< infinipipe: the most tokens of a chunk (0: no limit)
   world_kind world = world_kind::host;
   int device = 0;          //!< device world: the GPU every rank uses
   int rank = 0;            //!< nccl world: this process's rank
   std::string id_file;     //!< nccl world: where rank 0 writes the NCCL unique id, the others read it
   [[nodiscard]] int micro_batch_count() const { return micro_batches > 0 ? micro_batches : stages; }
   [[nodiscard]] bool pipelined() const { return stages > 1 || micro_batch_count() > 1; }
+  //! The policy --checkpoint names, "none" when it names none.
+  [[nodiscard]] std::string checkpoint_or_none() const { return checkpoint.empty() ? "none" : checkpoint; }
   [[nodiscard]] int chunks() const { return schedule == zeppelin::pipeline_schedule_kind::interleaved ? virtual_stages : 1; }
 };
 

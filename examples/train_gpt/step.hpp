@@ -4,7 +4,9 @@
 // the GPU worlds) both compose:
 //   split_documents  a step's documents cut into micro-batches of whole documents
 //   plan_step        a micro-batch's plan, attention engine and dispatch (the same on every rank),
-//                    from a method or from a CP layout policy (WLB-LLM's adaptive sharding);
+//                    from a method, from a CP layout policy (WLB-LLM's adaptive sharding), or
+//                    from a layout a step plan holds (InfiniPipe's slices, placed in their
+//                    documents by piece_origin: positions and the target across a cut);
 //                    plan_steps: one per pass of a plan that runs in several (micro_batch_plan)
 //   dispatch_rows    a rank's (token, target, position) rows, from the data loader's layout to
 //                    the linear modules' layout (loader_rows and unpack_rows: the parts a
@@ -57,6 +59,7 @@ struct layer_cache {
   std::vector<T> x, inv1, h1, q, k, v;          // linear layout; q, k after the rotary embedding
   std::vector<T> aq, ak, av, ao, lse;           // attention layout
   std::vector<T> o, x1, inv2, h2, z, act;       // linear layout
+  std::vector<std::vector<T>> ck, cv;           // per piece with a context: its K and V rows (a sliced document's)
 };
 
 template <class T>
@@ -129,19 +132,34 @@ struct planned_step {
   attention_engine<T> engine;
 };
 
+//! Where a micro-batch's sequence sits in its document: a slice of a longer document
+//! (InfiniPipe's chunks) starts at position `first` of it and, unless it ends the document, its
+//! last token's target is the document's next token. A whole document: {0, -1}.
+struct piece_origin {
+  token_count first = 0;
+  std::int64_t next_token = -1;
+};
+
 // A planned_step of `sb` from plan `p`, which method `executed` made, run with `options`: the
-// targets and positions, the engine, the loader layout and the dispatch.
+// targets and positions (of each sequence as `origins` places it; empty: whole documents),
+// the engine, the loader layout and the dispatch.
 template <class T>
-planned_step<T> prepare_step(step_batch sb, const topology& t, const gpt_config& cfg, method_spec executed, plan p, program_options options) {
+planned_step<T> prepare_step(step_batch sb, const topology& t, const gpt_config& cfg, method_spec executed, plan p, program_options options,
+                             std::span<const piece_origin> origins = {}) {
   const batch& b = sb.lengths;
+  ZEPPELIN_EXPECTS(origins.empty() || origins.size() == static_cast<std::size_t>(b.size()), "one origin per sequence of the micro-batch",
+                   {{"origins", double(origins.size())}, {"sequences", double(b.size())}});
   std::vector<std::int64_t> target(sb.tokens.size(), -1), position(sb.tokens.size());
   double targets = 0;
-  for (sequence_index s = 0; s < b.size(); ++s)
+  for (sequence_index s = 0; s < b.size(); ++s) {
+    const piece_origin at = origins.empty() ? piece_origin{} : origins[static_cast<std::size_t>(s)];
     for (token_count i = 0; i < b.length(s); ++i) {
       const auto g = static_cast<std::size_t>(b.offset(s) + i);
-      position[g] = i;
-      if (i + 1 < b.length(s)) target[g] = sb.tokens[g + 1], targets += 1;
+      position[g] = at.first + i;
+      target[g] = i + 1 < b.length(s) ? sb.tokens[g + 1] : at.next_token;
+      if (target[g] >= 0) targets += 1;
     }
+  }
   const attention_dims dims{.heads = cfg.heads, .kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim()};
   attention_engine<T> engine(p, b, t, dims, options);
   std::vector<placement> loader = loader_layout(b, t.num_ranks());
@@ -183,6 +201,15 @@ planned_step<T> plan_step(step_batch sb, const topology& t, const any_cp_layout&
   const method_spec spec = method_of_partitioner(p.method);
   program_options options = to_program_options(options_for(spec, setup_for(sb.lengths, t)), {});
   return prepare_step<T>(std::move(sb), t, cfg, spec, std::move(p), std::move(options));
+}
+
+//! A micro-batch whose CP layout `p` a step plan already holds (InfiniPipe's slices laid out by
+//! the library), run with `options`, its sequences placed in their documents by `origins`.
+template <class T>
+planned_step<T> plan_step(step_batch sb, const topology& t, plan p, program_options options, std::span<const piece_origin> origins,
+                          const gpt_config& cfg) {
+  const method_spec spec = method_of_partitioner(p.method);
+  return prepare_step<T>(std::move(sb), t, cfg, spec, std::move(p), std::move(options), origins);
 }
 
 //! Plan `p` restricted to its micro-batch `j`: its shards of j, with their sequences renumbered
@@ -317,8 +344,31 @@ struct host_attention {
   execution_record* record = nullptr;
 
   std::vector<T> forward(const std::vector<T>& qkv_rows, layer_cache<T>& k) const {
+    attend(qkv_rows, k);
+    return output(k);
+  }
+
+  std::vector<T> backward(const std::vector<T>& d_o, const layer_cache<T>& k) const {
+    attention_gradients g;
+    attend_backward(output_gradient(d_o), k, g);
+    return input_gradient(g);
+  }
+
+  // The two halves of each pass, for a trainer that works in the attention layout between
+  // them (a sliced document's context, exec/slice_context.hpp):
+  //   attend           Q|K|V rows to the attention layout and the attention: k.aq .. k.lse
+  //   output           k.ao back to the linear layout
+  //   output_gradient  dO rows to the attention layout
+  //   attend_backward  the attention's backward into g (attention layout), from the global
+  //                    k.ao and k.lse and dO in the attention layout
+  //   input_gradient   g back to the linear layout as packed dQ|dK|dV rows
+  struct attention_gradients {
+    std::vector<T> dq, dk, dv;
+  };
+
+  void attend(const std::vector<T>& qkv_rows, layer_cache<T>& k) const {
     const auto D = static_cast<std::size_t>(cfg.q_width()), H = static_cast<std::size_t>(cfg.heads), kvw = static_cast<std::size_t>(cfg.kv_width());
-    const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
+    const std::size_t qkv = D + 2 * kvw, na = rows.na;
     std::vector<T> att(na * qkv);
     to_attention_layout(engine, c, layout, pass_kind::forward, std::span<const T>(qkv_rows), std::span<T>(att),
                         static_cast<std::int64_t>(qkv), record);
@@ -326,23 +376,38 @@ struct host_attention {
     k.ao.assign(na * D, T(0)), k.lse.assign(na * H, T(0));
     engine.forward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<T>(k.ao),
                    std::span<T>(k.lse), record);
-    std::vector<T> o(n * D);
+  }
+
+  std::vector<T> output(const layer_cache<T>& k) const {
+    const auto D = static_cast<std::size_t>(cfg.q_width());
+    std::vector<T> o(rows.n * D);
     to_linear_layout(engine, c, layout, pass_kind::forward, std::span<const T>(k.ao), std::span<T>(o), static_cast<std::int64_t>(D),
                      record);
     return o;
   }
 
-  std::vector<T> backward(const std::vector<T>& d_o, const layer_cache<T>& k) const {
-    const auto D = static_cast<std::size_t>(cfg.q_width()), kvw = static_cast<std::size_t>(cfg.kv_width());
-    const std::size_t qkv = D + 2 * kvw, n = rows.n, na = rows.na;
-    std::vector<T> a_do(na * D), adq(na * D), adk(na * kvw), adv(na * kvw);
+  std::vector<T> output_gradient(const std::vector<T>& d_o) const {
+    const auto D = static_cast<std::size_t>(cfg.q_width());
+    std::vector<T> a_do(rows.na * D);
     to_attention_layout(engine, c, layout, pass_kind::backward, std::span<const T>(d_o), std::span<T>(a_do),
                         static_cast<std::int64_t>(D), record);
+    return a_do;
+  }
+
+  void attend_backward(const std::vector<T>& a_do, const layer_cache<T>& k, attention_gradients& g) const {
+    const auto D = static_cast<std::size_t>(cfg.q_width()), kvw = static_cast<std::size_t>(cfg.kv_width());
+    const std::size_t na = rows.na;
+    g.dq.assign(na * D, T(0)), g.dk.assign(na * kvw, T(0)), g.dv.assign(na * kvw, T(0));
     engine.backward(c, std::span<const T>(k.aq), std::span<const T>(k.ak), std::span<const T>(k.av), std::span<const T>(k.ao),
-                    std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(adq), std::span<T>(adk), std::span<T>(adv),
+                    std::span<const T>(a_do), std::span<const T>(k.lse), std::span<T>(g.dq), std::span<T>(g.dk), std::span<T>(g.dv),
                     record);
-    const std::vector<T> agrad = concat_columns<T>({&adq, &adk, &adv}, {D, kvw, kvw}, na);
-    std::vector<T> grad(n * qkv);
+  }
+
+  std::vector<T> input_gradient(const attention_gradients& g) const {
+    const auto D = static_cast<std::size_t>(cfg.q_width()), kvw = static_cast<std::size_t>(cfg.kv_width());
+    const std::size_t qkv = D + 2 * kvw;
+    const std::vector<T> agrad = concat_columns<T>({&g.dq, &g.dk, &g.dv}, {D, kvw, kvw}, rows.na);
+    std::vector<T> grad(rows.n * qkv);
     to_linear_layout(engine, c, layout, pass_kind::backward, std::span<const T>(agrad), std::span<T>(grad),
                      static_cast<std::int64_t>(qkv), record);
     return grad;
@@ -559,6 +624,8 @@ double cached_values(const layer_cache<T>& k) {
   for (const std::vector<T>* t : {&k.x, &k.inv1, &k.h1, &k.q, &k.k, &k.v, &k.aq, &k.ak, &k.av, &k.ao, &k.lse, &k.o, &k.x1, &k.inv2,
                                   &k.h2, &k.z, &k.act})
     values += static_cast<double>(t->size());
+  for (const auto* held : {&k.ck, &k.cv})
+    for (const std::vector<T>& t : *held) values += static_cast<double>(t.size());
   return values;
 }
 

@@ -38,6 +38,8 @@ struct run_result {
   double kept = 0;           //!< most activation values a rank held between forward and backward
   std::string executed;      //!< the candidate of the last step (for zeppelin)
   std::map<std::string, int> layouts;  //!< micro-batches (passes) per method that laid them out
+  int parts = 1;                       //!< most step programs one step ran (InfiniPipe's pipelines)
+  std::int64_t slices = 0;             //!< pieces that were slices of longer documents, over the steps
 };
 
 // The run's documents: the synthetic stream, or --corpus.
