@@ -1,6 +1,6 @@
 // train_gpt: a small GPT trained end to end with the library, on N x P host thread ranks (the
 // host loopback world), and the same training on one rank as the reference.
-//   train_gpt [--system zeppelin|wlb] [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
+//   train_gpt [--system zeppelin|wlb|infinipipe] [--chunk-tokens C] [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K|stage_aware:...] [--gradient-check N]
@@ -21,7 +21,12 @@
 //      is one: a micro-batch whose planner chose another than the first micro-batch's is
 //      planned with the first's; wlb packs them with WLB-LLM's packer into M x D micro-batches
 //      (documents may wait for a later step) and lays each out per document (all-gather) or
-//      per sequence (ring), whichever the library prices faster;
+//      per sequence (ring), whichever the library prices faster; infinipipe hands the step's
+//      documents to InfiniPipe's elastic planner (infinipipe_step.hpp), which slices those
+//      longer than --chunk-tokens, packs chunks and plans back-to-back chunk-level 1F1B
+//      pipelines over N x P Ulysses ranks per stage, each pipeline a step plan of its own
+//      (ZeRO-3, its stage-aware recomputation unless --checkpoint is given), run one after
+//      another with the gradients added up;
 //   2. the step plan (step/step_plan.hpp): --dp D replicas (each its equal token share of
 //      the step's whole documents) of TP = --tp (dividing P: a TP group stays on one node), CP
 //      = N x P / TP, PP = --stages S, rank (t, c, s, d) in Megatron-LM's order

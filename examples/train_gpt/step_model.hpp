@@ -40,11 +40,23 @@
 //              LM head with the last virtual stage's), then the norms alike, the last
 //              step_program::stage_replicated_parameters; flattened when the sync first asks,
 //              after the rank's last backward; both counts are checked against the program's
+//   context, gathered_context, context_gradient, gathered_context_gradient   a sliced
+//              document's K/V rows kept on a CP rank and their dK/dV (exec/slice_context.hpp),
+//              [rows][kv] K block then V block, and a needer's gathered ones, in CP rank order
+//   parameters, gradients (layer >= 0)   ZeRO-3: one layer's flat parameters (the embedding's
+//              on the first layer, the head's on the last) and gradients, chunked over the
+//              stage's CP ranks
+// Sliced documents (InfiniPipe's chunks): a micro-batch with a slice stays in the attention
+// layout from its attention to its attention_output (forward) and from attention_output to
+// attention_input (backward), where context_attention, context_save and context_gradient
+// work (docs/training-step.md, section 9); its program must not remap it.
 // A micro-batch's rows are dispatched (step.hpp dispatch_rows, collective over the CP ranks of
 // the rank's replica, stage and TP index) by the rank's first compute op of it, which every
 // rank of those reaches in the same order.
-// Errors: invalid_argument for a rank outside the program, a tensor the model does not hold (sliced documents' context, ZeRO shards), a gradient count or rows that
-// differ from the program's, the gradients asked for before the last backward.
+// Errors: invalid_argument for a rank outside the program, a tensor the model does not hold,
+// a gradient count or rows that differ from the program's, the gradients asked for before the
+// last backward, ZeRO-3 with TP or several replicas, a context that names a document outside
+// its micro-batch.
 #pragma once
 
 #include "gpt.hpp"
