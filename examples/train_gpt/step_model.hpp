@@ -297,6 +297,10 @@ class gpt_step_model {
       else c.o = run.forward(s.qkv, c);
       return;
     }
+    ZEPPELIN_EXPECTS(!detail::remaps_micro_batch(engine(k).program(), 0),
+                     "train_gpt's step model: a micro-batch with sliced documents must not be remapped (its context ops work in "
+                     "the attention layout, which must be its linear layout)",
+                     {{"micro_batch", double(k)}});
     if (a.pass != step_pass::backward) {
       run.attend(s.qkv, c);
       return;
