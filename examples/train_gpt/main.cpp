@@ -612,9 +612,12 @@ int main(int argc, char** argv) {
   add_integer_option(&app, "--virtual-stages", o.virtual_stages, "model chunks per stage of the interleaved schedule")
       ->check(CLI::Range(1, 16));
   step_outputs outputs;
-  app.add_option("--record", outputs.record, "write the step record of the distributed run's first step (zeppelin.step_record)");
+  app.add_option("--record", outputs.record,
+                 "write the step record of the distributed run's first step (zeppelin.step_record; infinipipe: of its first "
+                 "pipeline)");
   app.add_option("--write-job", outputs.job,
-                 "write the distributed run's first step as a step job (zeppelin.step_job) for `zeppelin pipeline --job`");
+                 "write the distributed run's first step as a step job (zeppelin.step_job) for `zeppelin pipeline --job` "
+                 "(infinipipe: its first pipeline)");
   add_integer_option(&app, "--gradient-check", o.gradient_check,
                      "instead of training: check the distributed gradient of the first step at N coordinates against "
                      "central differences")

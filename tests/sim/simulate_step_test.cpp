@@ -321,6 +321,40 @@ TEST_CASE("ZeRO-3 gathers every layer's parameters before its forward and backwa
   CHECK(r.stage(0, 0).traffic_bytes[static_cast<std::size_t>(traffic_class::dp)] == 0);  // one replica: no ring after the step
 }
 
+TEST_CASE("ZeRO-3: the first virtual stage gathers its first layer before the embedding and scatters it after the embedding's backward", "[sim][step]") {
+  const model_config m = zeppelin_test::toy_model(2);
+  step_shape shape = shape_of({1, 2, 1, 1});
+  shape.sync = gradient_sync::fully_sharded;
+  const built b = build(shape, m, {4096, 2048}, free_cluster(2));
+  int checked = 0;
+  for (std::int32_t i = 0; i < static_cast<std::int32_t>(b.program.blocks.size()); ++i) {
+    const block_program bp = make_block_program(b.program, i);
+    const std::vector<layer_op>& ops = bp.ops[0];
+    std::size_t embedding = ops.size();
+    for (std::size_t j = 0; j < ops.size(); ++j)
+      if (ops[j].kind == layer_op_kind::compute && ops[j].part == model_part::embedding) embedding = j;
+    REQUIRE(embedding < ops.size());
+    const auto is_layer0_ring = [&](const layer_op& op, step_tensor tensor) {
+      if (op.kind != layer_op_kind::group || op.layer != 0) return false;
+      const step_transfer& x = bp.transfers[static_cast<std::size_t>(bp.groups[static_cast<std::size_t>(op.index)].transfers.front())];
+      return x.from.tensor == tensor;
+    };
+    if (b.program.blocks[static_cast<std::size_t>(i)].pass == step_pass::forward) {
+      // every op before the embedding gathers layer 0's parameters, and the embedding waits for them
+      CHECK(embedding > 0);
+      for (std::size_t j = 0; j < embedding; ++j) CHECK(is_layer0_ring(ops[j], step_tensor::parameters));
+      CHECK(ops[embedding].after.size() == 1);
+    } else {
+      // the embedding's backward is followed only by layer 0's gradient reduce-scatter
+      CHECK(embedding + 1 < ops.size());
+      for (std::size_t j = embedding + 1; j < ops.size(); ++j) CHECK(is_layer0_ring(ops[j], step_tensor::gradients));
+      for (std::size_t j = 0; j < embedding; ++j) CHECK_FALSE(is_layer0_ring(ops[j], step_tensor::gradients));
+    }
+    ++checked;
+  }
+  CHECK(checked == 4);  // two micro-batches, forward and backward
+}
+
 TEST_CASE("1F1B memory peaks where the first stage holds min(M, P) micro-batches", "[sim][step]") {
   const model_config m = zeppelin_test::toy_model(8);
   for (const int M : {2, 4, 8}) {
