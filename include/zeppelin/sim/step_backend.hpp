@@ -106,6 +106,8 @@ namespace detail {
     case step_tensor::layer_input:
     case step_tensor::layer_output:
     case step_tensor::loss_statistics: return task_kind::tp_transfer;
+    case step_tensor::master_parameters: return task_kind::parameter_sync;
+    case step_tensor::master_gradients: return task_kind::gradient_sync;
     case step_tensor::parameters: return t.traffic == traffic_class::tp ? task_kind::parameter_gather : task_kind::parameter_sync;
     case step_tensor::gradients: return t.traffic == traffic_class::tp ? task_kind::gradient_scatter : task_kind::gradient_sync;
     case step_tensor::context:

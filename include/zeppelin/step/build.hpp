@@ -33,10 +33,15 @@
 //                                    replicas, a ring all-reduce of each rank's gradient
 //                                    shard across them; replicas that differ (in tp, cp,
 //                                    pp or layers: FlexSP's groups) meet by switching;
-//                 switching          Hydraulis' mutual slices (strategy/switching.hpp): the
+//                 switching          Hydraulis' mutual slices (strategy/switching.hpp), in
+//                                    whole elements (strategy/switching_layout.hpp): the
 //                                    pull of every rank's parameter slices before its first
 //                                    block, the push of its gradients (reduced on one copy,
-//                                    then linked to the owner) after its last backward.
+//                                    then linked to the owner) after its last backward; with
+//                                    TP, each TP rank moves its share of the norms, so a TP
+//                                    all-reduce makes the pulled norms whole (each rank's
+//                                    share, zeros elsewhere) and one sums their gradients
+//                                    before the push.
 // Cost: O(schedule ops x tp x cp + attention programs + sync transfers).
 // Errors: what validate throws; invalid_argument for element sizes < 1 or accumulators
 // narrower than activations; what make_program throws for a layout; resource_limit when
@@ -57,12 +62,15 @@
 #include <zeppelin/step/program.hpp>
 #include <zeppelin/step/validate.hpp>
 #include <zeppelin/strategy/switching.hpp>
+#include <zeppelin/strategy/switching_layout.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -216,10 +224,39 @@ inline void add_ring_sync(step_program& prog) {
     }
 }
 
-// Hydraulis' switching: the pull groups first in every rank's list (its other ops move up by
-// one, and its blocks wait for the pull), the push groups after its last backward. A
-// holder's slices are laid out segment-major from its first segment (a user: its TP shard's
-// first segment; an owner: its master range's), so a transfer's offsets differ on its ends.
+// The TP all-reduce, over each stage's TP ranks of every replica with TP, of the tail of the
+// stage's flat `tensor` that every TP rank holds whole (stage_replicated_parameters: the
+// norms). Returns, per rank, the groups of its ring steps in order.
+inline std::vector<std::vector<std::int32_t>> add_replicated_tp_rings(step_program& prog, step_tensor tensor, step_pass pass,
+                                                                      std::int64_t element_bytes) {
+  std::vector<std::vector<std::int32_t>> out(prog.ranks.size());
+  const step_plan& p = prog.plan;
+  for (std::size_t ri = 0; ri < p.replicas.size(); ++ri) {
+    const step_replica& r = p.replicas[ri];
+    if (r.tp == 1) continue;
+    for (int s = 0; s < r.pp; ++s) {
+      const auto elements = static_cast<std::int64_t>(std::llround(prog.stage_parameters[ri][static_cast<std::size_t>(s)]));
+      const auto shared = static_cast<std::int64_t>(std::llround(prog.stage_replicated_parameters[ri][static_cast<std::size_t>(s)]));
+      const step_buffer tail{tensor, pass, model_part::embedding, -1, -1, -1, -1, (elements - shared) * element_bytes, 0, 0};
+      for (int c = 0; c < r.cp; ++c) {
+        std::vector<rank_index> ring;
+        for (int t = 0; t < r.tp; ++t) ring.push_back(r.rank_of(t, c, s));
+        const auto steps = add_ring(prog.transfers, prog.groups, ring, ring_collective::all_reduce, shared, element_bytes, tail, traffic_class::tp);
+        for (const auto& step : steps)
+          for (std::size_t i = 0; i < ring.size(); ++i) out[static_cast<std::size_t>(ring[i])].push_back(step[i]);
+      }
+    }
+  }
+  return out;
+}
+
+// Hydraulis' switching: in every rank's list first the pull group, then (TP) the all-reduce
+// that makes the replicated parameters whole (each TP rank pulled its share of them, zeros
+// elsewhere), its blocks waiting for both; after its last backward (TP) the all-reduce of the
+// replicated parameters' gradients, then the push groups. A holder's slices are laid out
+// segment-major from its first segment (a user: its TP shard's first segment; an owner: its
+// master range's, named master_parameters and master_gradients), in whole elements
+// (strategy/switching_layout.hpp), so a transfer's offsets differ on its ends.
 inline void add_switching(step_program& prog) {
   const std::vector<switching_user> users = switching_users(prog.plan, prog.model);
   const std::int64_t at_least = switching_transfers_at_least(users, prog.num_ranks());
@@ -230,7 +267,7 @@ inline void add_switching(step_program& prog) {
                    "of LCM(N, copies x TP_max): about N x push_segments / TP transfers)",
                    {{"switching_transfers", double(at_least)}, {"max_switching_transfers", double(prog.options.max_switching_transfers)},
                     {"gpus", double(prog.num_ranks())}, {"push_segments", double(detail::switching_grid_of(users, prog.num_ranks()).push_segments)}});
-  const switching_plan sp = make_switching_plan(users, prog.num_ranks(), 1.0);  // bytes: elements
+  const switching_plan sp = make_switching_plan(users, prog.num_ranks(), 1.0);
   const auto R = prog.ranks.size();
   std::vector<int> tp_of(R, 1), tp_rank_of(R, 0);
   for (const switching_user& u : users) tp_of[static_cast<std::size_t>(u.gpu)] = u.tp, tp_rank_of[static_cast<std::size_t>(u.gpu)] = u.tp_rank;
@@ -239,12 +276,14 @@ inline void add_switching(step_program& prog) {
     return tp_rank_of[static_cast<std::size_t>(gpu)] * segments / tp_of[static_cast<std::size_t>(gpu)];
   };
   const auto owner_first = [&](int gpu, std::int64_t segments) { return gpu * (segments / N); };
+  std::map<std::pair<int, int>, std::vector<std::int64_t>> tensors_of;  // (first layer, layers) -> parameter_tensors
   std::vector<std::vector<std::int32_t>> pull(R), reduce(R), link(R);  // per rank: its transfers
   enum class ends { owner_to_user, user_to_user, user_to_owner };
   const auto add = [&](const slice_transfer& x, std::int64_t segments, ends e, int element_bytes, std::vector<std::vector<std::int32_t>>& into) {
-    const std::int64_t elements = std::llround(x.bytes);
-    const std::int64_t bytes = elements * element_bytes;
-    const double segment_bytes = x.segments > 0 ? static_cast<double>(bytes) / static_cast<double>(x.segments) : 0.0;
+    auto [at, fresh] = tensors_of.try_emplace({x.first_layer, x.layers});
+    if (fresh) at->second = parameter_tensors(prog.model, x.first_layer, x.layers);
+    const std::vector<std::int64_t>& tensors = at->second;
+    const std::int64_t bytes = slice_elements(tensors, x.first_segment, x.first_segment + x.segments, segments) * element_bytes;
     const bool gradient = e != ends::owner_to_user;
     step_buffer from{gradient ? step_tensor::gradients : step_tensor::parameters,
                      gradient ? step_pass::backward : step_pass::forward,
@@ -259,8 +298,10 @@ inline void add_switching(step_program& prog) {
     step_buffer to = from;
     const std::int64_t src_first = e == ends::owner_to_user ? owner_first(x.src, segments) : user_first(x.src, segments);
     const std::int64_t dst_first = e == ends::user_to_owner ? owner_first(x.dst, segments) : user_first(x.dst, segments);
-    from.offset = std::llround(static_cast<double>(x.first_segment - src_first) * segment_bytes);
-    to.offset = std::llround(static_cast<double>(x.first_segment - dst_first) * segment_bytes);
+    from.offset = slice_elements(tensors, src_first, x.first_segment, segments) * element_bytes;
+    to.offset = slice_elements(tensors, dst_first, x.first_segment, segments) * element_bytes;
+    if (e == ends::owner_to_user) from.tensor = step_tensor::master_parameters;  // an owner's ends name its master range
+    if (e == ends::user_to_owner) to.tensor = step_tensor::master_gradients;
     const auto id = static_cast<std::int32_t>(prog.transfers.size());
     prog.transfers.push_back({x.src, x.dst, bytes, traffic_class::dp, e == ends::user_to_user ? combine_kind::add : combine_kind::copy, from, to});
     into[static_cast<std::size_t>(x.src)].push_back(id);
@@ -271,28 +312,41 @@ inline void add_switching(step_program& prog) {
   for (const slice_transfer& x : sp.push_reduce) add(x, sp.push_segments, ends::user_to_user, o.gradient_bytes, reduce);
   for (const slice_transfer& x : sp.push_link) add(x, sp.push_segments, ends::user_to_owner, o.gradient_bytes, link);
   const std::vector<std::int32_t> last = last_backwards(prog);
+  const std::vector<std::vector<std::int32_t>> whole_parameters = add_replicated_tp_rings(prog, step_tensor::parameters, step_pass::forward, o.parameter_bytes);
+  const std::vector<std::vector<std::int32_t>> whole_gradients = add_replicated_tp_rings(prog, step_tensor::gradients, step_pass::backward, o.gradient_bytes);
   for (std::size_t g = 0; g < R; ++g) {
     auto& ops = prog.ranks[g];
     bool first = true;
-    for (auto* list : {&reduce[g], &link[g]}) {
-      if (list->empty()) continue;
-      const auto gi = static_cast<std::int32_t>(prog.groups.size());
-      prog.groups.push_back({static_cast<rank_index>(g), std::move(*list)});
+    const auto group_op = [&](std::int32_t gi) {
       step_op op{step_op_kind::group, gi, {}};
       if (first && last[g] >= 0) op.after.push_back(last[g]);
       first = false;
       ops.push_back(std::move(op));
+    };
+    for (const std::int32_t gi : whole_gradients[g]) group_op(gi);
+    for (auto* list : {&reduce[g], &link[g]}) {
+      if (list->empty()) continue;
+      const auto gi = static_cast<std::int32_t>(prog.groups.size());
+      prog.groups.push_back({static_cast<rank_index>(g), std::move(*list)});
+      group_op(gi);
     }
-    if (pull[g].empty()) continue;
+    std::vector<std::int32_t> front;  // the groups before every block
+    if (!pull[g].empty()) {
+      front.push_back(static_cast<std::int32_t>(prog.groups.size()));
+      prog.groups.push_back({static_cast<rank_index>(g), std::move(pull[g])});
+    }
+    front.insert(front.end(), whole_parameters[g].begin(), whole_parameters[g].end());
+    if (front.empty()) continue;
+    const auto shift = static_cast<std::int32_t>(front.size());
     for (step_op& op : ops) {
       small_list<std::int32_t, 2> shifted;
-      for (const std::int32_t i : op.after) shifted.push_back(i + 1);
-      if (op.kind == step_op_kind::block) shifted.push_back(0);
+      for (const std::int32_t i : op.after) shifted.push_back(i + shift);
+      if (op.kind == step_op_kind::block) shifted.push_back(shift - 1);
       op.after = std::move(shifted);
     }
-    const auto gi = static_cast<std::int32_t>(prog.groups.size());
-    prog.groups.push_back({static_cast<rank_index>(g), std::move(pull[g])});
-    ops.insert(ops.begin(), step_op{step_op_kind::group, gi, {}});
+    std::vector<step_op> before;
+    for (const std::int32_t gi : front) before.push_back(step_op{step_op_kind::group, gi, {}});
+    ops.insert(ops.begin(), before.begin(), before.end());
   }
 }
 

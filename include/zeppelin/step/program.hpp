@@ -112,6 +112,9 @@ enum class step_tensor : std::uint8_t {
   gathered_context = 9,     //!< the K/V context of document `document` a slice's rank gathered: every
                             //!< CP rank's kept rows in CP order (the rank's own included, not moved)
   gathered_context_gradient = 10,  //!< its dK/dV, sent back to the ranks that kept the rows (added there)
+  master_parameters = 11,   //!< switching: the master range of the parameters of `layers` layers from
+                            //!< `layer` a rank owns (what a pull reads there)
+  master_gradients = 12,    //!< switching: the same range of their gradients (where a push lands)
 };
 
 [[nodiscard]] constexpr std::string_view to_string(step_tensor t) noexcept {
@@ -127,6 +130,8 @@ enum class step_tensor : std::uint8_t {
     case step_tensor::loss_statistics: return "loss_statistics";
     case step_tensor::gathered_context: return "gathered_context";
     case step_tensor::gathered_context_gradient: return "gathered_context_gradient";
+    case step_tensor::master_parameters: return "master_parameters";
+    case step_tensor::master_gradients: return "master_gradients";
   }
   return "?";
 }
