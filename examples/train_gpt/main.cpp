@@ -1,6 +1,6 @@
 // train_gpt: a small GPT trained end to end with the library, on N x P host thread ranks (the
 // host loopback world), and the same training on one rank as the reference.
-//   train_gpt [--system zeppelin|wlb|infinipipe] [--chunk-tokens C] [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
+//   train_gpt [--system zeppelin|wlb|infinipipe|hydraulis] [--chunk-tokens C] [--pipelines TPxPPxCP,..] [--method M] [--cluster c] [--nodes N] [--gpus-per-node P] [--steps S]
 //             [--tokens T] [--min-length a] [--max-length b] [--corpus FILE] [--seed s]
 //             [--vocab V] [--dim D] [--heads H] [--kv-heads K] [--layers L] [--hidden F]
 //             [--lr x] [--fp32] [--checkpoint none|full|selective:K|stage_aware:...] [--gradient-check N]
@@ -26,7 +26,10 @@
 //      longer than --chunk-tokens, packs chunks and plans back-to-back chunk-level 1F1B
 //      pipelines over N x P Ulysses ranks per stage, each pipeline a step plan of its own
 //      (ZeRO-3, its stage-aware recomputation unless --checkpoint is given), run one after
-//      another with the gradients added up;
+//      another with the gradients added up; hydraulis lets the library choose the step's
+//      pipelines (or takes --pipelines) and dispatch and pack the documents over them
+//      (hydraulis_step.hpp), replicas of different TP, PP and CP whose gradients meet by
+//      switching mutual slices over a master copy sharded on every rank (switching_slices.hpp);
 //   2. the step plan (step/step_plan.hpp): --dp D replicas (each its equal token share of
 //      the step's whole documents) of TP = --tp (dividing P: a TP group stays on one node), CP
 //      = N x P / TP, PP = --stages S, rank (t, c, s, d) in Megatron-LM's order
@@ -68,6 +71,7 @@
 #include "corpus.hpp"
 #include "device_world.hpp"
 #include "gpt.hpp"
+#include "hydraulis_step.hpp"
 #include "infinipipe_step.hpp"
 #include "options.hpp"
 #include "step.hpp"
@@ -159,7 +163,7 @@ parallel_layout layout_of(const options& o) { return {o.tp, o.nodes * o.gpus_per
 // How a step's micro-batches are laid out over a stage's CP ranks: a method of `zeppelin
 // simulate` or a partitioner (Zeppelin's system), a CP layout policy (WLB-LLM's adaptive
 // sharding), or InfiniPipe's planner, which also forms the micro-batches (chunks of slices).
-using micro_batch_layout = std::variant<method_spec, any_cp_layout, train_gpt::infinipipe_planning>;
+using micro_batch_layout = std::variant<method_spec, any_cp_layout, train_gpt::infinipipe_planning, train_gpt::hydraulis_planning>;
 
 // One step's micro-batches (see the file comment, 1.), planned for `group`, a stage's CP ranks:
 // per replica, each micro-batch of `docs` laid out by `how` (a method may run one in several
@@ -181,7 +185,7 @@ std::vector<std::vector<planned_step<T>>> plan_micro_batches(const options& o, c
             else if constexpr (std::is_same_v<L, any_cp_layout>)
               return std::vector<planned_step<T>>{train_gpt::plan_step<T>(part, group, layout, o.model)};
             else
-              ZEPPELIN_THROW(invalid_argument, "InfiniPipe's micro-batches come from its own planner (infinipipe_parts)", {});
+              ZEPPELIN_THROW(invalid_argument, "InfiniPipe's and Hydraulis' micro-batches come from their own planners", {});
           },
           how);
       if (first && planned.front().options != first->second) planned = train_gpt::plan_steps<T>(part, group, first->first, o.model);
@@ -212,6 +216,16 @@ std::pair<std::vector<train_gpt::step_documents>, micro_batch_layout> form_steps
     train_gpt::infinipipe_planning planning{
         elastic_pipeline_options::for_model(priced, cluster, layout_of(o).cp, o.stages, 0.9 * cluster.gpu().memory_bytes)};
     planning.options.processor.max_chunk_tokens = o.chunk_tokens;
+    if (!o.checkpoint.empty()) planning.recompute = checkpoint_policy_by_name(o.checkpoint);
+    for (int step = 0; step < o.steps; ++step) out.push_back({{data.next(step, o.tokens)}});
+    return {std::move(out), std::move(planning)};
+  }
+  if (o.system == train_gpt::training_system::hydraulis) {
+    const topology cluster = cluster_by_name(o.cluster, o.nodes, o.gpus_per_node);
+    train_gpt::hydraulis_planning planning;
+    planning.priced = example_cli::priced_model(o.model.heads, o.model.kv_heads, o.model.head_dim(), static_cast<int>(sizeof(T)));
+    planning.settings = {.gpus = cluster.num_ranks(), .gpus_per_node = cluster.gpus_per_node(), .gpu = cluster.gpu()};
+    if (!o.pipelines.empty()) planning.fixed = train_gpt::strategy_of(o.pipelines, planning.priced, planning.settings);
     if (!o.checkpoint.empty()) planning.recompute = checkpoint_policy_by_name(o.checkpoint);
     for (int step = 0; step < o.steps; ++step) out.push_back({{data.next(step, o.tokens)}});
     return {std::move(out), std::move(planning)};
@@ -307,6 +321,12 @@ prepared_step<T> prepare(const options& o, const topology& cluster, const topolo
       mine.program = make_step_program(part.plan, cluster, model, out.options);
       mine.micro_batches.push_back(std::move(part.micro_batches));
     }
+  } else if (const auto* hydraulis = std::get_if<train_gpt::hydraulis_planning>(&how)) {
+    train_gpt::planned_replicas<T> planned =
+        train_gpt::hydraulis_replicas<T>(docs.front().front(), *hydraulis, o.model, model, cluster, out.options.attention);
+    step_part<T>& mine = out.parts.emplace_back();
+    mine.program = make_step_program(planned.plan, cluster, model, out.options);
+    mine.micro_batches = std::move(planned.micro_batches);
   } else {
     step_part<T>& mine = out.parts.emplace_back();
     mine.micro_batches = plan_micro_batches<T>(o, docs, group, how);
@@ -344,20 +364,27 @@ step_outcome<T> run_step(host_loopback_world& world, const gpt_config& cfg, cons
     const step_program& prog = s.parts[part].program;
     const bool record_part = recording && part == 0;
     world.run([&](host_loopback_comm& c) {
-    // the CP ranks of the rank's replica, stage and TP index: the dispatch's communicator
+    // the CP ranks of the rank's replica, stage and TP index: the dispatch's communicator (a
+    // rank that runs no replica, an owner of switching's master copy only: itself)
     const step_position at = prog.positions.at(static_cast<std::size_t>(c.rank()));
-    const step_replica& replica = prog.replica(at.replica);
+    const bool idle = at.replica < 0;
     std::vector<rank_index> members;
-    for (int i = 0; i < replica.cp; ++i) members.push_back(replica.rank_of(at.tp, i, at.stage));
+    if (idle) members.push_back(c.rank());
+    else
+      for (int i = 0; i < prog.replica(at.replica).cp; ++i) members.push_back(prog.replica(at.replica).rank_of(at.tp, i, at.stage));
     sub_communicator<host_loopback_comm> stage_comm(c, members);
     const auto ri = static_cast<std::size_t>(c.rank());
-    train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(prog, c.rank(), stage_comm, cfg,
-                                                                s.parts[part].micro_batches[static_cast<std::size_t>(at.replica)], params[ri],
-                                                                1.0 / s.targets);
+    static const std::vector<planned_step<T>> none;
+    train_gpt::gpt_step_model<T, host_loopback_comm> rank_model(
+        prog, c.rank(), stage_comm, cfg, idle ? none : s.parts[part].micro_batches[static_cast<std::size_t>(at.replica)], params[ri],
+        1.0 / s.targets);
     step_record mine;
     run_step_rank(prog, rank_model, c, record_part ? &mine : nullptr);
     losses[ri] += rank_model.loss();
-    gpt_params<T> g = train_gpt::zero_params<T>(train_gpt::shard_config(cfg, {replica.tp, at.tp}));
+    // switching leaves each rank the reduced gradients of the master elements it owns (whole-model shaped)
+    gpt_params<T> g = prog.plan.sync == gradient_sync::switching
+                          ? train_gpt::zero_params<T>(cfg)
+                          : train_gpt::zero_params<T>(train_gpt::shard_config(cfg, {prog.replica(at.replica).tp, at.tp}));
     rank_model.gradients_into(g);
     if (part == 0) out.gradients[ri] = std::move(g);
     else train_gpt::add_params(out.gradients[ri], g);
@@ -382,7 +409,9 @@ inline std::pair<topology, topology> topologies_of(const options& o) {
 template <class T>
 std::vector<gpt_params<T>> rank_parameters(const options& o, const gpt_params<T>& w) {
   std::vector<gpt_params<T>> out;
-  for (rank_index r = 0; r < layout_of(o).gpus(); ++r) out.push_back(train_gpt::shard_params(o.model, w, {o.tp, r % o.tp}));
+  // Hydraulis: every rank a master copy of the whole model, of which it keeps its switching segments
+  for (rank_index r = 0; r < layout_of(o).gpus(); ++r)
+    out.push_back(o.system == train_gpt::training_system::hydraulis ? w : train_gpt::shard_params(o.model, w, {o.tp, r % o.tp}));
   return out;
 }
 
@@ -399,7 +428,9 @@ run_result train(const options& o, const std::vector<train_gpt::step_documents>&
   std::vector<gpt_params<T>> params = rank_parameters(o, train_gpt::init_params<T>(cfg, o.seed));
   std::vector<train_gpt::adamw<T>> optimizers;
   for (rank_index r = 0; r < cluster.num_ranks(); ++r)
-    optimizers.push_back(train_gpt::fresh_adamw<T>(o, train_gpt::shard_config(cfg, {o.tp, r % o.tp})));
+    optimizers.push_back(train_gpt::fresh_adamw<T>(o, o.system == train_gpt::training_system::hydraulis
+                                                          ? cfg
+                                                          : train_gpt::shard_config(cfg, {o.tp, r % o.tp})));
   host_loopback_world world{.ranks = cluster.num_ranks(), .gpus_per_node = cluster.gpus_per_node(), .timeout = std::chrono::seconds(600)};
 
   run_result result;
@@ -408,6 +439,9 @@ run_result train(const options& o, const std::vector<train_gpt::step_documents>&
     const prepared_step<T> s = prepare<T>(o, cluster, group, model, recompute, steps[static_cast<std::size_t>(step)], how);
     result.executed = std::string(s.parts.back().micro_batches.back().back().executed.name);
     result.parts = std::max(result.parts, static_cast<int>(s.parts.size()));
+    result.pipelines.clear();
+    for (const step_replica& r : s.parts.back().program.plan.replicas)
+      result.pipelines += (result.pipelines.empty() ? "" : ",") + std::to_string(r.tp) + "x" + std::to_string(r.pp) + "x" + std::to_string(r.cp);
     for (const step_part<T>& part : s.parts)
       for (const std::vector<planned_step<T>>& replica : part.micro_batches)
         for (const planned_step<T>& mb : replica) ++result.layouts[std::string(mb.executed.name)];
@@ -432,7 +466,8 @@ run_result train(const options& o, const std::vector<train_gpt::step_documents>&
   // for bit (a rank is compared with CP rank 0 of its stage and TP index in replica 0); with
   // ZeRO-3 (InfiniPipe) a CP rank keeps only its chunks up to date, which every use gathers
   const parallel_layout l = layout_of(o);
-  for (rank_index r = 0; r < cluster.num_ranks() && o.system != train_gpt::training_system::infinipipe; ++r) {
+  const bool sharded = o.system == train_gpt::training_system::infinipipe || o.system == train_gpt::training_system::hydraulis;
+  for (rank_index r = 0; r < cluster.num_ranks() && !sharded; ++r) {
     const layout_coordinates at = l.coordinates_of(r);
     const rank_index same = l.rank_of({at.tp, 0, at.pp, 0});
     ZEPPELIN_EXPECTS(train_gpt::flatten(params[static_cast<std::size_t>(r)]) == train_gpt::flatten(params[static_cast<std::size_t>(same)]),
@@ -461,11 +496,13 @@ double gradient_check(const options& o, int samples) {
     step_outcome<T> outcome = run_step(world, cfg, s, rank_parameters(o, at), false);
     if (grads) {
       *grads = train_gpt::zero_params<T>(cfg);
-      // with ZeRO-3 (InfiniPipe) every CP rank holds its chunks of the gradients, zeros elsewhere
+      // with ZeRO-3 (InfiniPipe) every CP rank holds its chunks of the gradients, zeros elsewhere;
+      // with switching (Hydraulis) every rank the whole model's elements it owns
       const bool chunked = o.system == train_gpt::training_system::infinipipe;
       for (rank_index r = 0; r < cluster.num_ranks(); ++r) {
         const layout_coordinates c = l.coordinates_of(r);
-        if ((c.cp == 0 || chunked) && c.dp == 0) train_gpt::add_shard(cfg, outcome.gradients[static_cast<std::size_t>(r)], {o.tp, c.tp}, *grads);
+        if (o.system == train_gpt::training_system::hydraulis) train_gpt::add_params(*grads, outcome.gradients[static_cast<std::size_t>(r)]);
+        else if ((c.cp == 0 || chunked) && c.dp == 0) train_gpt::add_shard(cfg, outcome.gradients[static_cast<std::size_t>(r)], {o.tp, c.tp}, *grads);
       }
     }
     return outcome.loss / s.targets;
@@ -528,6 +565,9 @@ int run(const options& o, const step_outputs& outputs) {
   for (const auto& [name, count] : distributed.layouts) std::printf(" %s %d", name.c_str(), count);
   std::printf("\n");
   if (o.dp > 1) std::printf("data parallelism: %d replicas, each its share of the step's documents\n", o.dp);
+  if (o.system == train_gpt::training_system::hydraulis)
+    std::printf("hydraulis: pipelines of the last step %s, gradients switched as mutual slices over all %d ranks\n",
+                distributed.pipelines.c_str(), t.num_ranks());
   if (o.system == train_gpt::training_system::infinipipe)
     std::printf("infinipipe: up to %d chunk-level 1F1B pipeline(s) per step, %lld document slices in all, ZeRO-3 over each stage's "
                 "%d ranks\n",
@@ -580,18 +620,24 @@ int main(int argc, char** argv) {
                  "stage_aware:S:B0,...:C0,...; with --system infinipipe it replaces the stage-aware recomputation the planner chose");
   const std::map<std::string, train_gpt::training_system> systems{{"zeppelin", train_gpt::training_system::zeppelin},
                                                                    {"wlb", train_gpt::training_system::wlb},
-                                                                   {"infinipipe", train_gpt::training_system::infinipipe}};
+                                                                   {"infinipipe", train_gpt::training_system::infinipipe},
+                                                                   {"hydraulis", train_gpt::training_system::hydraulis}};
   std::string system = "zeppelin";
   app.add_option("--system", system,
                  "whose composition trains: zeppelin (equal token shares, each micro-batch planned by --method), wlb (WLB-LLM's "
                  "packer with outlier delay, per-document all-gather or per-sequence ring CP, whichever is faster) or infinipipe "
                  "(InfiniPipe's elastic pipelines: documents sliced into chunks, chunk-level 1F1B, Ulysses, stage-aware "
-                 "checkpointing, ZeRO-3)")
+                 "checkpointing, ZeRO-3) or hydraulis (Hydraulis' pipelines of different TP x PP x CP, the step's documents "
+                 "dispatched and packed by its two-stage planner, gradients brought together by switching mutual slices)")
       ->check(CLI::IsMember(names_of(systems)))
       ->capture_default_str();
   add_integer_option(&app, "--chunk-tokens", o.chunk_tokens,
                      "--system infinipipe: the most tokens one chunk may hold (longer documents are sliced; 0: no limit)")
       ->check(CLI::Range(0, 1 << 20));
+  std::string pipelines;
+  app.add_option("--pipelines", pipelines,
+                 "--system hydraulis: the pipelines, TPxPPxCP each, comma-separated (e.g. 2x1x1,1x2x1,1x1x2); default: the "
+                 "library's proposal for each step");
   add_integer_option(&app, "--tp", o.tp, "tensor-parallel ranks per group (divides --gpus-per-node)")->check(CLI::Range(1, 64));
   const std::map<std::string, zeppelin::tp_collectives> tp_modes{{"all_reduce", zeppelin::tp_collectives::all_reduce},
                                                                    {"sequence_parallel", zeppelin::tp_collectives::sequence_parallel}};
@@ -654,10 +700,16 @@ int main(int argc, char** argv) {
     ZEPPELIN_EXPECTS(o.system != train_gpt::training_system::infinipipe || (o.tp == 1 && o.dp == 1),
                      "--system infinipipe plans one pipeline of --stages stages of N x P Ulysses ranks (no --tp, no --dp)",
                      {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
+    o.pipelines = train_gpt::pipelines_by_text(pipelines);
+    ZEPPELIN_EXPECTS(o.system != train_gpt::training_system::hydraulis || (o.tp == 1 && o.dp == 1 && o.stages == 1),
+                     "--system hydraulis chooses each pipeline's TP, PP and CP itself (no --tp, --dp or --stages; --pipelines "
+                     "fixes them)",
+                     {{"tp", double(o.tp)}, {"dp", double(o.dp)}, {"stages", double(o.stages)}});
+    ZEPPELIN_EXPECTS(o.pipelines.empty() || o.system == train_gpt::training_system::hydraulis, "--pipelines fixes Hydraulis' pipelines (--system hydraulis)", {});
     ZEPPELIN_EXPECTS(o.chunk_tokens == 0 || o.system == train_gpt::training_system::infinipipe,
                      "--chunk-tokens limits InfiniPipe's chunks (--system infinipipe)", {{"chunk_tokens", double(o.chunk_tokens)}});
     ZEPPELIN_EXPECTS((o.tp == 1 && o.dp == 1 && o.system == train_gpt::training_system::zeppelin) || o.world == train_gpt::world_kind::host,
-                     "--tp, --dp and --system wlb or infinipipe run in the host world (not a GPU world)", {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
+                     "--tp, --dp and --system wlb, infinipipe or hydraulis run in the host world (not a GPU world)", {{"tp", double(o.tp)}, {"dp", double(o.dp)}});
     ZEPPELIN_EXPECTS((outputs.record.empty() && outputs.job.empty()) || (o.world == train_gpt::world_kind::host && o.gradient_check == 0),
                      "--record and --write-job write a host training run's first step (not --gradient-check or a GPU world)", {});
     if (o.world != train_gpt::world_kind::host) return train_gpt::run_on_device(o);

@@ -10,17 +10,21 @@
 #include "gpt.hpp"
 
 #include <zeppelin/schedule/pipeline/any_schedule.hpp>
+#include <zeppelin/core/error.hpp>
 #include <zeppelin/step/step_plan.hpp>
+#include <zeppelin/strategy/parallel_scheme.hpp>
 
 #include <cstdint>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace train_gpt {
 
 enum class world_kind : std::uint8_t { host, device, nccl };
 
 //! Whose composition forms and lays out a step's micro-batches (step_documents.hpp).
-enum class training_system : std::uint8_t { zeppelin, wlb, infinipipe };
+enum class training_system : std::uint8_t { zeppelin, wlb, infinipipe, hydraulis };
 
 struct options {
   training_system system = training_system::zeppelin;
@@ -47,6 +51,7 @@ struct options {
   zeppelin::pipeline_schedule_kind schedule = zeppelin::pipeline_schedule_kind::one_f_one_b;
   int virtual_stages = 2;  //!< model chunks per stage of the interleaved schedule
   std::int64_t chunk_tokens = 0;  //!< infinipipe: the most tokens of a chunk (0: no limit)
+  std::vector<zeppelin::parallel_scheme> pipelines;  //!< hydraulis: fixed pipelines (empty: the library's proposal)
   world_kind world = world_kind::host;
   int device = 0;          //!< device world: the GPU every rank uses
   int rank = 0;            //!< nccl world: this process's rank
@@ -57,5 +62,23 @@ struct options {
   [[nodiscard]] std::string checkpoint_or_none() const { return checkpoint.empty() ? "none" : checkpoint; }
   [[nodiscard]] int chunks() const { return schedule == zeppelin::pipeline_schedule_kind::interleaved ? virtual_stages : 1; }
 };
+
+//! Pipelines from their text, TPxPPxCP each, comma-separated ("" gives none); throws
+//! invalid_argument naming the text that is not one.
+inline std::vector<zeppelin::parallel_scheme> pipelines_by_text(const std::string& text) {
+  std::vector<zeppelin::parallel_scheme> out;
+  std::stringstream all(text);
+  std::string one;
+  while (std::getline(all, one, ',')) {
+    zeppelin::parallel_scheme p;
+    char x1 = 0, x2 = 0;
+    std::stringstream in(one);
+    in >> p.tp >> x1 >> p.pp >> x2 >> p.cp;
+    ZEPPELIN_EXPECTS(in && in.peek() == std::char_traits<char>::eof() && x1 == 'x' && x2 == 'x' && p.tp >= 1 && p.pp >= 1 && p.cp >= 1,
+                     "--pipelines: '" + one + "' is not TPxPPxCP of positive degrees", {});
+    out.push_back(p);
+  }
+  return out;
+}
 
 }  // namespace train_gpt

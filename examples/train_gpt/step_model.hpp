@@ -61,6 +61,7 @@
 
 #include "gpt.hpp"
 #include "step.hpp"
+#include "switching_slices.hpp"
 #include "tensor_parallel.hpp"
 
 #include <zeppelin/comm/sub_communicator.hpp>
@@ -114,7 +115,10 @@ class gpt_step_model {
                  const std::vector<planned_step<T>>& micro_batches, const gpt_params<T>& w, double loss_scale)
       : prog_(&prog), at_(prog.positions.at(static_cast<std::size_t>(rank))), stage_(&stage), cfg_(&cfg), micro_batches_(&micro_batches),
         w_(&w), loss_scale_(loss_scale) {
-    ZEPPELIN_EXPECTS(at_.replica >= 0, "train_gpt's step model: the rank runs nothing in the step program", {{"rank", double(rank)}});
+    const bool switching = prog.plan.sync == gradient_sync::switching;
+    ZEPPELIN_EXPECTS(at_.replica >= 0 || switching, "train_gpt's step model: the rank runs nothing in the step program", {{"rank", double(rank)}});
+    if (switching) switching_.emplace(prog, rank, cfg, w, switching_slices<T>::tp_blocks_of(cfg));  // w: the rank's master copy, whole-model shaped
+    if (at_.replica < 0) return;  // an owner of master segments only
     shard_ = {replica().tp, at_.tp};
     shard_cfg_ = shard_config(cfg, shard_);
     kept_.emplace(shard_dims());
@@ -171,6 +175,11 @@ class gpt_step_model {
       t = &flat_;
     } else if (b.tensor == step_tensor::layer_input || b.tensor == step_tensor::layer_output || b.tensor == step_tensor::loss_statistics) {
       t = &tp_tensor(b);
+    } else if (switching_ && switching_->holds(b)) {
+      return switching_->buffer(b, [&] { return stage_gradients(); });
+    } else if (switching_ && b.tensor == step_tensor::parameters && b.layer == -1) {  // the pulled norms' TP all-reduce
+      if (flat_parameters_.empty()) for_each_owned(pulled(), [&](std::vector<T>& x, bool) { flat_parameters_.insert(flat_parameters_.end(), x.begin(), x.end()); });
+      t = &flat_parameters_;
     } else if ((b.tensor == step_tensor::parameters || b.tensor == step_tensor::gradients) && b.layer >= 0 && zero3()) {
       t = b.tensor == step_tensor::parameters ? &zero_parameters(b.layer) : &zero_gradients(b.layer);
     } else if (b.tensor == step_tensor::context || b.tensor == step_tensor::gathered_context ||
@@ -196,6 +205,16 @@ class gpt_step_model {
     const bool forward = op.pass != step_pass::backward;
     const int last_layer = blk.first_layer + blk.layers - 1;
     outgoing_.clear();  // the groups before this op have completed
+    if (switching_ && !pull_finished_) {  // the pull (and its TP all-reduce of the norms) has completed
+      gpt_params<T>& p = pulled();
+      std::size_t at = 0;
+      if (!flat_parameters_.empty())
+        for_each_owned(p, [&](std::vector<T>& x, bool) {
+          std::copy_n(flat_parameters_.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
+          at += x.size();
+        });
+      pull_finished_ = true;
+    }
     if (op.part == model_part::embedding) {
       if (forward) {
         s.layers.assign(static_cast<std::size_t>(blk.layers), {});
@@ -317,7 +336,11 @@ class gpt_step_model {
   [[nodiscard]] double peak_kept() const noexcept { return peak_kept_; }
   //! The stage's gradients (after the step: summed over its CP ranks) into the tensors of `g`
   //! that the stage owns; the others are left as they are.
-  void gradients_into(gpt_params<T>& g) const {
+  void gradients_into(gpt_params<T>& g) {
+    if (switching_) {  // the reduced gradients of the master segments the rank owns (whole-model shaped)
+      switching_->gradients_into(g, [&] { return stage_gradients(); });
+      return;
+    }
     if (zero3()) {  // the CP rank's chunk of each layer's gradients, as the reduce-scatters left it
       const step_replica& r = replica();
       for (int v = at_.stage; v < static_cast<int>(r.layers.size()); v += r.pp)
@@ -371,6 +394,24 @@ class gpt_step_model {
   [[nodiscard]] const step_replica& replica() const { return prog_->replica(at_.replica); }
   [[nodiscard]] bool zero3() const noexcept { return prog_->plan.sync == gradient_sync::fully_sharded && replica().cp > 1; }
 
+  // Switching (Hydraulis): the rank's TP shard of its stages' parameters as the pull left them,
+  // and its TP shard of the stages' gradients (with TP, the norms' summed over the TP ranks by
+  // the program's all-reduce of the flat gradients' tail) for the push.
+  gpt_params<T>& pulled() {
+    if (!pulled_) pulled_ = switching_->pulled();
+    return *pulled_;
+  }
+  [[nodiscard]] gpt_params<T> stage_gradients() {
+    gpt_params<T> out = g_;
+    if (!flattened_) return out;
+    std::size_t at = 0;
+    for_each_owned(out, [&](std::vector<T>& x, bool) {
+      std::copy_n(flat_.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
+      at += x.size();
+    });
+    return out;
+  }
+
   // ZeRO-3 (step/block.hpp): each layer's parameters, with the embedding's on the first layer
   // and the LM head's and final norm's on the last, flat in this order and chunked over the
   // stage's CP ranks (CP rank c keeps chunk c, step/detail/ring_steps.hpp). The program
@@ -422,6 +463,7 @@ class gpt_step_model {
   // The parameters of the layer group `l` as the rank computes with them: its TP shard, or with
   // ZeRO-3 the gathered ones.
   const gpt_params<T>& weights(int l) {
+    if (switching_) return pulled();
     if (!zero3()) return *w_;
     const std::vector<T>& flat = zero_parameters(l);
     std::size_t at = 0;
@@ -747,6 +789,12 @@ class gpt_step_model {
   // tensors (the layers' own, copied in before each use)
   std::map<int, std::vector<T>> zero_parameters_, zero_gradients_;
   gpt_params<T> gathered_;
+  // switching (Hydraulis): the rank's slices, its pulled TP shard, and the flat parameters
+  // whose tail (the norms) the program all-reduces over TP after the pull
+  std::optional<switching_slices<T>> switching_;
+  std::optional<gpt_params<T>> pulled_;
+  std::vector<T> flat_parameters_;
+  bool pull_finished_ = false;
   std::vector<T> flat_;
   bool flattened_ = false;
   int backwards_left_ = 0;

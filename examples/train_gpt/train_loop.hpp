@@ -40,6 +40,7 @@ struct run_result {
   std::map<std::string, int> layouts;  //!< micro-batches (passes) per method that laid them out
   int parts = 1;                       //!< most step programs one step ran (InfiniPipe's pipelines)
   std::int64_t slices = 0;             //!< pieces that were slices of longer documents, over the steps
+  std::string pipelines;               //!< the last step's replicas, TPxPPxCP each (Hydraulis)
 };
 
 // The run's documents: the synthetic stream, or --corpus.
