@@ -684,6 +684,15 @@ int main(int argc, char** argv) {
     o.schedule = pipeline_schedule_kind_by_name(schedule);
     o.system = systems.at(system);
     o.tp_mode = tp_modes.at(tp_collectives);
+    // InfiniPipe's and Hydraulis' planners choose the schedule, the micro-batches and (Hydraulis)
+    // the TP collectives themselves: a value given for them would be silently ignored
+    std::vector<std::string> planned;
+    if (o.system == train_gpt::training_system::infinipipe) planned = {"--schedule", "--virtual-stages", "--micro-batches"};
+    if (o.system == train_gpt::training_system::hydraulis) planned = {"--schedule", "--virtual-stages", "--micro-batches", "--tp-collectives"};
+    for (const std::string& name : planned)
+      ZEPPELIN_EXPECTS(app.count(name) == 0,
+                       name + " is chosen by the planner of --system " + system + " (its pipelines' schedule, micro-batches and TP collectives)",
+                       {});
     ZEPPELIN_EXPECTS(o.model.dim % o.model.heads == 0 && o.model.head_dim() % 2 == 0 && o.model.heads % o.model.kv_heads == 0,
                      "the width must split into heads of an even head dim, and the K/V heads divide the heads",
                      {{"dim", double(o.model.dim)}, {"heads", double(o.model.heads)}, {"kv_heads", double(o.model.kv_heads)}});
