@@ -214,7 +214,8 @@ std::pair<std::vector<train_gpt::step_documents>, micro_batch_layout> form_steps
     const topology cluster = cluster_by_name(o.cluster, o.stages * o.nodes, o.gpus_per_node);
     const model_config priced = example_cli::priced_model(o.model.heads, o.model.kv_heads, o.model.head_dim(), static_cast<int>(sizeof(T)));
     train_gpt::infinipipe_planning planning{
-        elastic_pipeline_options::for_model(priced, cluster, layout_of(o).cp, o.stages, 0.9 * cluster.gpu().memory_bytes)};
+        .options = elastic_pipeline_options::for_model(priced, cluster, layout_of(o).cp, o.stages, 0.9 * cluster.gpu().memory_bytes),
+        .recompute = std::nullopt};
     planning.options.processor.max_chunk_tokens = o.chunk_tokens;
     if (!o.checkpoint.empty()) planning.recompute = checkpoint_policy_by_name(o.checkpoint);
     for (int step = 0; step < o.steps; ++step) out.push_back({{data.next(step, o.tokens)}});
