@@ -95,12 +95,9 @@ class mutual_layout {
 
   //! Elements of segments [a, b) of S of `tensors`.
   [[nodiscard]] std::int64_t elements(std::span<const std::size_t> tensors, std::int64_t a, std::int64_t b, std::int64_t S) const {
-    std::int64_t n = 0;
-    for (const std::size_t k : tensors) {
-      const auto E = static_cast<std::int64_t>(tensors_[k].whole_of.size());
-      n += zeppelin::segment_begin(E, b, S) - zeppelin::segment_begin(E, a, S);
-    }
-    return n;
+    std::vector<std::int64_t> sizes;
+    for (const std::size_t k : tensors) sizes.push_back(static_cast<std::int64_t>(tensors_[k].whole_of.size()));
+    return zeppelin::slice_elements(sizes, a, b, S);
   }
 
  private:

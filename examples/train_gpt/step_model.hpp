@@ -206,13 +206,7 @@ class gpt_step_model {
     const int last_layer = blk.first_layer + blk.layers - 1;
     outgoing_.clear();  // the groups before this op have completed
     if (switching_ && !pull_finished_) {  // the pull (and its TP all-reduce of the norms) has completed
-      gpt_params<T>& p = pulled();
-      std::size_t at = 0;
-      if (!flat_parameters_.empty())
-        for_each_owned(p, [&](std::vector<T>& x, bool) {
-          std::copy_n(flat_parameters_.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
-          at += x.size();
-        });
+      if (!flat_parameters_.empty()) owned_from_flat(flat_parameters_, pulled());
       pull_finished_ = true;
     }
     if (op.part == model_part::embedding) {
@@ -346,17 +340,12 @@ class gpt_step_model {
       for (int v = at_.stage; v < static_cast<int>(r.layers.size()); v += r.pp)
         for (int l = r.first_layer(v); l < r.first_layer(v) + r.layers[static_cast<std::size_t>(v)]; ++l) {
           const auto it = zero_gradients_.find(l);
-          std::vector<T> flat;
-          if (it != zero_gradients_.end()) flat = it->second;
+          if (it == zero_gradients_.end()) continue;  // no backward reached the layer
+          std::vector<T> flat = it->second;
           const auto [first, end] = owned_chunk(static_cast<std::int64_t>(flat.size()));
           for (std::int64_t i = 0; i < static_cast<std::int64_t>(flat.size()); ++i)
             if (i < first || i >= end) flat[static_cast<std::size_t>(i)] = T(0);
-          std::size_t at = 0;
-          for_each_in_group(g, l, [&](std::vector<T>& x) {
-            if (flat.empty()) return std::fill(x.begin(), x.end(), T(0));
-            std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
-            at += x.size();
-          });
+          group_from_flat(flat, g, l);
         }
       return;
     }
@@ -369,11 +358,7 @@ class gpt_step_model {
       for_each_owned(mine, [&](std::vector<T>& x, bool) { local.insert(local.end(), x.begin(), x.end()); });
       from = &local;
     }
-    std::size_t at = 0;
-    for_each_owned(g, [&](std::vector<T>& x, bool) {
-      std::copy_n(from->begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
-      at += x.size();
-    });
+    owned_from_flat(*from, g);
   }
 
  private:
@@ -403,13 +388,18 @@ class gpt_step_model {
   }
   [[nodiscard]] gpt_params<T> stage_gradients() {
     gpt_params<T> out = g_;
-    if (!flattened_) return out;
-    std::size_t at = 0;
-    for_each_owned(out, [&](std::vector<T>& x, bool) {
-      std::copy_n(flat_.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
-      at += x.size();
-    });
+    if (flattened_) owned_from_flat(flat_, out);
     return out;
+  }
+  // The tensors of `p` the stage owns (for_each_owned order), or layer group l's
+  // (for_each_in_group order), from their flat copy.
+  void owned_from_flat(std::span<const T> flat, gpt_params<T>& p) const {
+    std::size_t at = 0;
+    for_each_owned(p, [&](std::vector<T>& x, bool) { std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin()), at += x.size(); });
+  }
+  static void group_from_flat(std::span<const T> flat, gpt_params<T>& p, int l) {
+    std::size_t at = 0;
+    for_each_in_group(p, l, [&](std::vector<T>& x) { std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin()), at += x.size(); });
   }
 
   // ZeRO-3 (step/block.hpp): each layer's parameters, with the embedding's on the first layer
@@ -465,12 +455,7 @@ class gpt_step_model {
   const gpt_params<T>& weights(int l) {
     if (switching_) return pulled();
     if (!zero3()) return *w_;
-    const std::vector<T>& flat = zero_parameters(l);
-    std::size_t at = 0;
-    for_each_in_group(gathered_, l, [&](std::vector<T>& x) {
-      std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(at), x.size(), x.begin());
-      at += x.size();
-    });
+    group_from_flat(zero_parameters(l), gathered_, l);
     return gathered_;
   }
 
