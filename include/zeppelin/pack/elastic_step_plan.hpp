@@ -13,7 +13,8 @@
 //                         its earlier slices left on the stage);
 //          schedule       chunk-level 1F1B with the pipeline's chains;
 //          layouts        the ulysses partitioner over the stage's CP group: every piece
-//                         zigzag-split over the d_s ranks, attention after the all-to-all;
+//                         zigzag-split over the d_s ranks, attention after the all-to-all
+//                         (or any layout policy given: Zeppelin's hierarchical planner);
 //          recompute      per (stage, chunk) the pipeline's stage-aware plan
 //                         (stage_aware_recompute, capped at the stage's layers);
 //          sync           fully_sharded: ZeRO-3 over each stage's d_s ranks, every layer's
@@ -48,10 +49,12 @@
 
 ZEPPELIN_NAMESPACE_BEGIN
 
-//! The step plan of pipeline `index` of `plan` (see the file comment).
-[[nodiscard]] inline sequence_step_plan elastic_pipeline_step_plan(const elastic_plan& plan, std::size_t index, std::span<const token_count> lengths,
-                                                                   const model_config& model, const elastic_pipeline_options& options,
-                                                                   const topology& cluster) {
+//! The step plan of pipeline `index` of `plan` (see the file comment), each chunk laid out by
+//! `layout` (a partitioner, any_partitioner or any_cp_layout) over the stage's CP group.
+template <class L>
+[[nodiscard]] sequence_step_plan elastic_pipeline_step_plan(const elastic_plan& plan, std::size_t index, std::span<const token_count> lengths,
+                                                            const model_config& model, const elastic_pipeline_options& options,
+                                                            const topology& cluster, const L& layout) {
   ZEPPELIN_EXPECTS(index < plan.pipelines.size(), "no such pipeline in the elastic plan",
                    {{"pipeline", double(index)}, {"pipelines", double(plan.pipelines.size())}});
   const int sp = options.processor.cost.d_s, pp = options.processor.cost.d_p;
@@ -60,14 +63,11 @@ ZEPPELIN_NAMESPACE_BEGIN
                    {{"sp_x_pp", double(sp) * pp}, {"gpus", double(cluster.num_ranks())}});
   const elastic_pipeline& p = plan.pipelines[index];
   std::vector<std::vector<step_piece>> micro_batches;
-  token_count largest = 1;
   for (const std::int64_t k : p.forward) {
     ZEPPELIN_EXPECTS(k >= 0 && static_cast<std::size_t>(k) < plan.chunks.chunks.size(), "a pipeline names an unknown chunk",
                      {{"pipeline", double(index)}, {"chunk", double(k)}, {"chunks", double(plan.chunks.chunks.size())}});
-    const chunk& c = plan.chunks.chunks[static_cast<std::size_t>(k)];
     auto& pieces = micro_batches.emplace_back();
-    for (const chunk_slice& s : c.slices) pieces.push_back({s.sequence, s.begin, s.end});
-    largest = std::max(largest, c.tokens());
+    for (const chunk_slice& s : plan.chunks.chunks[static_cast<std::size_t>(k)].slices) pieces.push_back({s.sequence, s.begin, s.end});
   }
   sequence_step_plan out;
   std::vector<token_count> documents = documents_of(micro_batches, lengths, out.sequences);
@@ -78,9 +78,22 @@ ZEPPELIN_NAMESPACE_BEGIN
   out.plan.documents = std::move(documents);
   out.plan.sync = gradient_sync::fully_sharded;
   out.plan.replicas.push_back(make_replica(cluster, model, 1, sp, pp, std::move(ranks), tp_collectives::all_reduce,
-                                           any_pipeline_schedule{chunk_one_f_one_b{.chains = p.chains}}, std::move(micro_batches),
-                                           ulysses{.capacity = largest, .cp_size = 0}, stage_aware_recompute{p.checkpoint}));
+                                           any_pipeline_schedule{chunk_one_f_one_b{.chains = p.chains}}, std::move(micro_batches), layout,
+                                           stage_aware_recompute{p.checkpoint}));
   return out;
+}
+
+//! The step plan of pipeline `index` of `plan` with InfiniPipe's layout: Ulysses over the
+//! stage's CP group (see the file comment).
+[[nodiscard]] inline sequence_step_plan elastic_pipeline_step_plan(const elastic_plan& plan, std::size_t index, std::span<const token_count> lengths,
+                                                                   const model_config& model, const elastic_pipeline_options& options,
+                                                                   const topology& cluster) {
+  token_count largest = 1;
+  if (index < plan.pipelines.size())
+    for (const std::int64_t k : plan.pipelines[index].forward)
+      if (k >= 0 && static_cast<std::size_t>(k) < plan.chunks.chunks.size())
+        largest = std::max(largest, plan.chunks.chunks[static_cast<std::size_t>(k)].tokens());
+  return elastic_pipeline_step_plan(plan, index, lengths, model, options, cluster, ulysses{.capacity = largest, .cp_size = 0});
 }
 
 //! The step plans of every pipeline of `plan`, in plan order (see the file comment).
@@ -91,6 +104,19 @@ ZEPPELIN_NAMESPACE_BEGIN
   std::vector<sequence_step_plan> out;
   out.reserve(plan.pipelines.size());
   for (std::size_t i = 0; i < plan.pipelines.size(); ++i) out.push_back(elastic_pipeline_step_plan(plan, i, lengths, model, options, cluster));
+  return out;
+}
+
+//! elastic_step_plans with every chunk laid out by `layout` instead of Ulysses.
+template <class L>
+[[nodiscard]] std::vector<sequence_step_plan> elastic_step_plans(const elastic_plan& plan, std::span<const token_count> lengths,
+                                                                 const model_config& model, const elastic_pipeline_options& options,
+                                                                 const topology& cluster, const L& layout) {
+  ZEPPELIN_EXPECTS(!plan.pipelines.empty(), "an elastic plan needs at least one pipeline", {});
+  std::vector<sequence_step_plan> out;
+  out.reserve(plan.pipelines.size());
+  for (std::size_t i = 0; i < plan.pipelines.size(); ++i)
+    out.push_back(elastic_pipeline_step_plan(plan, i, lengths, model, options, cluster, layout));
   return out;
 }
 

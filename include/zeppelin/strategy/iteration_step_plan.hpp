@@ -60,10 +60,21 @@ ZEPPELIN_NAMESPACE_BEGIN
   return o;
 }
 
-//! The step plan of `plan` (see the file comment), each micro-batch's CP layout from `layout`.
+//! How the replicas of an iteration plan run their TP collectives and meet their gradients:
+//! Hydraulis' own (sequence parallelism, switching) unless a composition says otherwise
+//! (planner/step_composition.hpp: a homogeneous job syncs like Megatron-LM).
+struct replica_settings {
+  tp_collectives tp_mode = tp_collectives::sequence_parallel;
+  gradient_sync sync = gradient_sync::switching;
+  friend bool operator==(const replica_settings&, const replica_settings&) = default;
+};
+
+//! The step plan of `plan` (see the file comment), each micro-batch's CP layout from `layout`,
+//! the replicas' TP collectives and gradient sync from `settings`.
 template <class L, checkpoint_policy C>
 [[nodiscard]] step_plan step_plan_of(const iteration_plan& plan, std::span<const token_count> lengths, const topology& cluster,
-                                     const model_config& model, const any_pipeline_schedule& schedule, const C& checkpoint, const L& layout) {
+                                     const model_config& model, const any_pipeline_schedule& schedule, const C& checkpoint, const L& layout,
+                                     const replica_settings& settings = {}) {
   long long gpus = 0;
   bool holds = false;
   for (const pipeline_plan& p : plan.pipelines) {
@@ -77,7 +88,7 @@ template <class L, checkpoint_policy C>
   out.nodes = cluster.nodes();
   out.gpus_per_node = cluster.gpus_per_node();
   out.documents.assign(lengths.begin(), lengths.end());
-  out.sync = gradient_sync::switching;
+  out.sync = settings.sync;
   rank_index first = 0;
   for (const pipeline_plan& p : plan.pipelines) {
     const parallel_scheme& s = p.profile.scheme;
@@ -85,7 +96,7 @@ template <class L, checkpoint_policy C>
     if (!p.packing.micro_batches.empty()) {
       std::vector<rank_index> ranks(static_cast<std::size_t>(size));
       for (rank_index i = 0; i < size; ++i) ranks[static_cast<std::size_t>(i)] = first + i;  // (s cp + c) tp + t from the first
-      out.replicas.push_back(make_replica(cluster, model, s.tp, s.cp, s.pp, std::move(ranks), tp_collectives::sequence_parallel, schedule,
+      out.replicas.push_back(make_replica(cluster, model, s.tp, s.cp, s.pp, std::move(ranks), settings.tp_mode, schedule,
                                           whole_documents(lengths, p.packing.micro_batches), layout, checkpoint));
     }
     first += size;

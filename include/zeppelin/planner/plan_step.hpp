@@ -1,0 +1,132 @@
+// zeppelin/planner/plan_step.hpp
+// The step planner: one training iteration's documents, a cluster and a model in, the step
+// plan of the fastest candidate composition out, every candidate priced on the one step
+// simulator (sim/simulate_step.hpp: TP, CP, PP and DP traffic, switching, recomputation and
+// the compute on one event engine).
+//   in : the step request (planner/step_request.hpp), the candidates (planner/
+//        step_candidate.hpp; default_step_candidates: each paper's composition, Megatron-LM-
+//        and TransformerEngine-like baselines, and compositions across papers), options
+//   out: step_decision:
+//          candidates   per candidate its name and predicted seconds, or why it refused
+//                       (the error's message; seconds +inf)
+//          chosen       the index of the fastest (ties: the earlier candidate)
+//          parts        its step plans, run back to back (one but for InfiniPipe's
+//                       pipelines), pieces naming the request's documents through
+//                       sequence_step_plan::sequences
+//          predicted_s  its simulated seconds (the parts' sum: simulate_back_to_back)
+//          lower_bound_s  the iteration's lower bound (sim/lower_bound.hpp: its exact FLOPs
+//                       at the best rates over every GPU): efficiency = lower_bound_s /
+//                       predicted_s
+// Never slower than a candidate it priced: the choice is the minimum of the very prices the
+// candidates report. Deterministic: each candidate plans and is priced alone, in order or on
+// `threads` threads, and the result does not depend on the threads.
+// Pricing: per_shape blocks, no memory check by the simulator (back_to_back_sim_options):
+// each composition's planner decided what fits (the schemes' MaxLen, InfiniPipe's budgets).
+// Errors: invalid_argument for a bad request, no candidates, threads < 1; infeasible when
+// every candidate refuses, listing the first refusal. Host-only.
+#pragma once
+
+#include <zeppelin/core/batch.hpp>
+#include <zeppelin/core/config.hpp>
+#include <zeppelin/core/error.hpp>
+#include <zeppelin/pack/sequence_step_plan.hpp>
+#include <zeppelin/planner/step_candidate.hpp>
+#include <zeppelin/planner/step_request.hpp>
+#include <zeppelin/sim/lower_bound.hpp>
+#include <zeppelin/sim/simulate_step.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+ZEPPELIN_NAMESPACE_BEGIN
+
+struct step_planner_options {
+  int threads = 1;                                          //!< candidates planned and priced at once
+  step_sim_options simulation = back_to_back_sim_options();  //!< how each candidate is priced
+};
+
+//! One candidate's price (see the file comment).
+struct priced_step_candidate {
+  std::string name;
+  double seconds = std::numeric_limits<double>::infinity();
+  std::string refusal;  //!< empty when it planned
+  std::vector<sequence_step_plan> parts;
+
+  [[nodiscard]] bool planned() const noexcept { return refusal.empty(); }
+};
+
+struct step_decision {
+  std::size_t chosen = 0;
+  std::vector<sequence_step_plan> parts;
+  double predicted_s = 0;
+  double lower_bound_s = 0;
+  std::vector<priced_step_candidate> candidates;  //!< parts left empty: the chosen one's are `parts`
+
+  [[nodiscard]] const std::string& chosen_name() const { return candidates.at(chosen).name; }
+  [[nodiscard]] double efficiency() const noexcept { return predicted_s > 0 ? lower_bound_s / predicted_s : 0.0; }
+};
+
+//! Plans and prices candidate `c` for `r` (see the file comment).
+[[nodiscard]] inline priced_step_candidate price_step_candidate(const step_candidate& c, const step_request& r,
+                                                                std::span<const scheme_profile> profiles, const step_sim_options& simulation) {
+  priced_step_candidate out;
+  out.name = c.name;
+  try {
+    out.parts = c.plan(r, profiles);
+    out.seconds = simulate_back_to_back(out.parts, r.cluster, r.model, simulation).iteration_s;
+  } catch (const error& e) {
+    out.refusal = e.what();
+    out.parts.clear();
+    out.seconds = std::numeric_limits<double>::infinity();
+  }
+  return out;
+}
+
+//! The fastest of `candidates` for `r` (see the file comment).
+[[nodiscard]] inline step_decision plan_step(const step_request& r, std::span<const step_candidate> candidates,
+                                             const step_planner_options& options = {}) {
+  validate(r);
+  ZEPPELIN_EXPECTS(!candidates.empty(), "the step planner needs at least one candidate", {});
+  ZEPPELIN_EXPECTS(options.threads >= 1, "the step planner needs at least 1 thread", {{"threads", double(options.threads)}});
+  const std::vector<scheme_profile> profiles = scheme_profiles_of(r);
+  step_decision out;
+  out.candidates.resize(candidates.size());
+  const auto workers = static_cast<std::size_t>(std::min<std::size_t>(static_cast<std::size_t>(options.threads), candidates.size()));
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < candidates.size();)
+      out.candidates[i] = price_step_candidate(candidates[i], r, profiles, options.simulation);
+  };
+  if (workers <= 1) {
+    work();
+  } else {
+    std::vector<std::jthread> pool;
+    for (std::size_t t = 0; t < workers; ++t) pool.emplace_back(work);
+  }
+  bool any = false;
+  for (std::size_t i = 0; i < out.candidates.size(); ++i)
+    if (out.candidates[i].planned() && (!any || out.candidates[i].seconds < out.candidates[out.chosen].seconds)) out.chosen = i, any = true;
+  if (!any)
+    ZEPPELIN_THROW(infeasible, "no candidate composition plans this step (first refusal: " + out.candidates.front().refusal + ")",
+                   {{"candidates", double(candidates.size())}, {"longest_document", double(longest_document(r))}});
+  out.parts = std::move(out.candidates[out.chosen].parts);
+  for (priced_step_candidate& c : out.candidates) c.parts.clear();
+  out.predicted_s = out.candidates[out.chosen].seconds;
+  out.lower_bound_s = step_lower_bound(batch(r.documents), r.model, r.cluster);
+  return out;
+}
+
+//! plan_step over default_step_candidates(r).
+[[nodiscard]] inline step_decision plan_step(const step_request& r, const step_planner_options& options = {}) {
+  validate(r);
+  const std::vector<step_candidate> candidates = default_step_candidates(r);
+  return plan_step(r, candidates, options);
+}
+
+ZEPPELIN_NAMESPACE_END
