@@ -119,6 +119,22 @@ ZEPPELIN_CAPI int zeppelin_strategy_pipelines(const zeppelin_strategy* strategy,
 /* Their micro-batches: rows of 3 (pipeline, micro-batch, sequence). */
 ZEPPELIN_CAPI int zeppelin_strategy_micro_batches(const zeppelin_strategy* strategy, int64_t* out, int64_t room, int64_t* count);
 
+/* The step planner (the library's plan_step): every default candidate composition (each
+ * paper's, Megatron-LM- and TransformerEngine-like baselines, compositions across papers)
+ * planned for `lengths` on `nodes` x `gpus_per_node` GPUs of the cluster preset `cluster`
+ * (a, b, c, ...) training `model` (a preset name), priced on the step simulator on
+ * `threads` threads, the fastest kept. `context` is the loader's window (0: the longest
+ * document); `margin_bytes` of each GPU's memory are kept free. */
+typedef struct zeppelin_step_decision zeppelin_step_decision;
+ZEPPELIN_CAPI int zeppelin_plan_step(const int64_t* lengths, int64_t documents, const char* cluster, int32_t nodes, int32_t gpus_per_node,
+                                     const char* model, int64_t context, double margin_bytes, int32_t threads, zeppelin_step_decision** out);
+ZEPPELIN_CAPI void zeppelin_step_decision_destroy(zeppelin_step_decision* decision);
+/* The chosen composition's predicted iteration seconds. */
+ZEPPELIN_CAPI double zeppelin_step_decision_seconds(const zeppelin_step_decision* decision);
+/* The decision as JSON ("zeppelin.step", as `zeppelin step --json` prints it): *length
+ * receives its bytes; written when out is not NULL and room >= *length. */
+ZEPPELIN_CAPI int zeppelin_step_decision_json(const zeppelin_step_decision* decision, char* out, int64_t room, int64_t* length);
+
 /* InfiniPipe's elastic pipeline for one global batch (the library's plan_elastic_pipeline):
  * Ulysses degree `sp` inside a node, `pp` stages, `model` (a preset name: gpt-7b, gpt-13b,
  * gpt-30b, ...), `usable_bytes` of memory per GPU, up to `max_slices` slices of the longest

@@ -16,6 +16,7 @@ from .pack import pack
 from .plan import Group, Layout, Plan, plan, plan_by_cost, read_plan
 from .relayout import RankRelayout, Relayout, relayout
 from .ring import RankSchedule, RingStep, ring_attention
+from .step import StepCandidate, StepDecision, plan_step
 from .strategy import Pipeline, Strategy, strategy
 
 __all__ = [
@@ -24,6 +25,9 @@ __all__ = [
     "Strategy",
     "chunk",
     "strategy",
+    "plan_step",
+    "StepCandidate",
+    "StepDecision",
     "Group",
     "Layout",
     "Plan",

@@ -82,6 +82,12 @@ _signatures = {
     "zeppelin_strategy_seconds": (_f64, [_p]),
     "zeppelin_strategy_pipelines": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
     "zeppelin_strategy_micro_batches": (ctypes.c_int, [_p, _pi64, _i64, _pi64]),
+    "zeppelin_plan_step": (
+        ctypes.c_int, [_pi64, _i64, ctypes.c_char_p, _i32, _i32, ctypes.c_char_p, _i64, _f64, _i32, ctypes.POINTER(_p)]
+    ),
+    "zeppelin_step_decision_destroy": (None, [_p]),
+    "zeppelin_step_decision_seconds": (_f64, [_p]),
+    "zeppelin_step_decision_json": (ctypes.c_int, [_p, ctypes.c_char_p, _i64, _pi64]),
     "zeppelin_chunking_create": (ctypes.c_int, [_pi64, _i64, _i32, _i32, ctypes.c_char_p, _f64, _i32, ctypes.POINTER(_p)]),
     "zeppelin_chunking_destroy": (None, [_p]),
     "zeppelin_chunking_seconds": (_f64, [_p]),
