@@ -8,10 +8,14 @@
 //      and GPU of a preset: a, b, c, wlb, hydraulis, infinipipe; default c, H100 nodes with
 //      InfiniBand), --context T (the loader's window; default the longest document),
 //      --margin-gib G (GPU memory kept free; default 8), --candidates a,b,... (a subset of
-//      the default candidates, by name), --threads K (candidates priced at once; default the
-//      machine's hardware threads, nothing printed depends on it), --json, --explain.
+//      the default candidates, by name), --threads K (block shapes priced at once in each
+//      simulation; default the machine's hardware threads, nothing printed depends on it),
+//      --complete (price every candidate to the end; by default a candidate's simulation
+//      stops once it passes the best price so far, which cannot change the choice), --json,
+//      --explain.
 // Out: the chosen composition, its predicted iteration seconds, the lower bound and the
-//      efficiency, and every candidate's predicted seconds (or why it refused); --explain
+//      efficiency, and every candidate's predicted seconds (or why it refused, or the best
+//      price its simulation stopped past); --explain
 //      adds each candidate's policies and the chosen plan's replicas with their
 //      micro-batches (document indices of the file, "d[b:e)" for a slice); --json prints
 //      the decision in the zeppelin.step format (planner/step_decision_json.hpp,
@@ -53,6 +57,7 @@ struct step_options {
   int threads = hardware_threads();
   bool json = false;
   bool explain = false;
+  bool complete = false;
 };
 
 //! The default candidates named in `names` ("a,b,..."), in the order named; all when empty.
@@ -111,7 +116,8 @@ void run_step(const step_options& o) {
   r.margin_bytes = o.margin_gib * double(1ull << 30);
   validate(r);
   const std::vector<step_candidate> candidates = chosen_candidates(r, o.candidates);
-  const step_decision d = plan_step(r, candidates, {.threads = o.threads});
+  const step_decision d =
+      plan_step(r, candidates, {.threads = o.threads, .pricing = o.complete ? candidate_pricing::complete : candidate_pricing::until_beaten});
   if (o.json) {
     write_step_decision_json(std::cout, d);
     return;
@@ -123,7 +129,9 @@ void run_step(const step_options& o) {
   std::printf("candidates:\n");
   for (std::size_t i = 0; i < d.candidates.size(); ++i) {
     const priced_step_candidate& c = d.candidates[i];
-    if (c.planned())
+    if (c.stopped())
+      std::printf("  %-20s  > %.4f s  (stopped once past the best)\n", c.name.c_str(), c.stopped_after_s);
+    else if (c.planned())
       std::printf("  %-20s %10.4f s  %6.3fx the chosen%s\n", c.name.c_str(), c.seconds, c.seconds / d.predicted_s, i == d.chosen ? "  <- chosen" : "");
     else
       std::printf("  %-20s    refused  %s\n", c.name.c_str(), o.explain ? c.refusal.c_str() : c.refusal.substr(0, c.refusal.find(" (")).c_str());
@@ -143,8 +151,9 @@ void add_step_command(CLI::App& app) {
   add_size_option(cmd, "--context", options->context, "the loader's window in tokens (0: the longest document)")->capture_default_str();
   cmd->add_option("--margin-gib", options->margin_gib, "GPU memory kept free per GPU, GiB")->capture_default_str()->check(example_cli::non_negative());
   cmd->add_option("--candidates", options->candidates, "a subset of the candidates, by name (a,b,...); default: all");
-  add_threads_option(cmd, options->threads, "candidates planned and priced at once");
+  add_threads_option(cmd, options->threads, "block shapes priced at once in each simulation");
   cmd->add_flag("--json", options->json, "print the decision as JSON (zeppelin.step, docs/formats.md)");
+  cmd->add_flag("--complete", options->complete, "price every candidate to the end (default: stop a simulation once it passes the best)");
   cmd->add_flag("--explain", options->explain, "print each candidate's policies and the chosen plan's replicas and micro-batches");
   cmd->callback([options] { run_step(*options); });
 }

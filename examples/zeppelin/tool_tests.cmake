@@ -328,10 +328,13 @@ zeppelin_add_cli_test(tool.step_text EXIT_CODE 0
   STDOUT "chosen: [a-z+]+, predicted [0-9.]+ s \\(lower bound [0-9.]+ s, efficiency [0-9.]+\\).*candidates:.*megatron.*te.*wlb.*zeppelin.*hydraulis.*infinipipe.*hydraulis\\+zeppelin.*wlb\\+zeppelin.*infinipipe\\+zeppelin"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 1 --gpus-per-node 4 --model 7b --threads 1)
 zeppelin_add_cli_test(tool.step_json EXIT_CODE 0
-  STDOUT "^\\{\"format\":\"zeppelin.step\",\"version\":1,\"chosen\":\"[a-z+]+\",\"predicted_s\":[0-9.e-]+,\"lower_bound_s\":[0-9.e-]+,\"efficiency\":[0-9.e-]+,\"candidates\":\\[\\{\"name\":\"hydraulis\",\"seconds\":[0-9.e-]+,\"refusal\":null\\},\\{\"name\":\"te\".*\"parts\":\\[\\{\"sequences\":\\[[0-9,]+\\],\"plan\":\\{\"format\":\"zeppelin.step_plan\""
-  COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 2 --gpus-per-node 4 --candidates hydraulis,te --json)
+  STDOUT "^\\{\"format\":\"zeppelin.step\",\"version\":1,\"chosen\":\"[a-z+]+\",\"predicted_s\":[0-9.e-]+,\"lower_bound_s\":[0-9.e-]+,\"efficiency\":[0-9.e-]+,\"candidates\":.\\{\"name\":\"hydraulis\",\"seconds\":[0-9.e-]+,\"refusal\":null,\"stopped_after_s\":null\\},\\{\"name\":\"te\".*\"parts\":.\\{\"sequences\":.[0-9,]+.,\"plan\":\\{\"format\":\"zeppelin.step_plan\""
+  COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 2 --gpus-per-node 4 --candidates hydraulis,te --complete --json)
+zeppelin_add_cli_test(tool.step_stops_the_beaten EXIT_CODE 0
+  STDOUT "infinipipe +> [0-9.]+ s +\\(stopped once past the best\\)"
+  COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --nodes 2 --gpus-per-node 8 --candidates hydraulis,infinipipe)
 zeppelin_add_cli_test(tool.step_explain EXIT_CODE 0
-  STDOUT "infinipipe +[0-9.]+ s.*InfiniPipe's chunks.*part 0 \\([a-z_]+ sync\\):.*replica 0 <TP [0-9]+, CP [0-9]+, PP [0-9]+> on GPUs 0\\.\\.[0-9]+, [a-z0-9_-]+: \\[[0-9]"
+  STDOUT "infinipipe +[0-9.]+ s.*InfiniPipe's chunks.*part 0 \\([a-z_]+ sync\\):.*replica 0 <TP [0-9]+, CP [0-9]+, PP [0-9]+> on GPUs 0\\.\\.[0-9]+, [a-z0-9_-]+: .[0-9]"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 1 --gpus-per-node 4 --candidates infinipipe --explain)
 zeppelin_add_cli_test(tool.step_unknown_candidate EXIT_CODE 1 STDERR "--candidates: unknown candidate 'nope' \\(valid: megatron, te, wlb, zeppelin, hydraulis, infinipipe"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --candidates te,nope)

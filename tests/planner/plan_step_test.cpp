@@ -69,7 +69,7 @@ TEST_CASE("plan_step keeps the fastest candidate: brute force over every candida
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     const step_request r = planner_request(seed, seed % 2 == 0 ? 2 : 1);
     const std::vector<step_candidate> candidates = default_step_candidates(r);
-    const step_decision d = plan_step(r, candidates);
+    const step_decision d = plan_step(r, candidates, {.pricing = candidate_pricing::complete});
     REQUIRE(d.candidates.size() == candidates.size());
     const std::vector<scheme_profile> profiles = scheme_profiles_of(r);
     double best = std::numeric_limits<double>::infinity();
@@ -95,6 +95,21 @@ TEST_CASE("plan_step keeps the fastest candidate: brute force over every candida
     REQUIRE(d.lower_bound_s > 0);
     REQUIRE(d.lower_bound_s <= d.predicted_s);
     check_covers_every_token(r, d.parts);
+    // stopping the beaten simulations changes nothing but their prices
+    const step_decision fast = plan_step(r, candidates);
+    REQUIRE(fast.chosen == d.chosen);
+    REQUIRE(fast.predicted_s == d.predicted_s);
+    REQUIRE(fast.parts == d.parts);
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const priced_step_candidate& c = fast.candidates[i];
+      if (c.stopped()) {
+        REQUIRE(c.planned());
+        REQUIRE(d.candidates[i].seconds > c.stopped_after_s);
+        REQUIRE(c.stopped_after_s >= d.predicted_s);
+      } else {
+        REQUIRE(c.seconds == d.candidates[i].seconds);
+      }
+    }
   }
 }
 

@@ -10,7 +10,8 @@
 //   simulate_back_to_back   each part's step program (step/build.hpp) simulated on its own;
 //                           the iteration is their sum: a part starts once the one before
 //                           has drained (a pipeline flush, or FlexSP's next micro-batch), and
-//                           gradients accumulate across parts
+//                           gradients accumulate across parts; with a finite deadline in the
+//                           simulator options it stops once the sum passes it (stopped)
 // Element sizes: activations and parameters move at the model's bytes per element, gradients
 // at step_program_options' (fp32). The simulator's own memory check is off by default: the
 // planner that made the parts decided what fits (Eq. 20, or FlexSP's activation budget).
@@ -85,6 +86,7 @@ struct sequence_step_plan {
 
 struct back_to_back_result {
   double iteration_s = 0;              //!< the parts' sum
+  bool stopped = false;                //!< the sum passed sim.deadline_s: iteration_s +inf, the parts priced until then
   std::vector<step_sim_result> parts;  //!< one per part, in order
 };
 
@@ -95,9 +97,15 @@ struct back_to_back_result {
   const sim_cost_model cost = sim_cost_model::for_topology(cluster);
   const step_program_options options = step_options_of(model);
   back_to_back_result out;
+  step_sim_options left = sim;
   for (const sequence_step_plan& part : parts) {
-    out.parts.push_back(simulate_step(make_step_program(part.plan, cluster, model, options), cluster, cost, sim));
+    left.deadline_s = sim.deadline_s - out.iteration_s;
+    out.parts.push_back(simulate_step(make_step_program(part.plan, cluster, model, options), cluster, cost, left));
     out.iteration_s += out.parts.back().iteration_s;
+    if (out.parts.back().stopped) {
+      out.stopped = true;
+      break;
+    }
   }
   return out;
 }

@@ -8,7 +8,8 @@
 //        and TransformerEngine-like baselines, and compositions across papers), options
 //   out: step_decision:
 //          candidates   per candidate its name and predicted seconds, or why it refused
-//                       (the error's message; seconds +inf)
+//                       (the error's message), or the price past which its simulation
+//                       stopped because it could no longer win (stopped_after_s)
 //          chosen       the index of the fastest (ties: the earlier candidate)
 //          parts        its step plans, run back to back (one but for InfiniPipe's
 //                       pipelines), pieces naming the request's documents through
@@ -17,9 +18,12 @@
 //          lower_bound_s  the iteration's lower bound (sim/lower_bound.hpp: its exact FLOPs
 //                       at the best rates over every GPU): efficiency = lower_bound_s /
 //                       predicted_s
-// Never slower than a candidate it priced: the choice is the minimum of the very prices the
-// candidates report. Deterministic: each candidate plans and is priced alone, in order or on
-// `threads` threads, and the result does not depend on the threads.
+// Candidates are priced in order. With candidate_pricing::until_beaten (the default) a
+// candidate's simulation stops as soon as its clock passes the best price so far (the event
+// engine's deadline): it cannot win, and the choice and its price are those of pricing every
+// candidate to the end (candidate_pricing::complete), only faster. Never slower than a
+// candidate it priced; deterministic: `threads` price a simulation's block shapes at once
+// and change no result.
 // Pricing: per_shape blocks, no memory check by the simulator (back_to_back_sim_options):
 // each composition's planner decided what fits (the schemes' MaxLen, InfiniPipe's budgets).
 // Errors: invalid_argument for a bad request, no candidates, threads < 1; infeasible when
@@ -36,29 +40,37 @@
 #include <zeppelin/sim/simulate_step.hpp>
 
 #include <algorithm>
-#include <atomic>
+#include <cstdint>
 #include <cstddef>
 #include <limits>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
 
+//! How far each candidate is simulated (see the file comment).
+enum class candidate_pricing : std::uint8_t {
+  until_beaten = 0,  //!< stop a simulation once it passes the best price so far
+  complete = 1,      //!< simulate every candidate to its end (every price exact)
+};
+
 struct step_planner_options {
-  int threads = 1;                                          //!< candidates planned and priced at once
+  int threads = 1;  //!< block shapes priced at once inside each simulation
+  candidate_pricing pricing = candidate_pricing::until_beaten;
   step_sim_options simulation = back_to_back_sim_options();  //!< how each candidate is priced
 };
 
 //! One candidate's price (see the file comment).
 struct priced_step_candidate {
   std::string name;
-  double seconds = std::numeric_limits<double>::infinity();
-  std::string refusal;  //!< empty when it planned
+  double seconds = std::numeric_limits<double>::infinity();  //!< +inf unless priced to the end
+  std::string refusal;                                       //!< why it did not plan; empty when it did
+  double stopped_after_s = 0;  //!< > 0: its simulation stopped past this price (it takes longer)
   std::vector<sequence_step_plan> parts;
 
   [[nodiscard]] bool planned() const noexcept { return refusal.empty(); }
+  [[nodiscard]] bool stopped() const noexcept { return stopped_after_s > 0; }
 };
 
 struct step_decision {
@@ -72,14 +84,20 @@ struct step_decision {
   [[nodiscard]] double efficiency() const noexcept { return predicted_s > 0 ? lower_bound_s / predicted_s : 0.0; }
 };
 
-//! Plans and prices candidate `c` for `r` (see the file comment).
+//! Plans and prices candidate `c` for `r`, its simulation stopped past `simulation.deadline_s`
+//! (see the file comment).
 [[nodiscard]] inline priced_step_candidate price_step_candidate(const step_candidate& c, const step_request& r,
                                                                 std::span<const scheme_profile> profiles, const step_sim_options& simulation) {
   priced_step_candidate out;
   out.name = c.name;
   try {
     out.parts = c.plan(r, profiles);
-    out.seconds = simulate_back_to_back(out.parts, r.cluster, r.model, simulation).iteration_s;
+    const back_to_back_result priced = simulate_back_to_back(out.parts, r.cluster, r.model, simulation);
+    out.seconds = priced.iteration_s;
+    if (priced.stopped) {
+      out.stopped_after_s = simulation.deadline_s;
+      out.parts.clear();
+    }
   } catch (const error& e) {
     out.refusal = e.what();
     out.parts.clear();
@@ -96,27 +114,25 @@ struct step_decision {
   ZEPPELIN_EXPECTS(options.threads >= 1, "the step planner needs at least 1 thread", {{"threads", double(options.threads)}});
   const std::vector<scheme_profile> profiles = scheme_profiles_of(r);
   step_decision out;
-  out.candidates.resize(candidates.size());
-  const auto workers = static_cast<std::size_t>(std::min<std::size_t>(static_cast<std::size_t>(options.threads), candidates.size()));
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < candidates.size();)
-      out.candidates[i] = price_step_candidate(candidates[i], r, profiles, options.simulation);
-  };
-  if (workers <= 1) {
-    work();
-  } else {
-    std::vector<std::jthread> pool;
-    for (std::size_t t = 0; t < workers; ++t) pool.emplace_back(work);
-  }
+  step_sim_options simulation = options.simulation;
+  simulation.threads = options.threads;
   bool any = false;
-  for (std::size_t i = 0; i < out.candidates.size(); ++i)
-    if (out.candidates[i].planned() && (!any || out.candidates[i].seconds < out.candidates[out.chosen].seconds)) out.chosen = i, any = true;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (options.pricing == candidate_pricing::until_beaten && any) simulation.deadline_s = out.candidates[out.chosen].seconds;
+    out.candidates.push_back(price_step_candidate(candidates[i], r, profiles, simulation));
+    const priced_step_candidate& c = out.candidates.back();
+    if (c.planned() && !c.stopped() && (!any || c.seconds < out.candidates[out.chosen].seconds)) {
+      if (any) out.candidates[out.chosen].parts.clear();
+      out.chosen = i, any = true;
+    } else {
+      out.candidates.back().parts.clear();
+    }
+  }
   if (!any)
     ZEPPELIN_THROW(infeasible, "no candidate composition plans this step (first refusal: " + out.candidates.front().refusal + ")",
                    {{"candidates", double(candidates.size())}, {"longest_document", double(longest_document(r))}});
   out.parts = std::move(out.candidates[out.chosen].parts);
-  for (priced_step_candidate& c : out.candidates) c.parts.clear();
+  out.candidates[out.chosen].parts.clear();
   out.predicted_s = out.candidates[out.chosen].seconds;
   out.lower_bound_s = step_lower_bound(batch(r.documents), r.model, r.cluster);
   return out;

@@ -3,7 +3,8 @@
 // `zeppelin step --json` prints and the Python binding's plan_step reads:
 //   {"format":"zeppelin.step","version":1,"chosen":"<name>","predicted_s":x,
 //    "lower_bound_s":y,"efficiency":y/x,
-//    "candidates":[{"name":"..","seconds":s or null,"refusal":null or ".."}, ...],
+//    "candidates":[{"name":"..","seconds":s or null,"refusal":null or "..",
+//                   "stopped_after_s":null or x (its simulation stopped past the best price x)}, ...],
 //    "parts":[{"sequences":[request document of each plan document],
 //              "plan":<the part's step plan: step/step_plan_json.hpp, zeppelin.step_plan v1>}]}
 // Each part's plan holds its replicas (degrees, ranks, layers, schedule, recomputation), each
@@ -19,6 +20,7 @@
 
 #include <cstddef>
 #include <ostream>
+#include <string>
 #include <string_view>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -40,7 +42,7 @@ inline std::ostream& write_step_decision_json(std::ostream& os, const step_decis
       os << "null";
     else
       os << '"' << detail::json_escape(c.refusal) << '"';
-    os << '}';
+    os << ",\"stopped_after_s\":" << (c.stopped() ? detail::json_double(c.stopped_after_s) : std::string("null")) << '}';
   }
   os << "],\"parts\":[";
   for (std::size_t p = 0; p < d.parts.size(); ++p) {

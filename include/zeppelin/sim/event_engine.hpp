@@ -164,6 +164,7 @@ struct engine_run {
   double intra_node_bytes = 0;
   double inter_node_bytes = 0;
   double max_port_utilization = 0;  //!< largest sum of rates / capacity seen on any port (<= 1)
+  bool finished = true;             //!< false: stopped at the deadline (makespan +inf, the rest what ran until then)
 };
 
 class event_engine {
@@ -242,8 +243,10 @@ class event_engine {
   }
 
   //! Runs the DAG to completion (call once). Throws invalid_argument if some task can never
-  //! run (impossible by construction: dependencies always name earlier tasks).
-  [[nodiscard]] engine_run run();
+  //! run (impossible by construction: dependencies always name earlier tasks). With a finite
+  //! `deadline` it stops once the next event lies past it: the run is then not `finished` and
+  //! its makespan +inf (a planner that only needs to know the run is slower than its best).
+  [[nodiscard]] engine_run run(double deadline = std::numeric_limits<double>::infinity());
 
  private:
   //! Which resource a task occupies.
@@ -322,13 +325,18 @@ class event_engine::runner {
     communication_changed_.assign(ranks_, 0);
   }
 
-  engine_run run() {
+  engine_run run(double deadline) {
     release_tasks_without_dependencies();
     start_compute_on_changed_streams();
     while (true) {
       flows_.share_ports_if_changed(now_);
       const double next = next_event_time();
       if (!std::isfinite(next)) break;
+      if (next > deadline) {
+        out_.finished = false;
+        out_.makespan = std::numeric_limits<double>::infinity();
+        return std::move(out_);
+      }
       advance_clock_to(next);
       complete_compute_ending_now();
       complete_flows_arriving_now();
@@ -630,6 +638,6 @@ class event_engine::runner {
   std::vector<rank_index> to_schedule_;       // the ranks whose stream has needs_scheduling set
 };
 
-inline engine_run event_engine::run() { return runner(*this).run(); }
+inline engine_run event_engine::run(double deadline) { return runner(*this).run(deadline); }
 
 ZEPPELIN_NAMESPACE_END

@@ -17,7 +17,7 @@
 // per_shape pricing every block's shape is priced before the step runs, on
 // step_sim_options::threads threads.
 // Errors: infeasible naming the replica, stage, micro-batch and bytes when a rank's peak is
-// over the capacity; invalid_argument for a negative or NaN capacity, threads < 1, a record asked for
+// over the capacity; invalid_argument for a negative or NaN capacity, threads < 1, a NaN deadline, a record asked for
 // with per_shape pricing, or a program the driver cannot run.
 // Host-only.
 #pragma once
@@ -55,6 +55,9 @@ struct step_sim_options {
   bool record = false;                //!< fill step_sim_result::record (every_op pricing)
   bool keep_run = false;              //!< keep the engine's run (for traces)
   int threads = 1;                    //!< per_shape: shapes priced at once (the result does not depend on it)
+  //! Stop once the iteration is sure to take longer (the engine's next event lies past it):
+  //! the result is then `stopped`, iteration_s +inf. A planner's best price so far.
+  double deadline_s = std::numeric_limits<double>::infinity();
   friend bool operator==(const step_sim_options&, const step_sim_options&) = default;
 };
 
@@ -73,6 +76,7 @@ struct step_stage_report {
 
 struct step_sim_result {
   double iteration_s = 0;
+  bool stopped = false;            //!< passed options.deadline_s: iteration_s is +inf and nothing else is filled
   double tokens_per_s = 0;
   double bubble_ratio = 0;         //!< mean over stages of bubble / iteration
   double attention_imbalance = 1;  //!< WLB-LLM: max / mean causal pairs per micro-batch
@@ -96,6 +100,7 @@ struct step_sim_result {
   ZEPPELIN_EXPECTS(o.memory_capacity_bytes >= 0 && !std::isnan(o.memory_capacity_bytes),
                    "the memory capacity must be >= 0 bytes (0: the GPU's)", {{"memory_capacity_bytes", o.memory_capacity_bytes}});
   ZEPPELIN_EXPECTS(o.threads >= 1, "step simulation: threads must be >= 1", {{"threads", double(o.threads)}});
+  ZEPPELIN_EXPECTS(!std::isnan(o.deadline_s), "step simulation: the deadline must be a number of seconds (+inf: none)", {});
   ZEPPELIN_EXPECTS(t.num_ranks() == prog.num_ranks(), "step simulation: the topology is not the program's cluster",
                    {{"ranks", double(t.num_ranks())}, {"program_ranks", double(prog.num_ranks())}});
   const double capacity = o.memory_capacity_bytes > 0 ? o.memory_capacity_bytes : t.gpu().memory_bytes;
@@ -124,8 +129,12 @@ struct step_sim_result {
   if (o.pricing == block_pricing::per_shape) backend.price_shapes(o.threads);
   run_step(prog, backend);
   out.tasks = e.size();
-  engine_run run = e.run();
+  engine_run run = e.run(o.deadline_s);
   out.iteration_s = run.makespan;
+  if (!run.finished) {
+    out.stopped = true;
+    return out;
+  }
 
   // per rank: compute, recompute and the traffic classes
   const std::size_t R = ranks.size();
