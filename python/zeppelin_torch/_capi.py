@@ -143,3 +143,12 @@ def table(fn, width, *args):
     if count.value:
         call(fn, *args, ctypes.cast(out.data_ptr(), _pi64), count.value, ctypes.byref(count))
     return out
+
+
+def text(fn, *args):
+    """Reads UTF-8 text through a (out, room, length) C function."""
+    length = ctypes.c_int64(0)
+    call(fn, *args, None, 0, ctypes.byref(length))
+    buf = ctypes.create_string_buffer(length.value)
+    call(fn, *args, buf, length.value, ctypes.byref(length))
+    return buf.raw[: length.value].decode("utf-8")

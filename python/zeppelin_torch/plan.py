@@ -121,11 +121,7 @@ class Plan:
     def to_json(self):
         """The plan as JSON text (format "zeppelin.plan" with its lengths and fingerprint, as
         `zeppelin plan --json` writes it; read_plan reads it back)."""
-        length = ctypes.c_int64(0)
-        _capi.call(_capi.lib.zeppelin_plan_json, self._handle, None, 0, ctypes.byref(length))
-        buf = ctypes.create_string_buffer(length.value)
-        _capi.call(_capi.lib.zeppelin_plan_json, self._handle, buf, length.value, ctypes.byref(length))
-        return buf.raw[: length.value].decode("utf-8")
+        return _capi.text(_capi.lib.zeppelin_plan_json, self._handle)
 
     def shards(self, rank):
         """LongTensor [n, 5]: rank's shards in storage order, (sequence, begin, end, group or -1, micro-batch)."""

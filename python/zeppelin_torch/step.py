@@ -1,7 +1,6 @@
 """The step planner for one iteration: every candidate composition (each paper's own,
 Megatron-LM- and TransformerEngine-like baselines, compositions across papers) planned and
 priced on the library's step simulator, the fastest kept."""
-import ctypes
 import json
 from dataclasses import dataclass
 from typing import List, Optional
@@ -30,8 +29,8 @@ class StepDecision:
 def plan_step(lengths, *, nodes, gpus_per_node=8, model="7b", cluster="c", context=0, margin_gib=8.0, threads=1):
     """Plans one iteration of the documents `lengths` on `nodes` x `gpus_per_node` GPUs of the
     cluster preset `cluster` training `model` (preset names as the `zeppelin` tool takes them):
-    every default candidate composition priced on the step simulator (`threads` at once; the
-    result does not depend on it), the fastest kept. `context` is the loader's window (0: the
+    every default candidate composition priced on the step simulator (`threads` block shapes
+    at once; the result does not depend on it), the fastest kept. `context` is the loader's window (0: the
     longest document), `margin_gib` of each GPU kept free. Raises ZeppelinError when no
     candidate plans the step (naming the first refusal)."""
     lengths = _checks.lengths_tensor(lengths)
@@ -46,11 +45,7 @@ def plan_step(lengths, *, nodes, gpus_per_node=8, model="7b", cluster="c", conte
         _checks.name_str("model", model), context, float(margin_gib) * 2**30, threads,
     )
     try:
-        length = ctypes.c_int64(0)
-        _capi.call(_capi.lib.zeppelin_step_decision_json, handle, None, 0, ctypes.byref(length))
-        buf = ctypes.create_string_buffer(length.value)
-        _capi.call(_capi.lib.zeppelin_step_decision_json, handle, buf, length.value, ctypes.byref(length))
-        text = buf.raw[: length.value].decode("utf-8")
+        text = _capi.text(_capi.lib.zeppelin_step_decision_json, handle)
     finally:
         done()
     doc = json.loads(text)
