@@ -1,12 +1,13 @@
 // bench/step_planner: the step planner (planner/plan_step.hpp) against its targets.
 //   1. Planning time, one thread: a 1M-token iteration on 128 GPUs (target <= 50 ms) and a
 //      4M-token iteration on 1,024 GPUs (target <= 500 ms; --full), GitHub-like documents,
-//      LLaMA-7B on H100 nodes of 8 (cluster preset c). Per candidate its planning and
+//      LLaMA-7B on nodes of 8 H200s (cluster preset c). Per candidate its planning and
 //      pricing seconds, so a miss names who misses.
 //   2. The sweep: iterations drawn from the GitHub, CommonCrawl-like (power law), ArXiv and
 //      ProLong-64K length mixes (8K tokens per GPU, documents up to 128K) on 16 and 32 GPUs
 //      (--smoke: 16; --full: 16 to 1,024). Per iteration the composed choice, the best single
-//      paper's composition (megatron, te, wlb, zeppelin, hydraulis, infinipipe) and their
+//      paper's or baseline's composition (megatron, te, ulysses, wlb, zeppelin, hydraulis,
+//      infinipipe) and their
 //      ratio (never above 1: each is a candidate), and the efficiency (lower bound /
 //      predicted). The summary: the worst ratio, the median gain over the best single
 //      composition, the median efficiency.
@@ -50,7 +51,7 @@ step_request request_of(const length_histogram& mix, token_count tokens, int gpu
 }
 
 void planning_time(const mode& md) {
-  std::printf("## Planning time (one thread; GitHub-like documents up to 128K; LLaMA-7B; H100 x 8 nodes)\n\n");
+  std::printf("## Planning time (one thread; GitHub-like documents up to 128K; LLaMA-7B; H200 x 8 nodes, preset c)\n\n");
   std::printf("| tokens | GPUs | plan_step s | target s | met | chosen | slowest candidate (plan s + price s) |\n|---|---|---|---|---|---|---|\n");
   struct row {
     token_count tokens;
@@ -105,7 +106,7 @@ void sweep(const mode& md) {
   std::vector<int> clusters = {16, 32};
   if (md.smoke) clusters = {16};
   if (md.full) clusters = {16, 32, 64, 128, 256, 512, 1024};
-  const std::vector<std::string> singles = {"megatron", "te", "wlb", "zeppelin", "hydraulis", "infinipipe"};
+  const std::vector<std::string> singles = {"megatron", "te", "ulysses", "wlb", "zeppelin", "hydraulis", "infinipipe"};
   std::printf("\n## The composed choice against each paper's composition (8K tokens per GPU, seed %llu)\n\n", static_cast<unsigned long long>(md.seed));
   std::printf("| mix | GPUs | documents | chosen | predicted s | best single | its s | ratio | efficiency | plan_step s |\n|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<double> ratios, gains, efficiencies;

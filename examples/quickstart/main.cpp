@@ -1,8 +1,9 @@
 // examples/quickstart/main.cpp
 // The README's API example, compiled and run by ctest so it cannot drift: plan a sampled
 // batch with Zeppelin's hierarchical partitioner, check and fingerprint the plan, build a
-// ring group's schedule and the remap to the token-balanced layout, price the step, and let
-// the cost-driven planner choose the fastest layout and execution.
+// ring group's schedule and the remap to the token-balanced layout, price the step, let the
+// cost-driven planner choose the fastest layout and execution, and let the step planner
+// choose the whole iteration's composition.
 // Out: one line per stage on stdout; exit status 0.
 #include <zeppelin/zeppelin.hpp>
 
@@ -50,5 +51,11 @@ int main() {
   const cost_driven_choice choice = plan_by_cost(b, cluster, model);
   std::printf("cost-driven planner: %s, step %.1f ms, efficiency %.2f\n", choice.chosen.candidate.c_str(),
               choice.chosen.result.step_time_s * 1e3, choice.chosen.result.efficiency);
+
+  // Plan the whole iteration: each paper's composition (packing, pipelines, CP layouts,
+  // schedule, recomputation) and their mixes, priced on the step simulator.
+  const step_decision step = plan_step({.documents = {b.lengths().begin(), b.lengths().end()}, .cluster = cluster, .model = model});
+  std::printf("step planner: %s, iteration %.1f ms, efficiency %.2f, %zu candidates priced\n", step.chosen_name().c_str(),
+              step.predicted_s * 1e3, step.efficiency(), step.candidates.size());
   return 0;
 }

@@ -1,12 +1,12 @@
 // examples/zeppelin/step.cpp
 // `zeppelin step`: plan one training iteration with the step planner (planner/plan_step.hpp):
-// every candidate composition (each paper's own, Megatron-LM- and TransformerEngine-like
+// every candidate composition (each paper's own, Megatron-LM-, TransformerEngine- and Ulysses-like
 // baselines, and compositions across papers) planned and priced on the one step simulator,
 // the fastest kept.
 // In:  --lengths FILE (one document length per line, data/length_file.hpp), --nodes N,
 //      --gpus-per-node P, --model M (a preset: 7b, 13b, 32b, ...), --cluster C (the links
-//      and GPU of a preset: a, b, c, wlb, hydraulis, infinipipe; default c, H100 nodes with
-//      InfiniBand), --context T (the loader's window; default the longest document),
+//      and GPU of a preset: a, b, c, wlb, hydraulis, infinipipe; default c, nodes of 8 H200s with
+//      a 400G NIC per GPU), --context T (the loader's window; default the longest document),
 //      --margin-gib G (GPU memory kept free; default 8), --candidates a,b,... (a subset of
 //      the default candidates, by name), --threads K (block shapes priced at once in each
 //      simulation; default the machine's hardware threads, nothing printed depends on it),

@@ -325,7 +325,7 @@ zeppelin_add_cli_test(tool.pipeline_balanced_reads_one EXIT_CODE 0 STDOUT "imbal
 
 # `zeppelin step`: the step planner's choice, its JSON, --explain, --candidates, bad input.
 zeppelin_add_cli_test(tool.step_text EXIT_CODE 0
-  STDOUT "chosen: [a-z+]+, predicted [0-9.]+ s \\(lower bound [0-9.]+ s, efficiency [0-9.]+\\).*candidates:.*megatron.*te.*wlb.*zeppelin.*hydraulis.*infinipipe.*hydraulis\\+zeppelin.*wlb\\+zeppelin.*infinipipe\\+zeppelin"
+  STDOUT "chosen: [a-z+]+, predicted [0-9.]+ s \\(lower bound [0-9.]+ s, efficiency [0-9.]+\\).*candidates:.*megatron.*te.*ulysses.*wlb.*zeppelin.*hydraulis.*infinipipe.*hydraulis\\+zeppelin.*wlb\\+zeppelin.*infinipipe\\+zeppelin"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 1 --gpus-per-node 4 --model 7b --threads 1)
 zeppelin_add_cli_test(tool.step_json EXIT_CODE 0
   STDOUT "^\\{\"format\":\"zeppelin.step\",\"version\":1,\"chosen\":\"[a-z+]+\",\"predicted_s\":[0-9.e-]+,\"lower_bound_s\":[0-9.e-]+,\"efficiency\":[0-9.e-]+,\"candidates\":.\\{\"name\":\"hydraulis\",\"seconds\":[0-9.e-]+,\"refusal\":null,\"stopped_after_s\":null\\},\\{\"name\":\"te\".*\"parts\":.\\{\"sequences\":.[0-9,]+.,\"plan\":\\{\"format\":\"zeppelin.step_plan\""
@@ -336,7 +336,7 @@ zeppelin_add_cli_test(tool.step_stops_the_beaten EXIT_CODE 0
 zeppelin_add_cli_test(tool.step_explain EXIT_CODE 0
   STDOUT "infinipipe +[0-9.]+ s.*InfiniPipe's chunks.*part 0 \\([a-z_]+ sync\\):.*replica 0 <TP [0-9]+, CP [0-9]+, PP [0-9]+> on GPUs 0\\.\\.[0-9]+, [a-z0-9_-]+: .[0-9]"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 1 --gpus-per-node 4 --candidates infinipipe --explain)
-zeppelin_add_cli_test(tool.step_unknown_candidate EXIT_CODE 1 STDERR "--candidates: unknown candidate 'nope' \\(valid: megatron, te, wlb, zeppelin, hydraulis, infinipipe"
+zeppelin_add_cli_test(tool.step_unknown_candidate EXIT_CODE 1 STDERR "--candidates: unknown candidate 'nope' \\(valid: megatron, te, ulysses, wlb, zeppelin, hydraulis, infinipipe"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --candidates te,nope)
 zeppelin_add_cli_test(tool.step_nothing_plans EXIT_CODE 1 STDERR "no candidate composition plans this step"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_too_long.txt --nodes 1 --gpus-per-node 2 --candidates megatron,hydraulis)

@@ -120,7 +120,7 @@ ZEPPELIN_CAPI int zeppelin_strategy_pipelines(const zeppelin_strategy* strategy,
 ZEPPELIN_CAPI int zeppelin_strategy_micro_batches(const zeppelin_strategy* strategy, int64_t* out, int64_t room, int64_t* count);
 
 /* The step planner (the library's plan_step): every default candidate composition (each
- * paper's, Megatron-LM- and TransformerEngine-like baselines, compositions across papers)
+ * paper's, Megatron-LM-, TransformerEngine- and Ulysses-like baselines, compositions across papers)
  * planned for `lengths` on `nodes` x `gpus_per_node` GPUs of the cluster preset `cluster`
  * (a, b, c, ...) training `model` (a preset name), priced on the step simulator on
  * `threads` threads, the fastest kept. `context` is the loader's window (0: the longest

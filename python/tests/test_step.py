@@ -18,8 +18,11 @@ def step_lengths(seed, n=10):
 def test_plan_step_keeps_the_fastest_and_covers_every_token(seed):
     lengths = step_lengths(seed)
     d = zt.plan_step(lengths, nodes=1, gpus_per_node=4, model="7b")
-    planned = [c for c in d.candidates if c.refusal is None]
+    planned = [c for c in d.candidates if c.refusal is None and c.stopped_after_s is None]
     assert planned, "some candidate plans a small step"
+    for c in d.candidates:
+        if c.stopped_after_s is not None:
+            assert c.stopped_after_s >= d.predicted_s
     assert d.predicted_s == min(c.seconds for c in planned)
     assert d.chosen == next(c.name for c in d.candidates if c.seconds == d.predicted_s)
     assert 0 < d.lower_bound_s <= d.predicted_s

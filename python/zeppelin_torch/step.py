@@ -1,5 +1,5 @@
 """The step planner for one iteration: every candidate composition (each paper's own,
-Megatron-LM- and TransformerEngine-like baselines, compositions across papers) planned and
+Megatron-LM-, TransformerEngine- and Ulysses-like baselines, compositions across papers) planned and
 priced on the library's step simulator, the fastest kept."""
 import json
 from dataclasses import dataclass
@@ -11,8 +11,9 @@ from . import _capi, _checks
 @dataclass(frozen=True)
 class StepCandidate:
     name: str
-    seconds: float  # predicted iteration seconds; inf when it refused
+    seconds: float  # predicted iteration seconds; inf when it refused or was stopped
     refusal: Optional[str]  # why it could not plan the step, None when it did
+    stopped_after_s: Optional[float]  # its simulation stopped past this best price (it takes longer); None otherwise
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def plan_step(lengths, *, nodes, gpus_per_node=8, model="7b", cluster="c", conte
     if doc.get("format") != "zeppelin.step" or doc.get("version") != 1:
         raise _capi.ZeppelinError(f"plan_step: unexpected format {doc.get('format')!r} version {doc.get('version')!r}")
     candidates = [
-        StepCandidate(c["name"], float("inf") if c["seconds"] is None else float(c["seconds"]), c["refusal"])
+        StepCandidate(c["name"], float("inf") if c["seconds"] is None else float(c["seconds"]), c["refusal"], c["stopped_after_s"])
         for c in doc["candidates"]
     ]
     return StepDecision(doc["chosen"], float(doc["predicted_s"]), float(doc["lower_bound_s"]), float(doc["efficiency"]),

@@ -4,8 +4,8 @@
 // simulator (sim/simulate_step.hpp: TP, CP, PP and DP traffic, switching, recomputation and
 // the compute on one event engine).
 //   in : the step request (planner/step_request.hpp), the candidates (planner/
-//        step_candidate.hpp; default_step_candidates: each paper's composition, Megatron-LM-
-//        and TransformerEngine-like baselines, and compositions across papers), options
+//        step_candidate.hpp; default_step_candidates: each paper's composition, Megatron-LM-,
+//        TransformerEngine- and Ulysses-like baselines, and compositions across papers), options
 //   out: step_decision:
 //          candidates   per candidate its name and predicted seconds, or why it refused
 //                       (the error's message), or the price past which its simulation

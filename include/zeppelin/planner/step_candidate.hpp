@@ -12,14 +12,15 @@
 //   checkpointing, with a CP layout).
 //   composed_step / elastic_step: the two with every policy chosen at run time (any_*).
 //   step_candidate: a name and one of them.
-// default_step_candidates(request): each paper's own composition, two baselines, and the
+// default_step_candidates(request): each paper's own composition, three baselines, and the
 // compositions across papers the library makes possible:
 //   | name                  | strategy     | packer                      | CP layout                                 | schedule, checkpoint, sync |
 //   |-----------------------|--------------|-----------------------------|-------------------------------------------|----------------------------|
 //   | megatron              | homogeneous  | loader: original windows    | per_sequence ring (Megatron-LM CP)        | 1F1B, none, ZeRO-1         |
 //   | te                    | homogeneous  | loader: original windows    | per_document ring (TransformerEngine THD) | 1F1B, none, ZeRO-1         |
+//   | ulysses               | homogeneous  | loader: original windows    | ulysses (DeepSpeed-Ulysses, USP)          | 1F1B, none, ZeRO-1         |
 //   | wlb                   | homogeneous  | loader: wlb, 1.5 x context  | cheaper of per_document all-gather and per_sequence (WLB-LLM) | 1F1B, none, ZeRO-1 |
-//   | zeppelin              | homogeneous  | loader: fixed_greedy        | cheapest of hierarchical, per_document, per_sequence (Zeppelin) | 1F1B, none, ZeRO-1 |
+//   | zeppelin              | homogeneous  | loader: fixed_greedy        | cheapest of hierarchical, per_document, per_sequence, ulysses (Zeppelin) | 1F1B, none, ZeRO-1 |
 //   | hydraulis             | hydraulis    | hydraulis dispatch + packing | allgather (Llama-3 CP, as T(l, P) prices) | 1F1B, none, switching      |
 //   | infinipipe            | elastic (InfiniPipe)                        | ulysses                                   | chunk-1F1B, stage-aware, ZeRO-3 |
 //   | hydraulis+zeppelin    | hydraulis    | hydraulis dispatch + packing | Zeppelin's                               | 1F1B, none, switching      |
@@ -79,12 +80,13 @@ namespace step_candidates {
 //! The layouts' per-GPU capacity (see the file comment).
 inline constexpr token_count layout_capacity = max_sequence_length;
 
-//! Zeppelin's CP layout: the cheapest of its hierarchical planner and the per-document and
-//! per-sequence layouts, by the priced attention of the slowest rank.
+//! Zeppelin's CP layout: the cheapest of its hierarchical planner, the per-document and
+//! per-sequence rings and Ulysses, by the priced attention of the slowest rank (the layouts
+//! the CP-level cost-driven planner chooses among, docs/planner.md).
 [[nodiscard]] inline any_cp_layout zeppelin_layout(const step_request& r) {
   constexpr token_count capacity = layout_capacity;
   return {cheapest_layout{{partitioner_by_name("hierarchical", {.capacity = capacity}), partitioner_by_name("per_document", {.capacity = capacity}),
-                           partitioner_by_name("per_sequence", {.capacity = capacity})},
+                           partitioner_by_name("per_sequence", {.capacity = capacity}), partitioner_by_name("ulysses", {.capacity = capacity})},
                           attention_time_model::for_gpu(r.cluster.gpu()),
                           wire_format::for_model(r.model)}};
 }
@@ -124,10 +126,12 @@ inline constexpr token_count layout_capacity = max_sequence_length;
                  "homogeneous <TP, CP, PP> x DP; loader windows (original); per-sequence ring CP; 1F1B; ZeRO-1"});
   out.push_back({"te", homogeneous(any_packer{original{}}, 1.0, {partitioner_by_name("per_document", {.capacity = capacity})}),
                  "homogeneous <TP, CP, PP> x DP; loader windows (original); per-document ring CP (TransformerEngine THD); 1F1B; ZeRO-1"});
+  out.push_back({"ulysses", homogeneous(any_packer{original{}}, 1.0, {partitioner_by_name("ulysses", {.capacity = capacity})}),
+                 "homogeneous <TP, CP, PP> x DP; loader windows (original); Ulysses all-to-all CP (DeepSpeed-Ulysses, USP); 1F1B; ZeRO-1"});
   out.push_back({"wlb", homogeneous(any_packer{packer}, 1.5, wlb_layout),
                  "homogeneous; WLB-LLM packing (2 outlier queues, 1.5 x context); per micro-batch the cheaper of per-document all-gather and per-sequence CP; 1F1B; ZeRO-1"});
   out.push_back({"zeppelin", homogeneous(any_packer{fixed_greedy{}}, 1.0, zeppelin),
-                 "homogeneous; fixed-length greedy packing; per micro-batch the cheapest of Zeppelin's hierarchical, per-document and per-sequence CP; 1F1B; ZeRO-1"});
+                 "homogeneous; fixed-length greedy packing; per micro-batch the cheapest of Zeppelin's hierarchical, per-document, per-sequence and Ulysses CP; 1F1B; ZeRO-1"});
   out.push_back({"hydraulis", hydraulis({partitioner_by_name("allgather", {.capacity = max_sequence_length})}),
                  "Hydraulis' heterogeneous pipelines, dispatch and packing; all-gather CP; 1F1B; switching"});
   out.push_back({"infinipipe", elastic_step{.layout = {partitioner_by_name("ulysses", {.capacity = max_sequence_length})}},
