@@ -67,43 +67,42 @@ struct priced_step_candidate {
   double seconds = std::numeric_limits<double>::infinity();  //!< +inf unless priced to the end
   std::string refusal;                                       //!< why it did not plan; empty when it did
   double stopped_after_s = 0;  //!< > 0: its simulation stopped past this price (it takes longer)
-  std::vector<sequence_step_plan> parts;
 
   [[nodiscard]] bool planned() const noexcept { return refusal.empty(); }
   [[nodiscard]] bool stopped() const noexcept { return stopped_after_s > 0; }
+  //! Priced to the end: a price the choice may keep.
+  [[nodiscard]] bool priced() const noexcept { return planned() && !stopped(); }
 };
 
 struct step_decision {
   std::size_t chosen = 0;
-  std::vector<sequence_step_plan> parts;
+  std::vector<sequence_step_plan> parts;  //!< the chosen candidate's
   double predicted_s = 0;
   double lower_bound_s = 0;
-  std::vector<priced_step_candidate> candidates;  //!< parts left empty: the chosen one's are `parts`
+  std::vector<priced_step_candidate> candidates;
 
   [[nodiscard]] const std::string& chosen_name() const { return candidates.at(chosen).name; }
   [[nodiscard]] double efficiency() const noexcept { return predicted_s > 0 ? lower_bound_s / predicted_s : 0.0; }
 };
 
-//! Plans and prices candidate `c` for `r`, its simulation stopped past `simulation.deadline_s`
-//! (see the file comment).
-[[nodiscard]] inline priced_step_candidate price_step_candidate(const step_candidate& c, const step_request& r,
-                                                                std::span<const scheme_profile> profiles, const step_sim_options& simulation) {
-  priced_step_candidate out;
-  out.name = c.name;
+//! Plans and prices candidate `c` for `r` into `price`, its simulation stopped past
+//! `simulation.deadline_s` (see the file comment); returns its step plans (empty unless
+//! priced to the end).
+[[nodiscard]] inline std::vector<sequence_step_plan> price_step_candidate(const step_candidate& c, const step_request& r,
+                                                                          std::span<const scheme_profile> profiles,
+                                                                          const step_sim_options& simulation, priced_step_candidate& price) {
+  price = priced_step_candidate{};
+  price.name = c.name;
   try {
-    out.parts = c.plan(r, profiles);
-    const back_to_back_result priced = simulate_back_to_back(out.parts, r.cluster, r.model, simulation);
-    out.seconds = priced.iteration_s;
-    if (priced.stopped) {
-      out.stopped_after_s = simulation.deadline_s;
-      out.parts.clear();
-    }
+    std::vector<sequence_step_plan> parts = c.plan(r, profiles);
+    const back_to_back_result priced = simulate_back_to_back(parts, r.cluster, r.model, simulation);
+    price.seconds = priced.iteration_s;
+    if (!priced.stopped) return parts;
+    price.stopped_after_s = simulation.deadline_s;
   } catch (const error& e) {
-    out.refusal = e.what();
-    out.parts.clear();
-    out.seconds = std::numeric_limits<double>::infinity();
+    price.refusal = e.what();
   }
-  return out;
+  return {};
 }
 
 //! The fastest of `candidates` for `r` (see the file comment).
@@ -114,33 +113,25 @@ struct step_decision {
   ZEPPELIN_EXPECTS(options.threads >= 1, "the step planner needs at least 1 thread", {{"threads", double(options.threads)}});
   const std::vector<scheme_profile> profiles = scheme_profiles_of(r);
   step_decision out;
+  out.candidates.resize(candidates.size());
   step_sim_options simulation = options.simulation;
   simulation.threads = options.threads;
   bool any = false;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (options.pricing == candidate_pricing::until_beaten && any) simulation.deadline_s = out.candidates[out.chosen].seconds;
-    out.candidates.push_back(price_step_candidate(candidates[i], r, profiles, simulation));
-    const priced_step_candidate& c = out.candidates.back();
-    if (c.planned() && !c.stopped() && (!any || c.seconds < out.candidates[out.chosen].seconds)) {
-      if (any) out.candidates[out.chosen].parts.clear();
-      out.chosen = i, any = true;
-    } else {
-      out.candidates.back().parts.clear();
-    }
+    if (options.pricing == candidate_pricing::until_beaten && any) simulation.deadline_s = out.predicted_s;
+    std::vector<sequence_step_plan> parts = price_step_candidate(candidates[i], r, profiles, simulation, out.candidates[i]);
+    const priced_step_candidate& c = out.candidates[i];
+    if (c.priced() && (!any || c.seconds < out.predicted_s)) out.chosen = i, out.predicted_s = c.seconds, out.parts = std::move(parts), any = true;
   }
   if (!any)
     ZEPPELIN_THROW(infeasible, "no candidate composition plans this step (first refusal: " + out.candidates.front().refusal + ")",
                    {{"candidates", double(candidates.size())}, {"longest_document", double(longest_document(r))}});
-  out.parts = std::move(out.candidates[out.chosen].parts);
-  out.candidates[out.chosen].parts.clear();
-  out.predicted_s = out.candidates[out.chosen].seconds;
   out.lower_bound_s = step_lower_bound(batch(r.documents), r.model, r.cluster);
   return out;
 }
 
 //! plan_step over default_step_candidates(r).
 [[nodiscard]] inline step_decision plan_step(const step_request& r, const step_planner_options& options = {}) {
-  validate(r);
   const std::vector<step_candidate> candidates = default_step_candidates(r);
   return plan_step(r, candidates, options);
 }

@@ -101,13 +101,14 @@ struct loader_packing {
         own_lengths.clear();
         for (const std::int64_t d : mb.documents) own_lengths.push_back(r.documents[static_cast<std::size_t>(d)]);
         std::optional<std::size_t> to;
+        double to_finish = 0;
         for (std::size_t j = 0; j < pipelines.size(); ++j) {
           if (pipelines[j].max_len < mb.tokens) continue;
           const double finish = load[j] + pipelines[j].micro_batch_seconds(own_lengths);
-          if (!to || finish < load[*to] + pipelines[*to].micro_batch_seconds(own_lengths)) to = j;
+          if (!to || finish < to_finish) to = j, to_finish = finish;
         }
         if (!to) return std::nullopt;
-        load[*to] += pipelines[*to].micro_batch_seconds(own_lengths);
+        load[*to] = to_finish;
         micro_batches[*to].push_back(mb.documents);
       }
     for (std::size_t j = 0; j < pipelines.size(); ++j) {
