@@ -5,11 +5,12 @@
 // Out: dq_accum += scale * dS K (fp32, atomicAdd), dk_accum += scale * dS^T Q and
 //      dv_accum += P^T dO (fp32, exclusive read-modify-write), and/or dk, dv in the dtype.
 // Preprocess: one warp per (row, head), 16-byte loads, delta[h][row] = sum_d dO * O.
-// Main kernel: one CTA of 8 warps per (128-key tile, KV head, block); grid =
-// (ceil(max_seqlen_k / 128), kv_heads, num_blocks). The CTA walks every query head of its GQA
-// group and every 64-query tile that can see its keys (causal: from the first query whose
-// position reaches the tile's first key), so it owns its keys' dK / dV exclusively. Warp w owns
-// keys 16w..16w+15 and holds their dK and dV accumulators (16 x D fp32 each) in registers for
+// Main kernel: one CTA of 8 warps per (128-key tile, KV head, block), started longest-first
+// (detail/tile_order.cuh): every KV head's and block's first key tile (under a causal mask the
+// one every query tile sees), then every second, and so on. The CTA walks every query head of
+// its GQA group and every 64-query tile that can see its keys (causal: from the first query
+// whose position reaches the tile's first key), so it owns its keys' dK / dV exclusively. Warp w
+// owns keys 16w..16w+15 and holds their dK and dV accumulators (16 x D fp32 each) in registers for
 // the whole walk. Per step (query head, 64-query tile):
 //   S^T = K Q^T -> P^T = exp2(S^T * scale * log2 e - LSE * log2 e)   (masked -> 0, fp32)
 //   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T (dP^T - delta)          (all per warp, registers)
@@ -34,6 +35,7 @@
 #include <zeppelin/cuda/detail/dynamic_smem_launch.hpp>
 #include <zeppelin/cuda/detail/mma.cuh>
 #include <zeppelin/cuda/detail/tile.cuh>
+#include <zeppelin/cuda/detail/tile_order.cuh>
 
 #include <cuda_runtime.h>
 
@@ -93,7 +95,7 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(256) attention_backward_prepro
 
 template <dtype T, int D>
 __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
-    attention_backward_kernel(const attention_backward_params p) {
+    attention_backward_kernel(const attention_backward_params p, const int first_rank) {
   using traits = backward_traits<D>;
   using E = cuda_type_t<T>;
   constexpr int BM = traits::block_m;
@@ -113,10 +115,10 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(backward_traits<D>::threads)
   float* s_lse = reinterpret_cast<float*>(sds + BN * SD);  // [stage][BM], LSE * log2 e; +inf = row contributes nothing
   float* s_delta = s_lse + stages * BM;                  // [stage][BM]
 
-  const int kvh = static_cast<int>(blockIdx.y);
+  const int kvh = static_cast<int>(blockIdx.x);
   const block_info blk = load_block_info(p.cu_seqlens_q, p.cu_seqlens_k, p.q_offset, p.k_offset, p.masks, p.mask,
-                                         static_cast<int>(blockIdx.z));
-  const int n0 = static_cast<int>(blockIdx.x) * BN;
+                                         static_cast<int>(blockIdx.y));
+  const int n0 = tile_rank_of(first_rank) * BN;  // rank 0: the first key tile (the longest causal walk)
   if (n0 >= blk.k_len) return;
   const int keys = min(BN, blk.k_len - n0);
   const int group = p.heads / p.kv_heads;
@@ -416,11 +418,12 @@ cudaError_t launch_attention_backward(const attention_backward_params& p, cudaSt
   using traits = detail::backward_traits<HeadDim>;
   if (p.num_blocks == 0 || p.max_seqlen_k == 0) return cudaSuccess;
   auto* kernel = &detail::attention_backward_kernel<T, HeadDim>;
-  const dim3 grid(static_cast<unsigned>((p.max_seqlen_k + traits::block_n - 1) / traits::block_n),
-                  static_cast<unsigned>(p.kv_heads), static_cast<unsigned>(p.num_blocks));
   static detail::raised_devices raised{0};
-  return detail::launch_with_dynamic_smem(raised, kernel, traits::smem_bytes,
-                                          [&] { kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p); });
+  return detail::for_tile_launches((p.max_seqlen_k + traits::block_n - 1) / traits::block_n, [&](int first_rank, int ranks) {
+    const dim3 grid = detail::tile_grid(p.kv_heads, p.num_blocks, ranks);
+    return detail::launch_with_dynamic_smem(raised, kernel, traits::smem_bytes,
+                                            [&] { kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p, first_rank); });
+  });
 }
 
 }  // namespace device

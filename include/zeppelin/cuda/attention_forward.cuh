@@ -4,8 +4,9 @@
 //      [total_k][kv_heads][D] (bf16 | fp16), CSR blocks with positions and masks.
 // Out: O [total_q][heads][D] (input dtype and/or fp32), LSE [heads][lse_stride] (natural log).
 // Work decomposition (the FlashAttention-2 tiling): one CTA of 4 warps per (128-query tile,
-// head, block), two CTAs per SM; grid = (ceil(max_seqlen_q / 128), heads, num_blocks), query
-// tiles walked last-first so that the longest causal rows start first. Warp w owns query rows
+// head, block), two CTAs per SM, started longest-first (detail/tile_order.cuh): the last query
+// tile (counted from max_seqlen_q: the longest causal rows) of every head and block, then the
+// second-to-last, and so on. Warp w owns query rows
 // 32w..32w+31 as two m16 atoms, so every K or V fragment read from shared memory feeds two
 // MMAs; its O accumulator (32 x D fp32) stays in registers, and its Q fragments are re-read
 // from shared memory per K tile (registers hold the two atoms' O and S instead). K/V tiles of
@@ -24,6 +25,7 @@
 #include <zeppelin/cuda/detail/dynamic_smem_launch.hpp>
 #include <zeppelin/cuda/detail/mma.cuh>
 #include <zeppelin/cuda/detail/tile.cuh>
+#include <zeppelin/cuda/detail/tile_order.cuh>
 
 #include <cuda_runtime.h>
 
@@ -52,7 +54,7 @@ inline constexpr float ln2 = 0.6931471805599453f;
 
 template <dtype T, int D>
 __global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads, forward_traits<D>::min_ctas_per_sm)
-    attention_forward_kernel(const attention_forward_params p) {
+    attention_forward_kernel(const attention_forward_params p, const int first_rank) {
   using traits = forward_traits<D>;
   using E = cuda_type_t<T>;
   constexpr int BM = traits::block_m;
@@ -66,10 +68,11 @@ __global__ ZEPPELIN_HIDDEN void __launch_bounds__(forward_traits<D>::threads, fo
   E* sk = sq + BM * S;
   E* sv = sk + BN * S;
 
-  const int h = static_cast<int>(blockIdx.y);
+  const int h = static_cast<int>(blockIdx.x);
   const block_info blk = load_block_info(p.cu_seqlens_q, p.cu_seqlens_k, p.q_offset, p.k_offset, p.masks, p.mask,
-                                         static_cast<int>(blockIdx.z));
-  const int m0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * BM;
+                                         static_cast<int>(blockIdx.y));
+  // rank 0: the launch's last query tile (the longest causal rows of the longest blocks)
+  const int m0 = ((p.max_seqlen_q + BM - 1) / BM - 1 - tile_rank_of(first_rank)) * BM;
   if (m0 >= blk.q_len) return;
   const int rows = min(BM, blk.q_len - m0);
   const int kvh = h / (p.heads / p.kv_heads);
@@ -278,11 +281,12 @@ cudaError_t launch_attention_forward(const attention_forward_params& p, cudaStre
   using traits = detail::forward_traits<HeadDim>;
   if (p.num_blocks == 0 || p.max_seqlen_q == 0) return cudaSuccess;
   auto* kernel = &detail::attention_forward_kernel<T, HeadDim>;
-  const dim3 grid(static_cast<unsigned>((p.max_seqlen_q + traits::block_m - 1) / traits::block_m),
-                  static_cast<unsigned>(p.heads), static_cast<unsigned>(p.num_blocks));
   static detail::raised_devices raised{0};
-  return detail::launch_with_dynamic_smem(raised, kernel, traits::smem_bytes,
-                                          [&] { kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p); });
+  return detail::for_tile_launches((p.max_seqlen_q + traits::block_m - 1) / traits::block_m, [&](int first_rank, int ranks) {
+    const dim3 grid = detail::tile_grid(p.heads, p.num_blocks, ranks);
+    return detail::launch_with_dynamic_smem(raised, kernel, traits::smem_bytes,
+                                            [&] { kernel<<<grid, traits::threads, traits::smem_bytes, stream>>>(p, first_rank); });
+  });
 }
 
 }  // namespace device

@@ -110,7 +110,8 @@ struct param_problem {
   [[nodiscard]] explicit operator bool() const noexcept { return message != nullptr; }
 };
 
-// Grid limits: blocks go to grid.z and heads to grid.y (at most 65535 each).
+// Grid limits: heads go to grid.x and blocks to grid.y (at most 65535 each, as before the
+// heads moved to x); tile ranks to grid.z, 65535 per launch (cuda/detail/tile_order.cuh).
 inline constexpr std::int32_t max_grid_yz = 65535;
 // Positions are compared in 32-bit arithmetic after clamping the offset difference.
 inline constexpr std::int64_t max_block_length = std::int64_t{1} << 30;
