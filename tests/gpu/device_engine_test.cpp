@@ -5,6 +5,11 @@
 // launches; and every run's execution record (what the engine moved and launched on every
 // rank) equals the record of the program the host engine and the simulator run for the same
 // plan and options. The all-to-all (Ulysses) collective: device_ulysses_test.cpp.
+// Plan once, run many: three forward/backward pairs on one engine (every second pair on another
+// stream) equal the reference, as do passes captured into CUDA graphs (cuda/graph.hpp) and
+// replayed: a one-rank world's own capture, and a whole 2..8-rank world's passes, exchanges
+// included, in one graph (cuda/device_loopback_graph.hpp); capturing before prepare() is
+// refused.
 // The device timeline (cuda/executor/device_timeline.hpp): a ring of 4 ranks, forward and
 // backward with and without one; with one, every attention launch and exchange of the rank's
 // pass has a span with its level and round, spans on one stream follow stream order, and the
@@ -78,6 +83,94 @@ TEST_CASE("device engine: one long sequence over a 16-rank global ring (zigzag, 
     check_against_reference(got, ref, b);
     check_record(got, p, b, t, {});
   }
+}
+
+TEST_CASE("device engine: passes repeated on one engine, on two streams, reuse what the first pass allocated", "[gpu][executor]") {
+  ZEPPELIN_REQUIRE_GPU();
+  random_generator rng(4242);
+  for (const auto& [nodes, gpus] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {1, 4}}) {
+    const topology t = test_topology(nodes, gpus);
+    for (int method = 0; method < 5; ++method) {
+      const batch b = gpu_lengths(rng, t.num_ranks());
+      const attention_dims dims{.heads = 4, .kv_heads = 2, .head_dim = rng.below(2) ? 64 : 128};
+      const plan p = make_plan(method, b, t, (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks());
+      const gpu_problem ref = make_gpu_problem(b, dims, rng());
+      program_options o;
+      o.launch = rng.below(2) ? launch_policy::fused_round : launch_policy::per_group;
+      INFO("method " << p.method << " topology " << nodes << "x" << gpus << " tokens " << b.total_tokens() << " head_dim "
+                     << dims.head_dim << " launch " << to_string(o.launch));
+      const gpu_results got = run_device_distributed(p, b, t, ref, o, pass_mode::repeated);
+      check_against_reference(got, ref, b);
+      check_record(got, p, b, t, o);
+    }
+  }
+}
+
+TEST_CASE("device engine: a pass captured into a CUDA graph before its inputs exist replays to the reference", "[gpu][executor][graph]") {
+  ZEPPELIN_REQUIRE_GPU();
+  random_generator rng(5151);
+  for (int trial = 0; trial < 6; ++trial) {
+    const topology t = test_topology(1, 1);
+    const batch b = gpu_lengths(rng, 4);
+    const attention_dims dims{.heads = 4, .kv_heads = trial % 2 ? 1 : 4, .head_dim = trial < 3 ? 64 : 128};
+    const plan p = make_plan(trial % 2, b, t, b.total_tokens());
+    const gpu_problem ref = make_gpu_problem(b, dims, rng());
+    program_options o;
+    o.engine = trial % 3 == 0 ? engine_policy::prioritized : engine_policy::in_order;
+    INFO("trial " << trial << " sequences " << b.size() << " tokens " << b.total_tokens() << " head_dim " << dims.head_dim);
+    const gpu_results got = run_device_distributed(p, b, t, ref, o, pass_mode::captured);
+    check_against_reference(got, ref, b);
+    check_record(got, p, b, t, o);
+  }
+}
+
+TEST_CASE("device engine: a whole loopback world's passes, exchanges included, captured into one graph replay to the reference",
+          "[gpu][executor][graph]") {
+  ZEPPELIN_REQUIRE_GPU();
+  random_generator rng(6262);
+  for (const auto& [nodes, gpus] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {1, 8}, {2, 4}}) {
+    const topology t = test_topology(nodes, gpus);
+    for (int method = 0; method < 5; ++method) {
+      const batch b = gpu_lengths(rng, t.num_ranks());
+      const attention_dims dims{.heads = 4, .kv_heads = rng.below(2) ? 2 : 4, .head_dim = rng.below(2) ? 64 : 128};
+      const plan p = make_plan(method, b, t, (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks());
+      const gpu_problem ref = make_gpu_problem(b, dims, rng());
+      program_options o;
+      o.launch = rng.below(2) ? launch_policy::fused_round : launch_policy::per_group;
+      o.engine = rng.below(2) ? engine_policy::prioritized : engine_policy::in_order;
+      INFO("method " << p.method << " topology " << nodes << "x" << gpus << " tokens " << b.total_tokens() << " launch "
+                     << to_string(o.launch) << " engine " << to_string(o.engine));
+      const gpu_results got = run_device_distributed(p, b, t, ref, o, pass_mode::captured);
+      check_against_reference(got, ref, b);
+      check_record(got, p, b, t, o);
+    }
+  }
+}
+
+TEST_CASE("device engine: capturing a pass before prepare() is refused and leaves the stream usable", "[gpu][executor][graph]") {
+  ZEPPELIN_REQUIRE_GPU();
+  const topology t = test_topology(1, 1);
+  const batch b({100, 37});
+  const attention_dims dims{.heads = 2, .kv_heads = 1, .head_dim = 64};
+  const plan p = make_plan(0, b, t, b.total_tokens());
+  const device_attention_engine engine(p, b, t, dims, device::dtype::fp16);
+  device_loopback_world{.ranks = 1}.run([&](device_loopback_comm& c) {
+    const cudaStream_t s = c.compute_stream();
+    const auto n = static_cast<std::size_t>(engine.rows(0));
+    device_buffer<std::uint16_t> q(n * 2 * 64), kv(n * 64), o(n * 2 * 64);
+    device_buffer<float> lse(n * 2);
+    const device_forward_io io{q.get(), kv.get(), kv.get(), o.get(), lse.get()};
+    CHECK_THROWS_WITH(device::capture_graph(s, [&] { engine.forward(c, io, s); }),
+                      Catch::Contains("captured into a CUDA graph before prepare()"));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+    ZEPPELIN_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+    CHECK(status == cudaStreamCaptureStatusNone);
+    q.fill_bytes(0x3c), kv.fill_bytes(0x3c);  // fp16 1.06 everywhere
+    ZEPPELIN_CUDA_CHECK(cudaDeviceSynchronize());
+    engine.forward(c, io, s);  // the eager pass still runs
+    ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGetLastError() == cudaSuccess);
+  });
 }
 
 TEST_CASE("device engine: proxy routing (no fallback to direct) gives the same result", "[gpu][executor]") {

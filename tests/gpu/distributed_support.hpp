@@ -3,8 +3,10 @@
 // single-GPU reference (the device kernels on the whole packed batch, one causal CSR block per
 // sequence), plans of every partitioner, and one distributed run on a device loopback world:
 // loader layout -> device dispatch -> device attention engine forward + backward -> inverse
-// dispatch, gathered back into the packed order, with every rank's execution record; the
-// checks of such a run against the reference and of its record against the program's.
+// dispatch, gathered back into the packed order, with every rank's execution record (passes run
+// once, repeated on one engine across two streams, or captured into CUDA graphs and replayed:
+// pass_mode); the checks of such a run against the reference and of its record against the
+// program's.
 #pragma once
 
 #include "../exec/plan_support.hpp"
@@ -20,8 +22,11 @@
 #include <zeppelin/program/build.hpp>
 #include <zeppelin/program/options.hpp>
 #include <zeppelin/program/record.hpp>
+#include <zeppelin/cuda/device_loopback_graph.hpp>
+#include <zeppelin/cuda/graph.hpp>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -107,9 +112,19 @@ struct gpu_results {
   execution_program program;
 };
 
+//! How run_device_distributed runs the engine's passes.
+enum class pass_mode {
+  once,      //!< one forward and one backward
+  repeated,  //!< three of each on one engine, outputs poisoned before each, every second pair
+             //!< on another stream: the kept arenas, streams and events serve every pass
+  captured,  //!< prepare(), both passes captured into CUDA graphs before the inputs are
+             //!< dispatched (one rank: its own capture; several: the world's, cuda/
+             //!< device_loopback_graph.hpp), then replayed twice (outputs poisoned before each)
+};
+
 //! One distributed run of plan p on topology t under `options` (see the file comment).
 inline gpu_results run_device_distributed(const plan& p, const batch& b, const topology& t, const gpu_problem& g,
-                                          const program_options& options = {}) {
+                                          const program_options& options = {}, pass_mode mode = pass_mode::once) {
   const attention_dims dims = g.dims;
   const device_attention_engine engine(p, b, t, dims, g.type, options);
   const rank_index R = p.num_ranks();
@@ -122,6 +137,8 @@ inline gpu_results run_device_distributed(const plan& p, const batch& b, const t
   gpu_results out{std::vector<float>(T * qw, NAN), std::vector<float>(T * H, NAN), std::vector<float>(T * qw, NAN),
                   std::vector<float>(T * kw, NAN), std::vector<float>(T * kw, NAN), {}, engine.program()};
   std::mutex out_mutex;
+  world_capture world_forward(R), world_backward(R);
+  std::barrier replays(R);
   device_loopback_world world{.ranks = R, .gpus_per_node = p.gpus_per_node, .timeout = std::chrono::milliseconds(60000)};
   world.run([&](device_loopback_comm& c) {
     const rank_index me = c.rank();
@@ -135,16 +152,55 @@ inline gpu_results run_device_distributed(const plan& p, const batch& b, const t
     device_buffer<std::uint16_t> q(n * qw), k(n * kw), v(n * kw), d_o(n * qw), o(n * qw), dq(n * qw), dk(n * kw), dv(n * kw);
     device_buffer<float> lse(n * H);
     device_buffer<std::uint16_t> bo(nl * qw), bdq(nl * qw), bdk(nl * kw), bdv(nl * kw);
-    for (auto* x : {&o, &dq, &dk, &dv, &bo, &bdq, &bdk, &bdv}) x->fill_bytes(0xff);  // poison: NaN in fp16
-    lse.fill_bytes(0xff);
+    const auto poison = [&] {  // NaN in fp16 and fp32
+      ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+      for (auto* x : {&o, &dq, &dk, &dv, &bo, &bdq, &bdk, &bdv}) x->fill_bytes(0xff);
+      lse.fill_bytes(0xff);
+      ZEPPELIN_CUDA_CHECK(cudaDeviceSynchronize());  // cudaMemset runs on the legacy stream, which s does not wait for
+    };
+    poison();
+    const device_forward_io fio{q.get(), k.get(), v.get(), o.get(), lse.get()};
+    const device_backward_io bio{q.get(), k.get(), v.get(), o.get(), d_o.get(), lse.get(), dq.get(), dk.get(), dv.get()};
+    device::cuda_graph forward_graph, backward_graph;  // one rank: its own; several: the world's, on rank 0
+    execution_record mine;  // captured: what the graphs hold, recorded as they were captured
+    if (mode == pass_mode::captured) {
+      engine.prepare(c, s);
+      if (R == 1) {
+        forward_graph = device::capture_graph(s, [&] { engine.forward(c, fio, s, &mine); });
+        backward_graph = device::capture_graph(s, [&] { engine.backward(c, bio, s, &mine); });
+      } else {
+        world_forward.capture(c, s, [&] { engine.forward(c, fio, s, &mine); });
+        world_backward.capture(c, s, [&] { engine.backward(c, bio, s, &mine); });
+        if (me == 0) forward_graph = world_forward.take(), backward_graph = world_backward.take();
+      }
+    }
     execute_remap_device(c, disp, lq.get(), q.get(), qw * e, s, "dispatch q");
     execute_remap_device(c, disp, lk.get(), k.get(), kw * e, s, "dispatch k");
     execute_remap_device(c, disp, lv.get(), v.get(), kw * e, s, "dispatch v");
     execute_remap_device(c, disp, ldo.get(), d_o.get(), qw * e, s, "dispatch do");
-    execution_record mine;
-    engine.forward(c, device_forward_io{q.get(), k.get(), v.get(), o.get(), lse.get()}, s, &mine);
-    engine.backward(c, device_backward_io{q.get(), k.get(), v.get(), o.get(), d_o.get(), lse.get(), dq.get(), dk.get(), dv.get()}, s,
-                    &mine);
+    if (mode == pass_mode::captured) {
+      for (int replay = 0; replay < 2; ++replay) {
+        poison();  // after this rank's dispatch has completed
+        replays.arrive_and_wait();
+        if (forward_graph) {
+          forward_graph.launch(s);
+          backward_graph.launch(s);
+          ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+        }
+        replays.arrive_and_wait();
+      }
+    } else {
+      const device::cuda_stream other(0);
+      const int pairs = mode == pass_mode::repeated ? 3 : 1;
+      for (int pair = 0; pair < pairs; ++pair) {
+        if (pair > 0) poison();
+        const cudaStream_t on = pair % 2 == 1 ? other.get() : s;
+        device::stream_wait(on, s);
+        engine.forward(c, fio, on, pair == 0 ? &mine : nullptr);
+        engine.backward(c, bio, on, pair == 0 ? &mine : nullptr);
+        device::stream_wait(s, on);
+      }
+    }
     execute_remap_device(c, back, o.get(), bo.get(), qw * e, s, "return o");
     execute_remap_device(c, back, dq.get(), bdq.get(), qw * e, s, "return dq");
     execute_remap_device(c, back, dk.get(), bdk.get(), kw * e, s, "return dk");

@@ -50,6 +50,7 @@
 #include <zeppelin/cuda/dtype.hpp>
 #include <zeppelin/cuda/error.hpp>
 #include <zeppelin/cuda/executor/device_backend.hpp>
+#include <zeppelin/cuda/executor/device_pass_resources.hpp>
 #include <zeppelin/cuda/executor/device_staging.hpp>
 #include <zeppelin/cuda/executor/device_timeline.hpp>
 #include <zeppelin/cuda/executor/launch_csr.hpp>
@@ -66,6 +67,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -116,6 +118,7 @@ class device_attention_engine {
                       {"element_bytes", double(w.element_bytes)}, {"accumulator_bytes", double(w.accumulator_bytes)}});
     // every launch's CSR arrays, in its rank's descriptor buffer
     descriptors_.resize(static_cast<std::size_t>(program_.num_ranks()));
+    resources_ = device_resources_per_rank(static_cast<std::size_t>(program_.num_ranks()));
     csr_.reserve(program_.launches.size());
     for (const program_launch& l : program_.launches)
       csr_.push_back(device::make_launch_csr(l.blocks.items(), descriptors_.at(static_cast<std::size_t>(l.rank))));
@@ -148,43 +151,75 @@ class device_attention_engine {
     return wire_format::for_shape(d.heads, d.kv_heads, d.head_dim, static_cast<std::int32_t>(device::size_of(type)));
   }
 
+  //! Makes the calling rank ready to run, and to capture, its passes: the plan check (the one
+  //! blocking exchange, see the file comment), its descriptors uploaded, its arenas, scratch,
+  //! accumulators, streams and events of both passes allocated (`stream`: the caller's stream
+  //! of the passes to come), then `stream` synchronised. The first forward() or backward() does
+  //! the part it needs itself; call prepare() before capturing a pass into a CUDA graph
+  //! (cuda/graph.hpp), during which nothing may allocate or block.
+  template <device_communicator C>
+  void prepare(C& c, cudaStream_t stream) const {
+    const rank_index me = check_rank(c);
+    agree(c);
+    device_rank_resources& mine = resources_of(me);
+    const std::byte* desc = upload_descriptors(mine, me, stream);
+    for (const pass_kind pass : {pass_kind::forward, pass_kind::backward}) {
+      device_pass_resources& res = mine.of(pass == pass_kind::forward);
+      (void)accumulators(res, pass, rows(me), stream);
+      device_tensors t;
+      t.rows = rows(me);
+      const device_backend<C> allocate(program_, pass, c, stream, dims_, type_, t, csr_, desc, res);
+    }
+    ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
   //! Forward on the calling rank; every rank of c calls it. Enqueued on `stream`. Throws
-  //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree.
+  //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree. Inside a
+  //! CUDA graph capture of `stream` it needs prepare() first (invalid_argument otherwise).
   template <device_communicator C>
   void forward(C& c, const device_forward_io& io, cudaStream_t stream, execution_record* record = nullptr,
                device_timeline* timeline = nullptr) const {
     const rank_index me = check_rank(c);
+    check_capture(c, pass_kind::forward, stream);
     agree(c);
+    device_pass_resources& res = resources_of(me).forward;
+    res.begin_pass(stream);
     const auto n = static_cast<std::size_t>(rows(me));
     const std::size_t qn = n * static_cast<std::size_t>(dims_.q_row());
-    device::device_memory o_acc(qn * sizeof(float), stream);
-    if (qn > 0) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(o_acc.get(), 0, qn * sizeof(float), stream));
+    float* o_acc = accumulators(res, pass_kind::forward, rows(me), stream)[0];
+    if (qn > 0) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(o_acc, 0, qn * sizeof(float), stream));
     ZEPPELIN_CUDA_CHECK(device::fill_f32(io.lse, -INFINITY, static_cast<std::int64_t>(n) * dims_.heads, stream));
     device_tensors t;
-    t.q = io.q, t.k = io.k, t.v = io.v, t.o_acc = o_acc.as<float>(), t.lse = io.lse, t.rows = static_cast<std::int64_t>(n);
+    t.q = io.q, t.k = io.k, t.v = io.v, t.o_acc = o_acc, t.lse = io.lse, t.rows = static_cast<std::int64_t>(n);
     run(c, pass_kind::forward, t, stream, record, timeline);
-    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.o, o_acc.as<float>(), static_cast<std::int64_t>(qn), type_, stream));
+    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.o, o_acc, static_cast<std::int64_t>(qn), type_, stream));
+    res.end_pass(stream);
   }
 
   //! Backward on the calling rank; every rank of c calls it. Enqueued on `stream`. Throws
-  //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree.
+  //! plan_mismatch (the first pass on this rank) when the ranks' engines disagree. Inside a
+  //! CUDA graph capture of `stream` it needs prepare() first (invalid_argument otherwise).
   template <device_communicator C>
   void backward(C& c, const device_backward_io& io, cudaStream_t stream, execution_record* record = nullptr,
                 device_timeline* timeline = nullptr) const {
     const rank_index me = check_rank(c);
+    check_capture(c, pass_kind::backward, stream);
     agree(c);
+    device_pass_resources& res = resources_of(me).backward;
+    res.begin_pass(stream);
     const auto n = static_cast<std::size_t>(rows(me));
     const std::size_t qn = n * static_cast<std::size_t>(dims_.q_row());
     const std::size_t kn = n * static_cast<std::size_t>(dims_.kv_row());
-    device::device_memory dq(qn * sizeof(float), stream), dk(kn * sizeof(float), stream), dv(kn * sizeof(float), stream);
-    device::device_memory delta(n * static_cast<std::size_t>(dims_.heads) * sizeof(float), stream);
-    for (const auto* m : {&dq, &dk, &dv})
-      if (m->bytes() > 0) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(m->get(), 0, m->bytes(), stream));
+    const std::array<float*, 4> acc = accumulators(res, pass_kind::backward, rows(me), stream);
+    float *dq = acc[0], *dk = acc[1], *dv = acc[2], *delta = acc[3];
+    if (qn > 0) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(dq, 0, qn * sizeof(float), stream));
+    for (float* m : {dk, dv})
+      if (kn > 0) ZEPPELIN_CUDA_CHECK(cudaMemsetAsync(m, 0, kn * sizeof(float), stream));
     if (n > 0) {
       device::attention_preprocess_params pp;
       pp.o = io.o;
       pp.dout = io.d_o;
-      pp.delta = delta.as<float>();
+      pp.delta = delta;
       pp.rows = static_cast<std::int64_t>(n);
       pp.heads = dims_.heads;
       pp.head_dim = dims_.head_dim;
@@ -193,12 +228,13 @@ class device_attention_engine {
       ZEPPELIN_CUDA_CHECK(device::attention_backward_preprocess(pp, stream));
     }
     device_tensors t;
-    t.q = io.q, t.k = io.k, t.v = io.v, t.global_o = io.o, t.d_o = io.d_o, t.global_lse = io.lse, t.delta = delta.as<float>();
-    t.dq_acc = dq.as<float>(), t.dk_acc = dk.as<float>(), t.dv_acc = dv.as<float>(), t.rows = static_cast<std::int64_t>(n);
+    t.q = io.q, t.k = io.k, t.v = io.v, t.global_o = io.o, t.d_o = io.d_o, t.global_lse = io.lse, t.delta = delta;
+    t.dq_acc = dq, t.dk_acc = dk, t.dv_acc = dv, t.rows = static_cast<std::int64_t>(n);
     run(c, pass_kind::backward, t, stream, record, timeline);
-    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dq, dq.as<float>(), static_cast<std::int64_t>(qn), type_, stream));
-    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dk, dk.as<float>(), static_cast<std::int64_t>(kn), type_, stream));
-    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dv, dv.as<float>(), static_cast<std::int64_t>(kn), type_, stream));
+    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dq, dq, static_cast<std::int64_t>(qn), type_, stream));
+    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dk, dk, static_cast<std::int64_t>(kn), type_, stream));
+    ZEPPELIN_CUDA_CHECK(device::cast_from_f32(io.dv, dv, static_cast<std::int64_t>(kn), type_, stream));
+    res.end_pass(stream);
   }
 
   //! The remap segment `kind` of micro-batch `micro_batch` in `pass` on the calling rank,
@@ -211,16 +247,52 @@ class device_attention_engine {
     const rank_index me = check_rank(c);
     const std::size_t segment = remap_segment_index(program_, pass, me, micro_batch, kind);
     agree(c);
+    check_capture(c, pass, stream);
     device_tensors t;
     t.remap_source = source, t.remap_target = target, t.rows = rows(me);
-    device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, nullptr, record);
+    device_pass_resources& res = resources_of(me).of(pass == pass_kind::forward);
+    res.begin_pass(stream);
+    device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, nullptr, res, record);
     run_segment(program_, pass, segment, backend);
+    res.end_pass(stream);
   }
 
  private:
   static program_options with_wire(program_options o, const attention_dims& d, device::dtype type) {
     o.wire = wire_for(d, type);
     return o;
+  }
+  [[nodiscard]] device_rank_resources& resources_of(rank_index me) const { return resources_.of(static_cast<std::size_t>(me)); }
+  [[nodiscard]] const std::byte* upload_descriptors(device_rank_resources& mine, rank_index me, cudaStream_t stream) const {
+    const auto& desc = descriptors_.at(static_cast<std::size_t>(me));
+    return mine.descriptors.upload(std::span<const std::byte>(desc.data(), desc.size()), stream);
+  }
+  // the pass's fp32 accumulators of `rows` rows, allocated on the first pass: forward O;
+  // backward dQ, dK, dV and delta
+  [[nodiscard]] std::array<float*, 4> accumulators(device_pass_resources& res, pass_kind pass, token_count rows,
+                                                   cudaStream_t stream) const {
+    const auto n = static_cast<std::size_t>(rows);
+    if (res.accumulators.empty()) {
+      const std::size_t q = n * static_cast<std::size_t>(dims_.q_row()) * sizeof(float);
+      const std::size_t kv = n * static_cast<std::size_t>(dims_.kv_row()) * sizeof(float);
+      const std::size_t heads = n * static_cast<std::size_t>(dims_.heads) * sizeof(float);
+      for (const std::size_t bytes : pass == pass_kind::forward ? std::vector<std::size_t>{q} : std::vector<std::size_t>{q, kv, kv, heads})
+        res.accumulators.emplace_back(bytes, stream);
+    }
+    std::array<float*, 4> out{};
+    for (std::size_t i = 0; i < res.accumulators.size(); ++i) out.at(i) = res.accumulators[i].as<float>();
+    return out;
+  }
+  // a pass captured into a CUDA graph must find everything prepared: the plan check blocks and
+  // a first pass allocates, neither of which a capture allows
+  template <class C>
+  void check_capture(const C& c, pass_kind pass, cudaStream_t stream) const {
+    if (!device::is_capturing(stream)) return;
+    const device_rank_resources* mine = resources_.find(static_cast<std::size_t>(c.rank()));
+    const bool ready = agreement_.checked(c.rank(), world_of(c)) && mine != nullptr && mine->of(pass == pass_kind::forward).built &&
+                       !mine->of(pass == pass_kind::forward).accumulators.empty();
+    ZEPPELIN_EXPECTS(ready, "device attention engine: a pass captured into a CUDA graph before prepare() on this rank and world",
+                     {{"rank", double(c.rank())}, {"pass", double(static_cast<int>(pass))}});
   }
   template <class C>
   rank_index check_rank(const C& c) const {
@@ -250,10 +322,10 @@ class device_attention_engine {
   }
   template <class C>
   void run(C& c, pass_kind pass, const device_tensors& t, cudaStream_t stream, execution_record* record, device_timeline* timeline) const {
-    const auto& desc = descriptors_.at(static_cast<std::size_t>(c.rank()));
-    device::device_memory uploaded(desc.size(), stream);
-    if (!desc.empty()) ZEPPELIN_CUDA_CHECK(cudaMemcpyAsync(uploaded.get(), desc.data(), desc.size(), cudaMemcpyHostToDevice, stream));
-    device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, uploaded.as<std::byte>(), record, {}, timeline);
+    device_rank_resources& mine = resources_of(c.rank());
+    const std::byte* desc = upload_descriptors(mine, c.rank(), stream);
+    device_backend<C> backend(program_, pass, c, stream, dims_, type_, t, csr_, desc, mine.of(pass == pass_kind::forward), record, {},
+                              timeline);
     run_pass(program_, pass, backend, [](const program_segment& s) { return s.kind == segment_kind::attention; });
   }
 
@@ -262,6 +334,7 @@ class device_attention_engine {
   device::dtype type_;
   std::vector<device::launch_csr> csr_;              //!< [launch]: its arrays in its rank's buffer
   std::vector<std::vector<std::byte>> descriptors_;  //!< [rank]: the CSR arrays of its launches
+  mutable device_resources_per_rank resources_;  //!< [rank]: what its passes keep
   plan_identity identity_;
   mutable plan_agreement agreement_;  //!< per rank: passed the plan check
 };

@@ -49,9 +49,10 @@
 // whose device bytes differ from the wire format's (such an arena, the head-major LSE tensor)
 // or a launch's head lane is malformed; operations throw invalid_argument when they leave a
 // buffer or its heads, write a read-only tensor, name a tensor the pass was not given, or
-// name launch buffers that hold other heads than the launch computes. Arenas come from the
-// stream-ordered allocator on the caller's stream and are freed there when the backend is
-// destroyed (after the last segment's join).
+// name launch buffers that hold other heads than the launch computes. Arenas, scratch, streams
+// and events live in the rank's device_pass_resources (cuda/executor/device_pass_resources.hpp):
+// allocated by the rank's first backend of the pass kind, reused by every later one, so a pass
+// allocates nothing and creates no stream or event.
 // Requires zeppelin::kernels. nvcc-safe; host code.
 #pragma once
 
@@ -63,6 +64,7 @@
 #include <zeppelin/cuda/device_communicator.hpp>
 #include <zeppelin/cuda/dtype.hpp>
 #include <zeppelin/cuda/error.hpp>
+#include <zeppelin/cuda/executor/device_pass_resources.hpp>
 #include <zeppelin/cuda/executor/device_staging.hpp>
 #include <zeppelin/cuda/executor/device_timeline.hpp>
 #include <zeppelin/cuda/executor/launch_csr.hpp>
@@ -113,83 +115,53 @@ template <device_communicator C>
 class device_backend {
  public:
   //! `csr[l]`: the CSR arrays of launch l (every launch of this rank), at byte offsets of
-  //! `descriptors` (this rank's descriptor buffer, already on the device). `step`, when
-  //! given, labels every phase in communicator errors instead of phase_label(). `timeline`,
-  //! when given, gets a span per attention launch and exchange.
+  //! `descriptors` (this rank's descriptor buffer, already on the device). `resources`: the
+  //! rank's arenas, scratch, streams and events of this pass kind
+  //! (cuda/executor/device_pass_resources.hpp), allocated here on the rank's first pass and
+  //! reused after. `step`, when given, labels every phase in communicator errors instead of
+  //! phase_label(). `timeline`, when given, gets a span per attention launch and exchange.
   device_backend(const execution_program& prog, pass_kind pass, C& c, cudaStream_t stream, const attention_dims& dims,
                  device::dtype type, const device_tensors& t, const std::vector<device::launch_csr>& csr, const std::byte* descriptors,
-                 execution_record* record = nullptr, std::string_view step = {}, device_timeline* timeline = nullptr)
+                 device_pass_resources& resources, execution_record* record = nullptr, std::string_view step = {},
+                 device_timeline* timeline = nullptr)
       : prog_(prog), pass_(pass), c_(c), caller_(stream), dims_(dims), type_(type), t_(t), csr_(csr), desc_(descriptors),
         record_(record), timeline_(timeline), step_(step), me_(c.rank()),
-        arenas_of_(prog.pass(pass).at(static_cast<std::size_t>(me_)).arenas) {
-    const rank_pass& mine = prog.pass(pass).at(static_cast<std::size_t>(me_));
-    fp32_arena_.assign(arenas_of_.size(), 0);
-    // the launches: their fp32 O (forward) or dQ (backward) arenas, and the scratch they need
-    // (rows x heads of the largest query buffer)
-    std::size_t scratch = 0;
-    bool launches = false, lanes = false;
-    for (const program_segment& seg : mine.segments)
-      for (const program_op& op : seg.ops)
-        if (const auto* run = std::get_if<run_attention>(&op.body)) {
-          const program_launch& l = prog.launches.at(static_cast<std::size_t>(run->launch));
-          const buffer_ref accumulator = pass == pass_kind::forward ? l.o : l.dq;
-          if (accumulator.where == buffer_ref::space::arena) fp32_arena_.at(static_cast<std::size_t>(accumulator.index)) = 1;
-          scratch = std::max(scratch, static_cast<std::size_t>(layout_of(l.q, &seg).rows * launch_dims(l).heads));
-          launches = true;
-          lanes = lanes || !on_rank_tensors(l);
-        }
-    for (const program_segment& seg : mine.segments)
-      for (const program_op& op : seg.ops)
-        if (const auto* x = std::get_if<exchange_phase>(&op.body)) check_payloads(prog.phases.at(static_cast<std::size_t>(x->phase)), seg);
-    // nothing is enqueued before this point
-    for (std::size_t a = 0; a < arenas_of_.size(); ++a) {
-      const buffer_view v = layout_of(buffer_ref::arena(static_cast<std::int32_t>(a)), nullptr);
-      arenas_.emplace_back(static_cast<std::size_t>(v.rows * v.row_bytes()), stream);
-    }
-    if (prog.streams.size() > 1) {
-      const device::priority_range range = device::stream_priorities();
-      for (const program_stream& s : prog.streams) owned_.emplace_back(std::min(range.greatest + s.priority, range.least));
-    }
-    for (std::size_t s = 0; s < prog.streams.size(); ++s) streams_.push_back(owned_.empty() ? caller_ : owned_[s].get());
-    for (std::size_t s = 0; launches && s < streams_.size(); ++s) {
-      if (pass == pass_kind::forward) {
-        part_o_.emplace_back(scratch * static_cast<std::size_t>(dims.head_dim) * sizeof(float), stream);
-        part_lse_.emplace_back(scratch * sizeof(float), stream);
-      }
-      if (lanes) {
-        lse_rows_.emplace_back(scratch * sizeof(float), stream);
-        if (pass == pass_kind::backward) delta_.emplace_back(scratch * sizeof(float), stream);
-      }
-    }
+        arenas_of_(prog.pass(pass).at(static_cast<std::size_t>(me_)).arenas), res_(resources) {
+    if (!res_.built) prepare(prog.pass(pass).at(static_cast<std::size_t>(me_)), stream);  // checks and allocates once
+    for (std::size_t s = 0; s < prog.streams.size(); ++s) streams_.push_back(res_.owned.empty() ? caller_ : res_.owned[s].get());
   }
 
   [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return {&me_, 1}; }
 
   void begin_segment(std::size_t seg) {
     segment_ = &prog_.pass(pass_).at(static_cast<std::size_t>(me_)).segments.at(seg);
-    const device::cuda_event start;
-    start.record(caller_);
+    res_.start.record(caller_);
     for (cudaStream_t s : streams_)
-      if (s != caller_) start.wait_on(s);
-    start.wait_on(c_.stream());
+      if (s != caller_) res_.start.wait_on(s);
+    res_.start.wait_on(c_.stream());
     // an event after every operation a later one waits for
     waited_.assign(segment_->ops.size(), 0);
     for (const program_op& op : segment_->ops)
       for (const std::int32_t a : op.after) waited_[static_cast<std::size_t>(a)] = 1;
-    while (events_.size() < segment_->ops.size()) events_.emplace_back();
+    res_.reserve_events(segment_->ops.size());
   }
 
   void end_segment(std::size_t) {
     post_exchange();
-    for (cudaStream_t s : streams_)
-      if (s != caller_) device::stream_wait(caller_, s);
-    device::stream_wait(caller_, c_.stream());
+    std::size_t j = 0;
+    const auto join = [&](cudaStream_t s) {
+      if (s == caller_) return;
+      res_.joins.at(j).record(s);
+      res_.joins.at(j++).wait_on(caller_);
+    };
+    for (cudaStream_t s : streams_) join(s);
+    join(c_.stream());
   }
 
   void compute(rank_index, std::size_t, std::int32_t index, const program_op& op) {
     const cudaStream_t s = streams_.at(static_cast<std::size_t>(op.stream));
     if (pending_ >= 0 && std::find(op.after.begin(), op.after.end(), pending_) != op.after.end()) post_exchange();
-    for (const std::int32_t a : op.after) events_[static_cast<std::size_t>(a)].wait_on(s);
+    for (const std::int32_t a : op.after) res_.events[static_cast<std::size_t>(a)].wait_on(s);
     const auto* launch = timeline_ ? std::get_if<run_attention>(&op.body) : nullptr;
     std::size_t span = 0;
     if (launch) {
@@ -198,7 +170,7 @@ class device_backend {
     }
     std::visit([&](const auto& body) { run(body, s, static_cast<std::size_t>(op.stream)); }, op.body);
     if (launch) timeline_->close(span, s);
-    if (waited_[static_cast<std::size_t>(index)]) events_[static_cast<std::size_t>(index)].record(s);
+    if (waited_[static_cast<std::size_t>(index)]) res_.events[static_cast<std::size_t>(index)].record(s);
   }
 
   //! Posts the previous exchange, if still pending, and keeps this one pending until an
@@ -209,6 +181,55 @@ class device_backend {
   }
 
  private:
+  // The rank's first pass of this kind: the checks of the program that hold for every pass (the
+  // payloads' row bytes), then the arenas (a launch's O or dQ arena in fp32), the streams, the
+  // launches' scratch (rows x heads of the largest query buffer) and the join events. Nothing
+  // is enqueued before the checks pass.
+  void prepare(const rank_pass& mine, cudaStream_t stream) {
+    res_.fp32_arena.assign(arenas_of_.size(), 0);
+    for (const program_segment& seg : mine.segments)
+      for (const program_op& op : seg.ops)
+        if (const auto* run = std::get_if<run_attention>(&op.body)) {
+          const program_launch& l = prog_.launches.at(static_cast<std::size_t>(run->launch));
+          const buffer_ref accumulator = pass_ == pass_kind::forward ? l.o : l.dq;
+          if (accumulator.where == buffer_ref::space::arena) res_.fp32_arena.at(static_cast<std::size_t>(accumulator.index)) = 1;
+        }
+    std::size_t scratch = 0;
+    bool launches = false, lanes = false;
+    for (const program_segment& seg : mine.segments)
+      for (const program_op& op : seg.ops)
+        if (const auto* run = std::get_if<run_attention>(&op.body)) {
+          const program_launch& l = prog_.launches.at(static_cast<std::size_t>(run->launch));
+          scratch = std::max(scratch, static_cast<std::size_t>(layout_of(l.q, &seg).rows * launch_dims(l).heads));
+          launches = true;
+          lanes = lanes || !on_rank_tensors(l);
+        }
+    for (const program_segment& seg : mine.segments)
+      for (const program_op& op : seg.ops)
+        if (const auto* x = std::get_if<exchange_phase>(&op.body)) check_payloads(prog_.phases.at(static_cast<std::size_t>(x->phase)), seg);
+
+    for (std::size_t a = 0; a < arenas_of_.size(); ++a) {
+      const buffer_view v = layout_of(buffer_ref::arena(static_cast<std::int32_t>(a)), nullptr);
+      res_.arenas.emplace_back(static_cast<std::size_t>(v.rows * v.row_bytes()), stream);
+    }
+    if (prog_.streams.size() > 1) {
+      const device::priority_range range = device::stream_priorities();
+      for (const program_stream& s : prog_.streams) res_.owned.emplace_back(std::min(range.greatest + s.priority, range.least));
+    }
+    for (std::size_t s = 0; launches && s < prog_.streams.size(); ++s) {
+      if (pass_ == pass_kind::forward) {
+        res_.part_o.emplace_back(scratch * static_cast<std::size_t>(dims_.head_dim) * sizeof(float), stream);
+        res_.part_lse.emplace_back(scratch * sizeof(float), stream);
+      }
+      if (lanes) {
+        res_.lse_rows.emplace_back(scratch * sizeof(float), stream);
+        if (pass_ == pass_kind::backward) res_.delta.emplace_back(scratch * sizeof(float), stream);
+      }
+    }
+    while (res_.joins.size() < prog_.streams.size() + 1) res_.joins.emplace_back();
+    res_.built = true;
+  }
+
   // Posts the pending exchange on the communication stream. It is posted late, after the
   // compute operations that follow it in the program and do not wait for it have been
   // enqueued: posting a group can block the host (a loopback world waits for its peers to
@@ -221,7 +242,7 @@ class device_backend {
     const auto index = static_cast<std::size_t>(std::exchange(pending_, -1));
     const program_op& op = segment_->ops.at(index);
     const program_phase& ph = prog_.phases.at(static_cast<std::size_t>(std::get<exchange_phase>(op.body).phase));
-    for (const std::int32_t a : op.after) events_[static_cast<std::size_t>(a)].wait_on(c_.stream());
+    for (const std::int32_t a : op.after) res_.events[static_cast<std::size_t>(a)].wait_on(c_.stream());
     const std::size_t span = timeline_ ? timeline_->open(timed_kind::exchange, ph.level, ph.round, -1, c_.stream()) : 0;
     std::vector<std::span<const std::byte>> send(ph.payloads.size());
     std::vector<std::span<std::byte>> recv(ph.payloads.size());
@@ -235,7 +256,7 @@ class device_backend {
                     std::span<const std::span<const std::byte>>(send), std::span<const std::span<std::byte>>(recv),
                     step_.empty() ? phase_label(prog_, ph) : step_, device_staging{});
     if (timeline_) timeline_->close(span, c_.stream());
-    if (waited_[index]) events_[index].record(c_.stream());
+    if (waited_[index]) res_.events[index].record(c_.stream());
     if (record_)
       for (const transfer& piece : ph.pieces)
         if (piece.src == me_) record_->add(ph, piece);
@@ -274,7 +295,7 @@ class device_backend {
       const arena& d = arenas_of_.at(a);
       v.kind = d.rows_of, v.rows = d.rows;
       v.heads = d.heads > 0 ? d.heads : w.heads_of(d.rows_of);
-      set_elements(v, fp32_arena_.at(a) != 0);
+      set_elements(v, res_.fp32_arena.at(a) != 0);
     } else {
       const auto t = static_cast<tensor_kind>(b.index);
       const bool remap = t == tensor_kind::remap_source || t == tensor_kind::remap_target;
@@ -294,7 +315,7 @@ class device_backend {
   [[nodiscard]] buffer_view view(const buffer_ref& b, bool write) const {
     buffer_view v = layout_of(b, segment_);
     if (b.where == buffer_ref::space::arena) {
-      v.base = arenas_.at(static_cast<std::size_t>(b.index)).template as<std::byte>();
+      v.base = res_.arenas.at(static_cast<std::size_t>(b.index)).template as<std::byte>();
       return v;
     }
     const bool forward = pass_ == pass_kind::forward;
@@ -465,7 +486,7 @@ class device_backend {
   // stream's head-major LSE scratch ([heads][rows])
   [[nodiscard]] buffer_view lse_scratch(std::size_t stream, token_count rows, std::int32_t heads) const {
     buffer_view v;
-    v.base = lse_rows_.at(stream).template as<std::byte>();
+    v.base = res_.lse_rows.at(stream).template as<std::byte>();
     v.element_bytes = 4, v.type = device::element_type::fp32;
     v.kind = row_kind::lse, v.head_major = true, v.heads = heads, v.rows = rows;
     v.row_stride = 1, v.head_stride = rows, v.head_elements = 1;
@@ -509,8 +530,8 @@ class device_backend {
       check_rows(lse, l.lse, first, rows);
       device::attention_forward_params p;
       csr(p);
-      p.o_f32 = part_o_.at(stream).template as<float>();
-      p.lse = part_lse_.at(stream).template as<float>();
+      p.o_f32 = res_.part_o.at(stream).template as<float>();
+      p.lse = res_.part_lse.at(stream).template as<float>();
       p.max_seqlen_q = w.max_q;
       device::validate(p);
       ZEPPELIN_CUDA_CHECK(device::attention_forward(p, s));
@@ -555,7 +576,7 @@ class device_backend {
         check_rows(o, l.o, first, rows);
         const buffer_view acc = lse_scratch(stream, q.rows, d.heads);
         ZEPPELIN_CUDA_CHECK(device::copy_head_block(head_block_of(lse, first, 0, acc, first, 0, rows, d.heads), s));
-        float* delta = delta_.at(stream).template as<float>();
+        float* delta = res_.delta.at(stream).template as<float>();
         if (rows > 0) {
           device::attention_preprocess_params pp;
           pp.o = o.at(first, 0);
@@ -591,14 +612,9 @@ class device_backend {
   std::string step_;
   rank_index me_;
   const std::vector<arena>& arenas_of_;  //!< this rank's arenas in the program (read there, not copied)
+  device_pass_resources& res_;  //!< arenas, scratch, streams and events, kept across passes
   const program_segment* segment_ = nullptr;
-  std::vector<char> fp32_arena_;  //!< [arena]: a launch's O (forward) or dQ (backward), kept in fp32
-  std::vector<device::device_memory> arenas_;
-  std::vector<device::cuda_stream> owned_;
   std::vector<cudaStream_t> streams_;
-  std::vector<device::device_memory> part_o_, part_lse_;  //!< forward: per stream, the kernel's partial O and LSE
-  std::vector<device::device_memory> lse_rows_, delta_;   //!< launches over lanes: per stream, head-major LSE rows and delta
-  std::vector<device::cuda_event> events_;
   std::vector<char> waited_;
   std::int32_t pending_ = -1;  //!< the operation index of the exchange not yet posted (-1: none)
 };

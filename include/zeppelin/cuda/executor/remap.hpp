@@ -48,8 +48,9 @@ void execute_remap_device(C& c, const relayout_plan& x, const void* source, void
   t.remap_source = source;
   t.remap_target = target;
   const std::vector<device::launch_csr> no_launches;
+  device_pass_resources resources;  // this call's: freed in stream order on `stream`
   device_backend<C> backend(prog, pass_kind::forward, c, stream, attention_dims{static_cast<std::int32_t>(row_bytes), 1, 1, 0},
-                            device::dtype::bf16, t, no_launches, nullptr, nullptr, step);
+                            device::dtype::bf16, t, no_launches, nullptr, resources, nullptr, step);
   run_segment(prog, pass_kind::forward, 0, backend);
 }
 
