@@ -18,6 +18,8 @@
 //             graph (cuda/device_loopback_graph.hpp): the host time of the one launch that
 //             replays every rank's pass, exchanges included.
 // Host times only: on one GPU the device times of R ranks mean nothing.
+#include "bench_support.hpp"
+
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cuda/device_loopback.hpp>
@@ -48,6 +50,8 @@
 #include <vector>
 
 using namespace zeppelin;
+using zeppelin_bench::fill_random_16bit;
+using zeppelin_bench::median;
 
 namespace {
 
@@ -77,11 +81,6 @@ options parse(int argc, char** argv) {
     std::exit(2);
   }
   return o;
-}
-
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  return x.empty() ? 0 : x[x.size() / 2];
 }
 
 double now_us() {
@@ -125,18 +124,6 @@ class echo_comm {
 };
 static_assert(device_communicator<echo_comm>);
 
-// random 16-bit values of magnitude 0.5 .. 1 and random sign (never zeros)
-void fill_random(void* dst, std::size_t elems, std::uint32_t seed) {
-  std::vector<std::uint16_t> h(elems);
-  std::uint32_t s = seed * 2654435761u + 1;
-  for (auto& e : h) {
-    s = s * 1664525u + 1013904223u;
-    e = static_cast<std::uint16_t>(0x3800u | (s >> 22));
-    if (s & 0x100u) e |= 0x8000u;
-  }
-  ZEPPELIN_CUDA_CHECK(cudaMemcpy(dst, h.data(), elems * 2, cudaMemcpyHostToDevice));
-}
-
 std::vector<token_count> mixed_lengths(int ranks) {
   std::vector<token_count> lengths;
   const double scale = ranks / 32.0;
@@ -155,10 +142,10 @@ struct rank_tensors {
         d_o(rows * dims.q_row() * 2, s), dq(rows * dims.q_row() * 2, s), dk(rows * dims.kv_row() * 2, s), dv(rows * dims.kv_row() * 2, s),
         lse(rows * dims.heads * sizeof(float), s) {
     ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
-    fill_random(q.get(), rows * dims.q_row(), 1 + seed);
-    fill_random(k.get(), rows * dims.kv_row(), 100 + seed);
-    fill_random(v.get(), rows * dims.kv_row(), 200 + seed);
-    fill_random(d_o.get(), rows * dims.q_row(), 300 + seed);
+    fill_random_16bit(q.get(), rows * dims.q_row(), 1 + seed);
+    fill_random_16bit(k.get(), rows * dims.kv_row(), 100 + seed);
+    fill_random_16bit(v.get(), rows * dims.kv_row(), 200 + seed);
+    fill_random_16bit(d_o.get(), rows * dims.q_row(), 300 + seed);
     forward = {q.get(), k.get(), v.get(), o.get(), lse.as<float>()};
     backward = {q.get(), k.get(), v.get(), o.get(), d_o.get(), lse.as<float>(), dq.get(), dk.get(), dv.get()};
   }
@@ -178,6 +165,20 @@ plan bench_plan(const batch& b, const topology& t) {
   const token_count capacity = (b.total_tokens() + t.num_ranks() - 1) / t.num_ranks() * 9 / 8;
   return hierarchical<>{.capacity = capacity}.partition(b, t);
 }
+
+#ifdef ZEPPELIN_BENCH_HAS_GRAPH
+// times `reps` replays of each pass's graph (after 2 warm-ups) on s: host microseconds
+void time_replays(const device::cuda_graph (&graphs)[2], cudaStream_t s, int reps, std::vector<double> (&us)[2]) {
+  for (int rep = 0; rep < reps + 2; ++rep)
+    for (int pass = 0; pass < 2; ++pass) {
+      const double t0 = now_us();
+      graphs[pass].launch(s);
+      const double e = now_us() - t0;
+      ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
+      if (rep >= 2) us[pass].push_back(e);
+    }
+}
+#endif
 
 // every rank alone on this thread: eager passes, then (graph capture) replays of its captures
 void per_rank(const options& o, const attention_dims& dims) {
@@ -204,14 +205,7 @@ void per_rank(const options& o, const attention_dims& dims) {
     engine.prepare(c, s);
     const device::cuda_graph graphs[2] = {device::capture_graph(s, [&] { engine.forward(c, t.forward, s); }),
                                           device::capture_graph(s, [&] { engine.backward(c, t.backward, s); })};
-    for (int rep = 0; rep < o.reps + 2; ++rep)
-      for (int pass = 0; pass < 2; ++pass) {
-        const double t0 = now_us();
-        graphs[pass].launch(s);
-        const double e = now_us() - t0;
-        ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
-        if (rep >= 2) replay_us[pass].push_back(e);
-      }
+    time_replays(graphs, s, o.reps, replay_us);
 #endif
     for (int pass = 0; pass < 2; ++pass) {
       eager_of_rank[pass].push_back(median(eager_us[pass]));
@@ -248,14 +242,7 @@ void world(const options& o, const attention_dims& dims) {
     captured[1].capture(c, s, [&] { engine.backward(c, t.backward, s); });
     if (c.rank() == 0) {
       const device::cuda_graph graphs[2] = {captured[0].take(), captured[1].take()};
-      for (int rep = 0; rep < o.reps + 2; ++rep)
-        for (int pass = 0; pass < 2; ++pass) {
-          const double t0 = now_us();
-          graphs[pass].launch(s);
-          const double e = now_us() - t0;
-          ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
-          if (rep >= 2) replay_us[pass].push_back(e);
-        }
+      time_replays(graphs, s, o.reps, replay_us);
     }
     replayed.arrive_and_wait();
   });

@@ -14,6 +14,8 @@
 // On one GPU the R ranks share the SMs and the "links" are device-to-device copies that take
 // memory bandwidth from the kernels: this measures the engine's stream and event structure
 // (whether a round's compute ever waits for its data), not NVLink or InfiniBand.
+#include "bench_support.hpp"
+
 #include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cuda/device_loopback.hpp>
@@ -37,6 +39,8 @@
 #include <vector>
 
 using namespace zeppelin;
+using zeppelin_bench::fill_random_16bit;
+using zeppelin_bench::median;
 
 namespace {
 
@@ -71,23 +75,6 @@ options parse(int argc, char** argv) {
   return o;
 }
 
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  return x.empty() ? 0 : x[x.size() / 2];
-}
-
-// random 16-bit values of magnitude 0.5 .. 1 and random sign (never zeros)
-void fill_random(void* dst, std::size_t elems, std::uint32_t seed) {
-  std::vector<std::uint16_t> h(elems);
-  std::uint32_t s = seed * 2654435761u + 1;
-  for (auto& e : h) {
-    s = s * 1664525u + 1013904223u;
-    e = static_cast<std::uint16_t>(0x3800u | (s >> 22));
-    if (s & 0x100u) e |= 0x8000u;
-  }
-  ZEPPELIN_CUDA_CHECK(cudaMemcpy(dst, h.data(), elems * 2, cudaMemcpyHostToDevice));
-}
-
 // one rank's per-round figures of one rep (exec/overlap.hpp)
 using round_figures = std::map<std::int32_t, overlap_figures>;
 
@@ -119,10 +106,10 @@ int main(int argc, char** argv) {
         dv(kn * 2, s), lse(n * static_cast<std::size_t>(dims.heads) * sizeof(float), s);
     ZEPPELIN_CUDA_CHECK(cudaStreamSynchronize(s));
     const auto seed = static_cast<std::uint32_t>(me);
-    fill_random(q.get(), qn, 1 + seed);
-    fill_random(k.get(), kn, 100 + seed);
-    fill_random(v.get(), kn, 200 + seed);
-    fill_random(d_o.get(), qn, 300 + seed);
+    fill_random_16bit(q.get(), qn, 1 + seed);
+    fill_random_16bit(k.get(), kn, 100 + seed);
+    fill_random_16bit(v.get(), kn, 200 + seed);
+    fill_random_16bit(d_o.get(), qn, 300 + seed);
     const device_forward_io fio{q.get(), k.get(), v.get(), out.get(), lse.as<float>()};
     const device_backward_io bio{q.get(), k.get(), v.get(), out.get(), d_o.get(), lse.as<float>(), dq.get(), dk.get(), dv.get()};
     device_timeline timeline;
