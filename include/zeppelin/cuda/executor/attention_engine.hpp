@@ -17,7 +17,11 @@
 // What runs is exactly the program: the same phases (routed pieces), launches (one CSR
 // attention launch each, fused over the groups of a level when the program says so) and
 // dependencies the host engine runs and the simulator prices. At construction every launch's
-// CSR arrays are built (cuda/executor/launch_csr.hpp); a pass uploads its rank's once.
+// CSR arrays are built (cuda/executor/launch_csr.hpp). Plan once, run many: a rank's first pass
+// uploads its descriptors (pinned, asynchronous) and allocates its arenas, scratch,
+// accumulators, streams and events, which every later pass reuses
+// (cuda/executor/device_pass_resources.hpp); prepare() does all of it up front, after which a
+// pass can be captured into a CUDA graph and replayed (cuda/graph.hpp).
 // Forward: O accumulates in fp32 (lse_merge after every launch) and is cast to `type` at the
 // end. Backward: attention_backward_preprocess (delta = rowsum(dO * O)) once, dQ and dK/dV in
 // fp32, cast at the end.
@@ -246,8 +250,8 @@ class device_attention_engine {
              execution_record* record = nullptr) const {
     const rank_index me = check_rank(c);
     const std::size_t segment = remap_segment_index(program_, pass, me, micro_batch, kind);
-    agree(c);
     check_capture(c, pass, stream);
+    agree(c);
     device_tensors t;
     t.remap_source = source, t.remap_target = target, t.rows = rows(me);
     device_pass_resources& res = resources_of(me).of(pass == pass_kind::forward);
