@@ -3,13 +3,14 @@
 # library for sm_90 (or use binaries built elsewhere), run the tests (plain, then under
 # compute-sanitizer memcheck as ctest's gpu.memcheck and gpu.memcheck.nccl do), the PyTorch
 # binding's CUDA tests, the attention bench, PyTorch's flash attention on the same shapes, the
-# check of dumped outputs against PyTorch, the ring-overlap bench, and train_gpt's GPU worlds
+# check of dumped outputs against PyTorch, the ring-overlap bench, the device engine's host time
+# per pass (eager and replayed as a CUDA graph), and train_gpt's GPU worlds
 # (when the build holds train_gpt: the loss-parity runs of its gpu-labelled ctest cases). Each
 # step has a time limit, so one slow step cannot take the others' time.
-# Usage (repository root): bench/gpu/run_on_gpu.sh [OUT_DIR]   (seven logs land there)
+# Usage (repository root): bench/gpu/run_on_gpu.sh [OUT_DIR]   (eight logs land there)
 # Environment:
 #   ZEPPELIN_GPU_BUILD  a build directory that already holds tests/gpu/test_gpu,
-#                       bench/gpu/bench_gpu_{attention,ring_overlap}, python/zeppelin_torch and,
+#                       bench/gpu/bench_gpu_{attention,ring_overlap,engine_host}, python/zeppelin_torch and,
 #                       optionally, train_gpt (examples on) for this GPU (configured with -DCMAKE_CUDA_ARCHITECTURES=90 on another
 #                       machine, say); default: build here
 #   ZEPPELIN_GPU_MEMCHECK_S  seconds for each memcheck run (default 240)
@@ -35,7 +36,7 @@ if [[ -z "$build" ]] || ! "$build/tests/gpu/test_gpu" --help > /dev/null 2>&1; t
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZEPPELIN_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DZEPPELIN_BUILD_EXAMPLES=OFF -DZEPPELIN_BUILD_BENCH=ON -DZEPPELIN_BUILD_PYTHON=ON > "$scratch/configure.log" 2>&1 \
     || { tail -30 "$scratch/configure.log"; exit 1; }
-  cmake --build "$build" --target test_gpu bench_gpu_attention bench_gpu_ring_overlap zeppelin_capi -j16 > "$scratch/build.log" 2>&1 \
+  cmake --build "$build" --target test_gpu bench_gpu_attention bench_gpu_ring_overlap bench_gpu_engine_host zeppelin_capi -j16 > "$scratch/build.log" 2>&1 \
     || { tail -50 "$scratch/build.log"; exit 1; }
 fi
 echo "binaries: $build" >> "$out/env.log"
@@ -56,6 +57,7 @@ tail -n 2 "$out/python_cuda.log"
 step 90 "$out/ring_overlap.log" "$build/bench/gpu/bench_gpu_ring_overlap" --ranks 4 --tokens 32768
 step 90 "$out/ring_overlap.log" "$build/bench/gpu/bench_gpu_ring_overlap" --ranks 2 --tokens 16384
 step 90 "$out/ring_overlap.log" "$build/bench/gpu/bench_gpu_ring_overlap" --ranks 8 --tokens 65536
+step 90 "$out/engine.log" "$build/bench/gpu/bench_gpu_engine_host"
 mkdir -p "$scratch/dump"
 step 150 "$out/bench.log" "$build/bench/gpu/bench_gpu_attention" --shapes "$scratch/shapes.txt" --dump "$scratch/dump"
 step 150 "$out/torch.log" python3 bench/gpu/torch_attention.py bench "$scratch/shapes.txt"
