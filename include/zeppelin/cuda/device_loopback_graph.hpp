@@ -105,17 +105,11 @@ class world_capture {
     }
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(origin_->get(), &graph);
-    if (!complete || ended != cudaSuccess) {
+    if (!complete && ended == cudaSuccess) {  // a rank failed: it rethrows its own error
       if (graph != nullptr) (void)cudaGraphDestroy(graph);
-      (void)cudaGetLastError();
-      ZEPPELIN_CUDA_CHECK(ended);
-      return;  // a rank failed: it rethrows its own error
+      return;
     }
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-    (void)cudaGraphDestroy(graph);
-    ZEPPELIN_CUDA_CHECK(instantiated);
-    graph_ = device::cuda_graph(exec);
+    graph_ = device::instantiate_captured(graph, ended);
   }
 
   rank_index ranks_;

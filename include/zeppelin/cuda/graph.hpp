@@ -7,6 +7,8 @@
 //                                    exception from enqueue() or a CUDA error the capture is
 //                                    ended and discarded, and the error propagates.
 //   cuda_graph::launch(stream)       enqueues one replay on `stream`
+//   instantiate_captured(graph, e)   the cuda_graph of an ended capture (shared with
+//                                    cuda/device_loopback_graph.hpp)
 // A replay does the captured work on the same device memory with the same arguments: the
 // pointers a captured pass was given must stay valid and hold the next inputs before each
 // replay (write new values into the same buffers; a pass over other buffers needs its own
@@ -63,6 +65,21 @@ class cuda_graph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+//! The executable graph of a captured `graph`, which it destroys (its capture's end status
+//! `ended` first: on an error the graph is destroyed and the error thrown).
+[[nodiscard]] inline cuda_graph instantiate_captured(cudaGraph_t graph, cudaError_t ended) {
+  if (ended != cudaSuccess) {
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();  // the invalidated capture's error, reported here
+    ZEPPELIN_CUDA_CHECK(ended);
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  ZEPPELIN_CUDA_CHECK(instantiated);
+  return cuda_graph(exec);
+}
+
 //! The graph of what `enqueue()` enqueues on `stream` (see the file comment).
 template <class F>
 [[nodiscard]] cuda_graph capture_graph(cudaStream_t stream, F&& enqueue) {
@@ -76,12 +93,8 @@ template <class F>
     (void)cudaGetLastError();
     throw;
   }
-  ZEPPELIN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  ZEPPELIN_CUDA_CHECK(instantiated);
-  return cuda_graph(exec);
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  return instantiate_captured(graph, ended);
 }
 
 }  // namespace device

@@ -187,19 +187,14 @@ class device_backend {
   // is enqueued before the checks pass.
   void prepare(const rank_pass& mine, cudaStream_t stream) {
     res_.fp32_arena.assign(arenas_of_.size(), 0);
-    for (const program_segment& seg : mine.segments)
-      for (const program_op& op : seg.ops)
-        if (const auto* run = std::get_if<run_attention>(&op.body)) {
-          const program_launch& l = prog_.launches.at(static_cast<std::size_t>(run->launch));
-          const buffer_ref accumulator = pass_ == pass_kind::forward ? l.o : l.dq;
-          if (accumulator.where == buffer_ref::space::arena) res_.fp32_arena.at(static_cast<std::size_t>(accumulator.index)) = 1;
-        }
     std::size_t scratch = 0;
     bool launches = false, lanes = false;
     for (const program_segment& seg : mine.segments)
       for (const program_op& op : seg.ops)
         if (const auto* run = std::get_if<run_attention>(&op.body)) {
           const program_launch& l = prog_.launches.at(static_cast<std::size_t>(run->launch));
+          const buffer_ref accumulator = pass_ == pass_kind::forward ? l.o : l.dq;
+          if (accumulator.where == buffer_ref::space::arena) res_.fp32_arena.at(static_cast<std::size_t>(accumulator.index)) = 1;
           scratch = std::max(scratch, static_cast<std::size_t>(layout_of(l.q, &seg).rows * launch_dims(l).heads));
           launches = true;
           lanes = lanes || !on_rank_tensors(l);
@@ -207,7 +202,6 @@ class device_backend {
     for (const program_segment& seg : mine.segments)
       for (const program_op& op : seg.ops)
         if (const auto* x = std::get_if<exchange_phase>(&op.body)) check_payloads(prog_.phases.at(static_cast<std::size_t>(x->phase)), seg);
-
     for (std::size_t a = 0; a < arenas_of_.size(); ++a) {
       const buffer_view v = layout_of(buffer_ref::arena(static_cast<std::int32_t>(a)), nullptr);
       res_.arenas.emplace_back(static_cast<std::size_t>(v.rows * v.row_bytes()), stream);
