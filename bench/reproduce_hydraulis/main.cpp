@@ -31,7 +31,8 @@
 // configuration, 2 iterations, for ctest), --quick (8 iterations), --full (32); --cp adds
 // CP 2 and 4 to every method's schemes (the authors' code leaves CP out); --every-op prices
 // every block's ops in the one engine (block_pricing::every_op; default per_shape, whose
-// blocks' TP and CP traffic does not contend with other blocks'). Planner times beside the
+// blocks' TP and CP traffic does not contend with other blocks'); --per-port prices each
+// exchange of the switching whole (exchange_pricing::per_port; default flow by flow). Planner times beside the
 // paper's Table 2 are in bench/strategy_bench.cpp.
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/topology_presets.hpp>
@@ -68,6 +69,7 @@ struct mode {
   bool smoke = false;
   scheme_space space{};  // --cp: CP 2 and 4 as well (beyond the paper, whose code leaves CP out)
   block_pricing pricing = block_pricing::per_shape;
+  exchange_pricing exchanges = exchange_pricing::per_flow;
 };
 
 struct data_kind {
@@ -116,13 +118,12 @@ step_figures simulate(const iteration_plan& plan, std::span<const token_count> l
   // Hydraulis' states (bf16 parameters and gradients, fp32 master and Adam sharded over every
   // GPU), as MaxLen assumes
   const step_sim_result r = simulate_step(prog, topo, sim_cost_model::for_topology(topo),
-                                          {.pricing = md.pricing, .memory = scheme_profile_options{}.memory, .keep_run = true});
+                                          {.pricing = md.pricing, .exchanges = md.exchanges, .memory = scheme_profile_options{}.memory, .keep_run = true});
   step_figures out;
   out.iteration_s = r.iteration_s;
   const auto dp = static_cast<std::size_t>(traffic_class::dp);
   for (const step_stage_report& s : r.stages) out.switch_s = std::max(out.switch_s, s.traffic_s[dp]);
-  for (const flow_record& f : r.run.flows)
-    if (traffic_class_of(r.run.tags[static_cast<std::size_t>(f.task)].kind) == static_cast<int>(dp)) out.switch_bytes += f.bytes;
+  out.switch_bytes = r.traffic_bytes[dp];
   // each replica's propagation: its first block's start to its last block's end
   std::vector<double> first(prog.plan.replicas.size(), std::numeric_limits<double>::infinity()), last(prog.plan.replicas.size(), 0);
   for (std::size_t id = 0; id < r.block_of_task.size() && id < r.run.start.size(); ++id) {
@@ -153,8 +154,8 @@ void speedups(const mode& md) {
                                  {"13B", models::llama_13b(), 32, 100'000}, {"32B", models::llama_32b(), 32, 100'000},
                                  {"32B", models::llama_32b(), 64, 200'000}};
   if (md.smoke) configs.resize(1);
-  std::printf("\n## Speedup over the best homogeneous strategy (%d iterations, one step simulator, %s pricing, A800 + IB)\n\n", md.iterations,
-              std::string(to_string(md.pricing)).c_str());
+  std::printf("\n## Speedup over the best homogeneous strategy (%d iterations, one step simulator, %s pricing, %s exchanges, A800 + IB)\n\n",
+              md.iterations, std::string(to_string(md.pricing)).c_str(), std::string(to_string(md.exchanges)).c_str());
   std::printf("| %-16s | %-5s | %4s | %-26s | %-22s | %-17s | %-17s | %7s | %-15s | %-15s | %-8s | %-8s |\n", "data", "model", "GPUs",
               "Hydraulis (typical strategy)", "baseline <TP,PP> x d", "hyd. s (planned)", "base s (planned)", "speedup", "switching h / b",
               "hidden: speedup", "gap hyd.", "gap base");
@@ -303,8 +304,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) md.seed = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--cp")) md.space.cp = {1, 2, 4};
     else if (!std::strcmp(argv[i], "--every-op")) md.pricing = block_pricing::every_op;
+    else if (!std::strcmp(argv[i], "--per-port")) md.exchanges = exchange_pricing::per_port;
     else {
-      std::fprintf(stderr, "usage: reproduce_hydraulis [--smoke | --quick | --full] [--iterations N] [--seed S] [--cp] [--every-op]\n");
+      std::fprintf(stderr, "usage: reproduce_hydraulis [--smoke | --quick | --full] [--iterations N] [--seed S] [--cp] [--every-op] [--per-port]\n");
       return 2;
     }
   }

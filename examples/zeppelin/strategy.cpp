@@ -6,12 +6,14 @@
 //      dispatch; default 100), --placement-budget B (trials x sequences at most, at least
 //      one trial; default 2^20), --seed S, --threads K (dispatch trials, pipeline packings
 //      and the simulation's block shapes at once; default the machine's hardware threads,
-//      nothing printed depends on it), --json.
+//      nothing printed depends on it), --exchanges per_port | per_flow (how the simulation
+//      prices the switching: each exchange whole at its busiest port, the default, or flow
+//      by flow; sim/step_backend.hpp), --json.
 // Runs: the schemes <TP, PP, CP> the model and cluster allow with their MaxLen, UtilLen and
 //      T(l, P) (A800 tables), the strategy-proposal DP over the file's lengths, then for
 //      every candidate greedy dispatch and greedy packing, keeping the fastest; then the
 //      chosen plan as a step plan (strategy/iteration_step_plan.hpp: 1F1B, switching sync)
-//      on the one step simulator (per_shape pricing), on A800 nodes of P GPUs with
+//      on the one step simulator (per_shape pricing, --exchanges), on A800 nodes of P GPUs with
 //      InfiniBand (clusters::hydraulis_a800_ib, the GPU memory given).
 // Out: the chosen strategy (schemes and pipeline counts), every pipeline's MaxLen and
 //      micro-batches (sequence indices into the file), the predicted iteration seconds and
@@ -61,6 +63,7 @@ struct strategy_options {
   std::int64_t placement_budget = zeppelin::greedy_dispatch{}.placement_budget;
   std::uint64_t seed = 1;
   int threads = hardware_threads();
+  std::optional<zeppelin::exchange_pricing> exchanges;  // empty: per_port
   bool json = false;
 };
 
@@ -91,7 +94,10 @@ void run_strategy(const strategy_options& o) {
   try {
     const step_program prog = make_step_program(step_plan_of(plan, lengths, cluster, model), cluster, model, hydraulis_program_options());
     simulated_s = simulate_step(prog, cluster, sim_cost_model::for_topology(cluster),
-                                {.pricing = block_pricing::per_shape, .memory = scheme_profile_options{}.memory, .threads = o.threads})
+                                {.pricing = block_pricing::per_shape,
+                                 .exchanges = o.exchanges.value_or(exchange_pricing::per_port),
+                                 .memory = scheme_profile_options{}.memory,
+                                 .threads = o.threads})
                       .iteration_s;
   } catch (const resource_limit& e) {
     simulation_refused = e.what();
@@ -150,6 +156,12 @@ void add_strategy_command(CLI::App& app) {
       ->check(example_cli::positive());
   add_integer_option(cmd, "--seed", options->seed, "seed of the dispatch trials")->capture_default_str();
   add_threads_option(cmd, options->threads, "greedy dispatch trials, pipeline packings and simulated block shapes run at once");
+  cmd->add_option("--exchanges", options->exchanges,
+                  "how the simulation prices the switching's exchanges: per_port (each whole, at its busiest port's "
+                  "bytes, after every GPU posted it; the default) or per_flow (every transfer a flow, max-min fair; slow at "
+                  "1,000+ GPUs)")
+      ->transform(example_cli::one_of({{"per_port", static_cast<long long>(zeppelin::exchange_pricing::per_port)},
+                                       {"per_flow", static_cast<long long>(zeppelin::exchange_pricing::per_flow)}}));
   cmd->add_flag("--json", options->json,
                 "print {\"strategy\":[...],\"pipelines\":[{...,\"micro_batches\":[[...]]}],\"iteration_s\":x,\"simulated_iteration_s\":y}");
   cmd->callback([options] { run_strategy(*options); });

@@ -241,6 +241,11 @@ zeppelin_add_cli_test(tool.strategy_json_names_the_refused_simulation EXIT_CODE 
 add_test(NAME tool.strategy_same_plan_on_any_threads
   COMMAND "${CMAKE_COMMAND}" "-DTOOL=${zeppelin_tool_cmd}" "-DLENGTHS=${zeppelin_fixtures}/lengths_mixed_1000.txt"
           -P "${CMAKE_CURRENT_LIST_DIR}/strategy_threads.cmake")
+add_test(NAME tool.strategy_exchanges_per_port_and_per_flow
+  COMMAND "${CMAKE_COMMAND}" "-DTOOL=${zeppelin_tool_cmd}" "-DLENGTHS=${zeppelin_fixtures}/lengths_mixed_1000.txt"
+          -P "${CMAKE_CURRENT_LIST_DIR}/strategy_exchanges.cmake")
+zeppelin_add_cli_test(tool.strategy_rejects_unknown_exchanges EXIT_CODE 105 STDERR "^--exchanges: 'fair' is not one of per_port\\|per_flow\n"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --exchanges fair)
 zeppelin_add_cli_test(tool.strategy_rejects_zero_threads EXIT_CODE 105 STDERR "^--threads: '0' is not positive"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --threads 0)
 add_test(NAME tool.strategy_placement_budget_caps_trials

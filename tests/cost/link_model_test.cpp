@@ -125,15 +125,33 @@ TEST_CASE("concurrent flows: bounds on random flow sets", "[cost][link_model]") 
         last = std::max(last, t[i]);
       }
     }
+    double busiest = 0;
     for (const auto& [key, v] : port) {
       const bool inter = key.first >= 2;
       const double bw = inter ? topo.nic_link().bandwidth : topo.intra_node_link().bandwidth;
       const double lat = inter ? topo.nic_link().latency : topo.intra_node_link().latency;
       REQUIRE(v.second >= (lat + v.first / bw) * (1 - 1e-9));
+      busiest = std::max(busiest, lat + v.first / bw);
     }
+    // The whole set's least time: its busiest port at full rate (and its latency), no later
+    // than the last flow under fair sharing.
+    const double whole = busiest_port_seconds(flows, topo);
+    REQUIRE(whole == Approx(busiest).epsilon(1e-12));
+    REQUIRE(whole <= (t.empty() ? 0.0 : *std::max_element(t.begin(), t.end())) * (1 + 1e-9));
     // Deterministic.
     REQUIRE(l.concurrent_seconds(flows, topo) == t);
   }
+}
+
+TEST_CASE("busiest port: equal flows out of one NIC take what fair sharing gives them", "[cost][link_model]") {
+  const auto topo = clusters::hydraulis_a800_ib(3);  // a NIC per GPU
+  const std::vector<link_flow> flows = {{0, 8, 4e8}, {0, 16, 4e8}, {1, 2, 1e8}};
+  const double last = std::max({link_model{}.concurrent_seconds(flows, topo)[0], link_model{}.concurrent_seconds(flows, topo)[1]});
+  CHECK(busiest_port_seconds(flows, topo) == Approx(last).epsilon(1e-12));
+  CHECK(busiest_port_seconds(flows, topo) == Approx(8e8 / topo.nic_link().bandwidth + topo.nic_link().latency).epsilon(1e-12));
+  CHECK(busiest_port_seconds({}, topo) == 0);
+  const std::vector<link_flow> bad = {{0, 40, 1.0}};
+  CHECK_THROWS_AS(busiest_port_seconds(bad, topo), invalid_argument);
 }
 
 TEST_CASE("link model errors", "[cost][link_model]") {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 using namespace zeppelin;
@@ -170,6 +171,42 @@ TEST_CASE("a flow shorter than the clock's resolution still completes", "[sim][e
   CHECK(r.end[static_cast<std::size_t>(f)] == Approx(1.0));
   CHECK(r.end[static_cast<std::size_t>(b)] == Approx(2.0));
   CHECK(r.intra_node_bytes == 1.0);
+}
+
+TEST_CASE("a delay ends its seconds after its dependencies; wait_for adds one named later", "[sim][engine]") {
+  const topology t = tiny(0.5);
+  event_engine e(t);
+  const task_id barrier = e.join({});
+  const task_id d = e.delay(3.0, {task_kind::parameter_sync}, {barrier});
+  const task_id a = e.compute(0, 2.0, compute_tag(), 0, {});
+  const task_id f = e.flow(1, 2, 10.0, flow_tag(), {});  // inter-node: 10 / 10 + 0.5 latency
+  e.wait_for(barrier, a);                                // added after the barrier
+  e.wait_for(barrier, f);
+  const task_id b = e.compute(3, 1.0, compute_tag(), 0, {d});
+  const task_id zero = e.delay(0.0, {task_kind::parameter_sync}, {a});
+  const engine_run r = e.run();
+  CHECK(r.end[static_cast<std::size_t>(barrier)] == Approx(2.0));  // the later of 2 s and 1.5 s
+  CHECK(r.start[static_cast<std::size_t>(d)] == Approx(2.0));
+  CHECK(r.end[static_cast<std::size_t>(d)] == Approx(5.0));
+  CHECK(r.start[static_cast<std::size_t>(b)] == Approx(5.0));
+  CHECK(r.end[static_cast<std::size_t>(zero)] == Approx(2.0));
+  CHECK(r.makespan == Approx(6.0));
+  CHECK(r.flows.size() == 1);  // a delay is no flow
+  // a delay holds no stream: rank 3 was stalled, waiting for it
+  CHECK(r.ranks[3].stalled == Approx(5.0));
+}
+
+TEST_CASE("delays and late dependencies are checked; a cycle through wait_for is reported", "[sim][engine]") {
+  const topology t = tiny();
+  event_engine e(t);
+  CHECK_THROWS_AS(e.delay(-1.0, {task_kind::join}, {}), invalid_argument);
+  CHECK_THROWS_AS(e.delay(std::numeric_limits<double>::infinity(), {task_kind::join}, {}), invalid_argument);
+  const task_id a = e.join({});
+  const task_id b = e.delay(1.0, {task_kind::join}, {a});
+  CHECK_THROWS_AS(e.wait_for(a, 7), invalid_argument);
+  CHECK_THROWS_AS(e.wait_for(a, a), invalid_argument);
+  e.wait_for(a, b);  // a waits for b, which waits for a
+  CHECK_THROWS_AS(e.run(), invalid_argument);
 }
 
 namespace {

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <vector>
@@ -60,9 +61,11 @@ iteration_plan mixed_plan(bool with_idle) {
   return plan;
 }
 
-step_sim_result simulate(const step_plan& p, const topology& cluster, const model_config& m) {
+step_sim_result simulate(const step_plan& p, const topology& cluster, const model_config& m,
+                         exchange_pricing exchanges = exchange_pricing::per_flow) {
   const step_program prog = make_step_program(p, cluster, m, hydraulis_program_options());
-  return simulate_step(prog, cluster, sim_cost_model::for_topology(cluster), {.pricing = block_pricing::every_op});
+  return simulate_step(prog, cluster, sim_cost_model::for_topology(cluster),
+                       {.pricing = block_pricing::every_op, .exchanges = exchanges, .keep_run = true});
 }
 
 }  // namespace iteration_step_plan_test
@@ -147,6 +150,62 @@ TEST_CASE("simulated: at least every stage's compute and the switching bounds, t
   REQUIRE(r.iteration_s >= switching_seconds(push, cluster) * (1 - 1e-9));
   // a rank pulls its parameters before its first block and pushes its gradients after its last
   REQUIRE(r.iteration_s > slowest_compute);
+}
+
+TEST_CASE("switching priced per port: each exchange whole after a barrier, at its busiest port, the same bytes",
+          "[strategy][step][sim]") {
+  // Over two nodes (the pull and push cross the NICs): the pull ends every rank's wait at
+  // its busiest port's time, the push's reduction and link follow the last backward one after
+  // the other, each at its own; the record and the bytes are per_flow's.
+  const model_config m = models::llama_550m();
+  const topology cluster = clusters::hydraulis_a800_ib(2);
+  std::vector<token_count> lengths = isp::lengths;
+  lengths.push_back(900);
+  iteration_plan plan = isp::mixed_plan(true);
+  plan.pipelines.push_back(isp::pipeline(isp::scheme(4, 1, 1, 3000), {{7}}, lengths));  // GPUs 10-13, on node 1 with 8-9
+  const step_plan p = step_plan_of(plan, lengths, cluster, m);
+  const step_program prog = make_step_program(p, cluster, m, hydraulis_program_options());
+  REQUIRE(prog.exchanges == 3);
+  const sim_cost_model cost = sim_cost_model::for_topology(cluster);
+  const auto run = [&](exchange_pricing x) {
+    return simulate_step(prog, cluster, cost, {.pricing = block_pricing::every_op, .exchanges = x, .record = true, .keep_run = true});
+  };
+  const step_sim_result by_port = run(exchange_pricing::per_port), by_flow = run(exchange_pricing::per_flow);
+  // each exchange's flows, as the program lists them (every transfer from its source's group)
+  std::vector<std::vector<link_flow>> flows(3);
+  for (const step_group& g : prog.groups)
+    for (const std::int32_t x : g.transfers) {
+      const step_transfer& t = prog.transfers[static_cast<std::size_t>(x)];
+      if (g.exchange >= 0 && t.src == g.rank) flows[static_cast<std::size_t>(g.exchange)].push_back({t.src, t.dst, double(t.bytes)});
+    }
+  const double pull_s = busiest_port_seconds(flows[0], cluster), reduce_s = busiest_port_seconds(flows[1], cluster),
+               link_s = busiest_port_seconds(flows[2], cluster);
+  REQUIRE(pull_s > 0);
+  REQUIRE(reduce_s > 0);
+  REQUIRE(link_s > 0);
+  // no block starts before the pull's time, and the first ones start right at it
+  double first_block = std::numeric_limits<double>::infinity(), slowest_busy = 0;
+  for (std::size_t id = 0; id < by_port.block_of_task.size(); ++id)
+    if (by_port.block_of_task[id] >= 0) first_block = std::min(first_block, by_port.run.start[id]);
+  CHECK(first_block == Approx(pull_s).epsilon(1e-9));
+  for (const step_stage_report& s : by_port.stages) slowest_busy = std::max(slowest_busy, s.busy_s);
+  CHECK(by_port.iteration_s >= (pull_s + slowest_busy + reduce_s + link_s) * (1 - 1e-9));
+  // the engine holds one task per exchange instead of a flow per transfer
+  std::size_t flows_listed = 0;
+  for (const auto& f : flows) flows_listed += f.size();
+  CHECK(by_flow.tasks - by_port.tasks >= flows_listed - 2 * 3);
+  // the same transfers and bytes
+  CHECK(by_port.record.transfers == by_flow.record.transfers);
+  const auto dp = static_cast<std::size_t>(traffic_class::dp);
+  CHECK(by_port.traffic_bytes[dp] > 0);
+  CHECK(by_port.traffic_bytes[dp] == Approx(by_flow.traffic_bytes[dp]).epsilon(1e-12));
+  for (std::size_t i = 0; i < by_port.stages.size(); ++i) {
+    CHECK(by_port.stages[i].traffic_bytes[dp] == Approx(by_flow.stages[i].traffic_bytes[dp]).epsilon(1e-12));
+    CHECK(by_port.stages[i].traffic_s[dp] >= (pull_s + reduce_s + link_s) * (1 - 1e-9));  // every rank takes part in all three
+  }
+  // the perfect schedule of the bytes is the faster, the barrier the slower: both within 10 %
+  // of max-min fair flows here
+  CHECK(by_port.iteration_s == Approx(by_flow.iteration_s).epsilon(0.1));
 }
 
 TEST_CASE("one homogeneous pipeline is make_step_plan's plan of the same layout", "[strategy][step][sim]") {

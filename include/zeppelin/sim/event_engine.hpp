@@ -11,7 +11,11 @@
 //          (detail/fair_share.hpp), recomputed whenever a flow starts or drains; a flow
 //          completes its link latency after its last byte (cost/link_model.hpp's
 //          convention). Local (same-rank) and empty flows complete at once;
-//        - join(): completes when its dependencies have (a marker, no resource).
+//        - join(): completes when its dependencies have (a marker, no resource);
+//        - delay(seconds, tag): completes `seconds` after its dependencies, on no resource (a
+//          priced whole: an exchange whose time a caller knows, sim/step_backend.hpp);
+//        - wait_for(task, dependency): one more dependency of a task not run yet, added after
+//          it (a barrier whose members are known only later; a cycle is reported by run()).
 //   out: engine_run: start / end of every task, the compute segments of every stream, the
 //        flows, and per rank the busy, stalled and idle time up to the makespan.
 // Stream policies: in_order runs a rank's compute tasks in the order they were added (a
@@ -232,6 +236,27 @@ class event_engine {
   task_id join(std::span<const task_id> deps) { return add(node_kind::join, task_tag{}, deps); }
   task_id join(std::initializer_list<task_id> deps) { return join(std::span<const task_id>(deps.begin(), deps.size())); }
 
+  //! A task of no resource that completes `seconds` (finite, >= 0) after its dependencies.
+  task_id delay(double seconds, task_tag tag, std::span<const task_id> deps) {
+    ZEPPELIN_EXPECTS(std::isfinite(seconds) && seconds >= 0, "a delay must be finite and non-negative", {{"seconds", seconds}});
+    const task_id id = add(node_kind::delay, tag, deps);
+    nodes_.back().amount = seconds;
+    return id;
+  }
+  task_id delay(double seconds, task_tag tag, std::initializer_list<task_id> deps) {
+    return delay(seconds, tag, std::span<const task_id>(deps.begin(), deps.size()));
+  }
+
+  //! Makes `task` also wait for `dependency`, which may have been added after it (both must
+  //! exist; the engine has not run). The caller keeps the DAG acyclic: run() throws when a
+  //! cycle leaves tasks unrun.
+  void wait_for(task_id task, task_id dependency) {
+    const auto n = static_cast<task_id>(nodes_.size());
+    ZEPPELIN_EXPECTS(task >= 0 && task < n && dependency >= 0 && dependency < n && task != dependency,
+                     "wait_for needs two different tasks of the engine", {{"task", double(task)}, {"dependency", double(dependency)}, {"tasks", double(n)}});
+    link(dependency, task);
+  }
+
   [[nodiscard]] std::size_t size() const noexcept { return nodes_.size(); }
 
   //! Room for `tasks` tasks and `dependencies` dependency edges in all, so that a caller who
@@ -254,13 +279,14 @@ class event_engine {
     compute,  //!< its rank's compute stream
     flow,     //!< two ports (or nothing: local and empty flows)
     join,     //!< nothing
+    delay,    //!< nothing, for `amount` seconds
   };
 
   struct node {
     node_kind kind = node_kind::join;
     rank_index rank = 0;                             // compute: its stream's rank; flow: the source
     rank_index destination = 0;                      // flow
-    double amount = 0;                               // compute: full-speed seconds; flow: bytes
+    double amount = 0;                               // compute: full-speed seconds; flow: bytes; delay: seconds
     std::int64_t priority = 0;                       // compute
     std::int32_t order = 0;                          // compute: position in its rank's program
     link_class link = link_class::local;             // flow
@@ -280,11 +306,16 @@ class event_engine {
     for (const task_id d : deps) {
       if (d == no_task) continue;
       ZEPPELIN_EXPECTS(d >= 0 && d < id, "a task may only wait for earlier tasks", {{"task", double(id)}, {"dependency", double(d)}});
-      ++nodes_.back().waiting;
-      succ_.push_back({id, nodes_[static_cast<std::size_t>(d)].first_succ});
-      nodes_[static_cast<std::size_t>(d)].first_succ = static_cast<std::int32_t>(succ_.size() - 1);
+      link(d, id);
     }
     return id;
+  }
+
+  // `to` waits for `from`
+  void link(task_id from, task_id to) {
+    ++nodes_[static_cast<std::size_t>(to)].waiting;
+    succ_.push_back({to, nodes_[static_cast<std::size_t>(from)].first_succ});
+    nodes_[static_cast<std::size_t>(from)].first_succ = static_cast<std::int32_t>(succ_.size() - 1);
   }
 
   const topology& t_;
@@ -301,7 +332,7 @@ class event_engine {
 };
 
 //! One run of an event_engine. Every iteration of run()'s loop moves the clock to the next
-//! event (a compute task's end, a flow's last byte, a flow's arrival after its latency),
+//! event (a compute task's end, a flow's last byte, a flow's arrival after its latency, a delay's end),
 //! completes what ends there, releases the tasks that were waiting for it, and starts compute
 //! on the streams that changed. Reads the engine's tasks, counts down their `waiting` and takes
 //! their tags (an engine runs once).
@@ -340,6 +371,7 @@ class event_engine::runner {
       advance_clock_to(next);
       complete_compute_ending_now();
       complete_flows_arriving_now();
+      complete_delays_ending_now();
       release_ready_tasks();
       reprice_compute_after_communication_changes();
       start_compute_on_changed_streams();
@@ -380,6 +412,7 @@ class event_engine::runner {
     double next = std::numeric_limits<double>::infinity();
     if (!compute_ends_.empty()) next = std::get<0>(compute_ends_.top());
     if (!arrivals_.empty()) next = std::min(next, std::get<0>(arrivals_.top()));
+    if (!delay_ends_.empty()) next = std::min(next, std::get<0>(delay_ends_.top()));
     return std::min(next, flows_.next_drain());
   }
 
@@ -425,6 +458,15 @@ class event_engine::runner {
     }
   }
 
+  // Every delay whose seconds have passed completes.
+  void complete_delays_ending_now() {
+    while (!delay_ends_.empty() && std::get<0>(delay_ends_.top()) <= now_) {
+      const task_id id = std::get<1>(delay_ends_.top());
+      delay_ends_.pop();
+      complete(id);
+    }
+  }
+
   // Releases the tasks whose dependencies all completed (and, through joins and empty
   // flows that complete at once, the tasks those release): a join completes, a flow
   // starts moving bytes (or completes: local or empty), a compute task queues on its stream.
@@ -435,6 +477,7 @@ class event_engine::runner {
       released_[static_cast<std::size_t>(id)] = 1;
       switch (task(id).kind) {
         case node_kind::join: release_join(id); break;
+        case node_kind::delay: release_delay(id); break;
         case node_kind::flow: release_flow(id); break;
         case node_kind::compute: release_compute(id); break;
       }
@@ -495,6 +538,14 @@ class event_engine::runner {
   void release_join(task_id id) {
     out_.start[static_cast<std::size_t>(id)] = now_;
     complete(id);
+  }
+
+  // a delay ends its seconds from now (at once when they are 0)
+  void release_delay(task_id id) {
+    out_.start[static_cast<std::size_t>(id)] = now_;
+    const double seconds = task(id).amount;
+    if (seconds == 0) return complete(id);
+    delay_ends_.push({now_ + seconds, id, 0});
   }
 
   // a local or empty flow completes at once; any other starts moving bytes, and its ends
@@ -631,6 +682,7 @@ class event_engine::runner {
   std::vector<ready_queue> ready_;   // per rank (priority policies): released tasks not running
   timed_queue compute_ends_;         // (end, rank, stream generation); stale entries skipped
   timed_queue arrivals_;             // (last byte + latency, flow task, 0)
+  timed_queue delay_ends_;           // (end, delay task, 0)
   detail::flows_in_flight flows_;
   std::vector<std::int32_t> flows_touching_;  // per rank: flows in flight (released, not arrived) with it as an end
   std::vector<char> communication_changed_;   // per rank: flows_touching_ crossed zero since the last reprice

@@ -15,7 +15,9 @@
 //        engine's run (for traces, sim/step_trace.hpp)
 // Memory first (sim/step_memory.hpp): nothing runs on a cluster it does not fit. With
 // per_shape pricing every block's shape is priced before the step runs, on
-// step_sim_options::threads threads.
+// step_sim_options::threads threads. Hydraulis' switching (step_group::exchange) runs flow by
+// flow, or with exchange_pricing::per_port each exchange whole (sim/step_backend.hpp): its
+// in-flight seconds on a rank are then the exchange's span.
 // Errors: infeasible naming the replica, stage, micro-batch and bytes when a rank's peak is
 // over the capacity; invalid_argument for a negative or NaN capacity, threads < 1, a NaN deadline, a record asked for
 // with per_shape pricing, or a program the driver cannot run.
@@ -50,6 +52,7 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 struct step_sim_options {
   block_pricing pricing = block_pricing::every_op;
+  exchange_pricing exchanges = exchange_pricing::per_flow;  //!< Hydraulis' switching: flow by flow, or each exchange whole
   memory_settings memory{};           //!< bytes per state (the ZeRO stage follows the plan's sync)
   double memory_capacity_bytes = 0;   //!< per GPU; 0: the topology's GPU memory; +inf: not checked
   bool record = false;                //!< fill step_sim_result::record (every_op pricing)
@@ -82,6 +85,7 @@ struct step_sim_result {
   double attention_imbalance = 1;  //!< WLB-LLM: max / mean causal pairs per micro-batch
   double latency_imbalance = 1;    //!< WLB-LLM: max / mean forward latency per micro-batch, worst replica
   std::vector<step_stage_report> stages;             //!< replica by replica, stage by stage
+  std::array<double, traffic_classes> traffic_bytes{};  //!< per traffic class, the bytes every rank sent (ranks outside the plan's replicas included)
   std::vector<std::vector<double>> forward_latency;  //!< [replica][micro-batch]: its forward blocks' seconds
   std::size_t tasks = 0;                             //!< tasks the engine ran
   engine_run run;                                    //!< with options.keep_run
@@ -126,6 +130,7 @@ struct step_sim_result {
   step_sim_result out;
   step_sim_backend backend(e, prog, t, cost, o.pricing, ranks, o.record ? &out.record : nullptr);
   backend.set_stream_policy(policy);
+  backend.set_exchange_pricing(o.exchanges);
   if (o.pricing == block_pricing::per_shape) backend.price_shapes(o.threads);
   run_step(prog, backend);
   out.tasks = e.size();
@@ -156,9 +161,17 @@ struct step_sim_result {
       spans[static_cast<std::size_t>(f.destination) * traffic_classes + static_cast<std::size_t>(k)].emplace_back(f.start, f.end);
     traffic_bytes[static_cast<std::size_t>(f.source)][static_cast<std::size_t>(k)] += f.bytes;
   }
+  for (const priced_exchange& x : backend.exchanges_priced()) {
+    const int k = traffic_class_of(run.tags[static_cast<std::size_t>(x.task)].kind);
+    const auto r = static_cast<std::size_t>(x.rank);
+    spans[r * traffic_classes + static_cast<std::size_t>(k)].emplace_back(run.start[static_cast<std::size_t>(x.task)], run.end[static_cast<std::size_t>(x.task)]);
+    traffic_bytes[r][static_cast<std::size_t>(k)] += x.bytes_sent;
+  }
   for (std::size_t r = 0; r < R; ++r)
-    for (int k = 0; k < traffic_classes; ++k)
-      traffic_s[r][static_cast<std::size_t>(k)] += detail::union_length(spans[r * traffic_classes + static_cast<std::size_t>(k)]);
+    for (std::size_t k = 0; k < static_cast<std::size_t>(traffic_classes); ++k) {
+      traffic_s[r][k] += detail::union_length(spans[r * static_cast<std::size_t>(traffic_classes) + k]);
+      out.traffic_bytes[k] += traffic_bytes[r][k];
+    }
 
   // per (replica, stage)
   double bubble_sum = 0;

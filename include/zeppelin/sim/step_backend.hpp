@@ -35,12 +35,24 @@
 //              first block runs. The same costs either way. A block of many identical
 //              layers is priced from its first six when their tasks repeat with a period
 //              (then each further layer adds that period: the same step up to rounding).
+// Exchange pricing (exchange_pricing), for the groups of a job-wide exchange:
+//   per_flow   each transfer a flow from the later of its two posts (the reference);
+//   per_port   the exchange starts once every rank with a part in it has posted its group
+//              (a barrier: each rank exchanges with most others) and lasts the least time
+//              its transfers can take, busiest_port_seconds (cost/link_model.hpp): its
+//              busiest NVLink port or NIC at full rate, plus the link latency. One task per
+//              exchange instead of one flow per transfer, and no fair sharing among up to
+//              N^2 / TP flows (the cost that grows with the GPUs); the exchange does not
+//              contend with other traffic. Max-min fair sharing leaves ports idle while
+//              others drain, so per_flow takes longer, and per_port's barrier makes ranks
+//              that posted early wait: docs/step-program.md compares the two.
 // Host-only.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
+#include <zeppelin/cost/link_model.hpp>
 #include <zeppelin/detail/parallel_for.hpp>
 #include <zeppelin/program/driver.hpp>
 #include <zeppelin/sim/backend.hpp>
@@ -71,6 +83,20 @@ ZEPPELIN_NAMESPACE_BEGIN
 enum class block_pricing : std::uint8_t { every_op = 0, per_shape = 1 };
 
 [[nodiscard]] constexpr std::string_view to_string(block_pricing p) noexcept { return p == block_pricing::per_shape ? "per_shape" : "every_op"; }
+
+//! How the simulator prices a job-wide exchange (step_group::exchange: Hydraulis' pull, the
+//! push's reduction and its link; see the file comment).
+enum class exchange_pricing : std::uint8_t { per_flow = 0, per_port = 1 };
+
+[[nodiscard]] constexpr std::string_view to_string(exchange_pricing p) noexcept { return p == exchange_pricing::per_port ? "per_port" : "per_flow"; }
+
+//! One rank's part of an exchange priced whole: the engine task that ends it (its span is
+//! the exchange's time in flight) and the bytes the rank sends in it.
+struct priced_exchange {
+  rank_index rank = 0;
+  task_id task = no_task;
+  double bytes_sent = 0;
+};
 
 //! What the ranks of blocks priced per shape did inside them (their tasks are not in the engine).
 struct shaped_block_time {
@@ -155,6 +181,11 @@ class step_sim_backend {
     shaped_.assign(R, {});
   }
 
+  //! How exchanges are priced; set before the program is walked.
+  void set_exchange_pricing(exchange_pricing p) noexcept { exchanges_ = p; }
+  //! per_port: every rank's part of every exchange (in the order the walk completed them).
+  [[nodiscard]] const std::vector<priced_exchange>& exchanges_priced() const noexcept { return priced_; }
+
   [[nodiscard]] std::span<const rank_index> ranks() const noexcept { return ranks_; }
   //! Per rank, what its blocks priced per shape did (zeros under every_op).
   [[nodiscard]] const std::vector<shaped_block_time>& shaped() const noexcept { return shaped_; }
@@ -178,12 +209,13 @@ class step_sim_backend {
     deps_.assign(1, step_comm_[r]);
     for (const std::int32_t a : prog_.ranks[r][static_cast<std::size_t>(index)].after) deps_.push_back(step_task_[r][static_cast<std::size_t>(a)]);
     const task_id posted = joined(deps_);
+    if (priced_whole(g)) return post_to_exchange(g, posted);
     for (const std::int32_t x : g.transfers) mark_posted(step_post_, prog_.transfers[static_cast<std::size_t>(x)], x, rank, posted);
   }
   void complete(rank_index rank, std::int32_t index, const step_group& g) {
     if (block_ != nullptr) return complete_in_block(rank, index, g);
     const auto r = static_cast<std::size_t>(rank);
-    const task_id done = flows_of(g, prog_.transfers, step_post_, step_flow_, -1, -1);
+    const task_id done = priced_whole(g) ? exchange_part(rank, g) : flows_of(g, prog_.transfers, step_post_, step_flow_, -1, -1);
     step_comm_[r] = done;
     step_task_[r][static_cast<std::size_t>(index)] = done;
   }
@@ -283,6 +315,56 @@ class step_sim_backend {
     if (deps.empty()) return no_task;
     return deps.size() == 1 ? deps.front() : e_.join(deps);
   }
+  // ---- exchanges priced whole (exchange_pricing::per_port)
+  [[nodiscard]] bool priced_whole(const step_group& g) const noexcept { return exchanges_ == exchange_pricing::per_port && g.exchange >= 0; }
+  // the exchange's barrier (created with its first post) waits for this post too
+  void post_to_exchange(const step_group& g, task_id posted) {
+    if (exchange_seconds_.empty()) price_exchanges();
+    const auto x = static_cast<std::size_t>(g.exchange);
+    if (exchange_barrier_[x] == no_task) {
+      exchange_barrier_[x] = e_.join({});
+      const step_transfer& any = prog_.transfers[static_cast<std::size_t>(g.transfers.front())];
+      exchange_done_[x] = e_.delay(exchange_seconds_[x], task_tag{detail::flow_kind_of(any), flow_leg::direct, -1, -1, any.from.layer, -1},
+                                   {exchange_barrier_[x]});
+    }
+    if (posted != no_task) e_.wait_for(exchange_barrier_[x], posted);
+  }
+  // the task ending `rank`'s part of g's exchange, noted with the bytes it sends
+  task_id exchange_part(rank_index rank, const step_group& g) {
+    const task_id done = exchange_done_[static_cast<std::size_t>(g.exchange)];
+    double sent = 0;
+    for (const std::int32_t x : g.transfers) {
+      const step_transfer& t = prog_.transfers[static_cast<std::size_t>(x)];
+      task_id& seen = step_flow_[static_cast<std::size_t>(x)];  // once per transfer (one to itself is listed twice)
+      if (t.src != rank || seen != no_task) continue;
+      seen = done;
+      sent += static_cast<double>(t.bytes);
+      if (record_ != nullptr) record_->add(t);
+    }
+    priced_.push_back({rank, done, sent});
+    return done;
+  }
+  // every exchange's seconds: busiest_port_seconds of its transfers (each once, from the
+  // group of its source)
+  void price_exchanges() {
+    const auto X = static_cast<std::size_t>(prog_.exchanges);
+    std::vector<std::vector<link_flow>> flows(X);
+    for (const step_group& g : prog_.groups) {
+      if (g.exchange < 0) continue;
+      ZEPPELIN_EXPECTS(static_cast<std::size_t>(g.exchange) < X && !g.transfers.empty(),
+                       "step program: a group names an exchange the program does not have, or moves nothing",
+                       {{"exchange", double(g.exchange)}, {"exchanges", double(X)}, {"rank", double(g.rank)}});
+      for (const std::int32_t x : g.transfers) {
+        const step_transfer& t = prog_.transfers[static_cast<std::size_t>(x)];
+        if (t.src == g.rank) flows[static_cast<std::size_t>(g.exchange)].push_back({t.src, t.dst, static_cast<double>(t.bytes)});
+      }
+    }
+    exchange_seconds_.resize(X);
+    for (std::size_t x = 0; x < X; ++x) exchange_seconds_[x] = busiest_port_seconds(flows[x], t_);
+    exchange_barrier_.assign(X, no_task);
+    exchange_done_.assign(X, no_task);
+  }
+
   // records that `rank` posted its end of transfer x (both ends, for a transfer to itself)
   static void mark_posted(std::vector<task_id>& posts, const step_transfer& t, std::int32_t x, rank_index rank, task_id posted) {
     const auto at = static_cast<std::size_t>(x) * 2;
@@ -643,6 +725,7 @@ class step_sim_backend {
   const topology& t_;
   const sim_cost_model& cost_;
   block_pricing pricing_;
+  exchange_pricing exchanges_ = exchange_pricing::per_flow;
   step_record* record_;
   std::vector<rank_index> ranks_;
   stream_policy e_policy_ = stream_policy::in_order;
@@ -653,6 +736,9 @@ class step_sim_backend {
   std::vector<std::vector<task_id>> step_task_;  // [rank][op]
   std::vector<task_id> step_compute_, step_comm_;  // [rank]
   std::vector<task_id> step_post_, step_flow_;     // [transfer x 2 ends], [transfer]
+  std::vector<double> exchange_seconds_;           // [exchange] (per_port, once its first group is posted)
+  std::vector<task_id> exchange_barrier_, exchange_done_;  // [exchange]
+  std::vector<priced_exchange> priced_;
   // the block being expanded
   const block_program* block_ = nullptr;
   const step_block* block_info_ = nullptr;

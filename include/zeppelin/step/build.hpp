@@ -41,7 +41,9 @@
 //                                    TP, each TP rank moves its share of the norms, so a TP
 //                                    all-reduce makes the pulled norms whole (each rank's
 //                                    share, zeros elsewhere) and one sums their gradients
-//                                    before the push.
+//                                    before the push. The pull, the reduction and the
+//                                    link are each one job-wide exchange (step_group::
+//                                    exchange), which a simulator may price as a whole.
 // Cost: O(schedule ops x tp x cp + attention programs + sync transfers).
 // Errors: what validate throws; invalid_argument for element sizes < 1 or accumulators
 // narrower than activations; what make_program throws for a layout; resource_limit when
@@ -314,6 +316,9 @@ inline void add_switching(step_program& prog) {
   const std::vector<std::int32_t> last = last_backwards(prog);
   const std::vector<std::vector<std::int32_t>> whole_parameters = add_replicated_tp_rings(prog, step_tensor::parameters, step_pass::forward, o.parameter_bytes);
   const std::vector<std::vector<std::int32_t>> whole_gradients = add_replicated_tp_rings(prog, step_tensor::gradients, step_pass::backward, o.gradient_bytes);
+  // the job-wide exchanges: the pull, the push's reduction, its link to the owners
+  const std::int32_t pull_exchange = prog.exchanges, reduce_exchange = pull_exchange + 1, link_exchange = pull_exchange + 2;
+  prog.exchanges += 3;
   for (std::size_t g = 0; g < R; ++g) {
     auto& ops = prog.ranks[g];
     bool first = true;
@@ -324,16 +329,16 @@ inline void add_switching(step_program& prog) {
       ops.push_back(std::move(op));
     };
     for (const std::int32_t gi : whole_gradients[g]) group_op(gi);
-    for (auto* list : {&reduce[g], &link[g]}) {
+    for (const auto& [list, exchange] : {std::pair{&reduce[g], reduce_exchange}, std::pair{&link[g], link_exchange}}) {
       if (list->empty()) continue;
       const auto gi = static_cast<std::int32_t>(prog.groups.size());
-      prog.groups.push_back({static_cast<rank_index>(g), std::move(*list)});
+      prog.groups.push_back({static_cast<rank_index>(g), std::move(*list), exchange});
       group_op(gi);
     }
     std::vector<std::int32_t> front;  // the groups before every block
     if (!pull[g].empty()) {
       front.push_back(static_cast<std::int32_t>(prog.groups.size()));
-      prog.groups.push_back({static_cast<rank_index>(g), std::move(pull[g])});
+      prog.groups.push_back({static_cast<rank_index>(g), std::move(pull[g]), pull_exchange});
     }
     front.insert(front.end(), whole_parameters[g].begin(), whole_parameters[g].end());
     if (front.empty()) continue;

@@ -177,6 +177,10 @@ struct step_transfer {
 struct step_group {
   rank_index rank = 0;
   std::vector<std::int32_t> transfers;
+  //! The job-wide exchange the group is one rank's part of (Hydraulis' pull, the push's
+  //! reduction, its link to the owners), in [0, step_program::exchanges); -1: none. A
+  //! simulator may price an exchange as a whole (sim/step_backend.hpp, exchange_pricing).
+  std::int32_t exchange = -1;
   friend bool operator==(const step_group&, const step_group&) = default;
 };
 
@@ -261,6 +265,7 @@ struct step_program {
   std::vector<step_block> blocks;
   std::vector<step_transfer> transfers;
   std::vector<step_group> groups;
+  std::int32_t exchanges = 0;                      //!< job-wide exchanges its groups name (step_group::exchange)
   std::vector<std::vector<step_op>> ranks;         //!< [global rank]: its step-level ops
 
   [[nodiscard]] rank_index num_ranks() const noexcept { return static_cast<rank_index>(ranks.size()); }

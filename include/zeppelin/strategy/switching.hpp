@@ -22,10 +22,10 @@
 // model's bytes more than ZeRO's reduce-scatter, spread over all GPUs.
 // Time: switching_seconds bounds a step from below by its busiest port: a GPU's NVLink
 // bytes sent or received, or a NIC's cross-node bytes sent or received (every GPU behind
-// it), each at full bandwidth; a step program (step/build.hpp) carries the transfers of
-// make_switching_plan as its gradient sync, and sim/simulate_step.hpp runs them on the event
-// engine. Hydraulis
-// overlaps the pull and push with propagation when every micro-batch of a pipeline holds at
+// it), each at full bandwidth, plus the link latency; a step program (step/build.hpp)
+// carries the transfers of make_switching_plan as its gradient sync, and
+// sim/simulate_step.hpp runs them on the event engine (flow by flow, or each exchange
+// whole at this bound: exchange_pricing). Hydraulis overlaps the pull and push with propagation when every micro-batch of a pipeline holds at
 // least TP x CP x F / B tokens (overlap_tokens: F the GPU's bf16 FLOP/s, B the slowest link).
 // Errors: invalid_argument for N < the strategy's GPUs, an empty strategy, an invalid model,
 // bytes_per_element <= 0.
@@ -38,6 +38,7 @@
 #include <zeppelin/core/parallel_layout.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/layer_split.hpp>
+#include <zeppelin/cost/link_model.hpp>
 #include <zeppelin/cost/pipeline_memory.hpp>
 #include <zeppelin/strategy/dispatch.hpp>
 #include <zeppelin/strategy/strategy_proposal.hpp>
@@ -203,38 +204,15 @@ inline switching_grid switching_grid_of(std::span<const switching_user> users, l
   return make_switching_plan(users, gpus, bytes_per_element);
 }
 
-//! Bytes each GPU sends and receives in `transfers`, split into same-node and cross-node.
-struct gpu_traffic {
-  double sent_intra = 0, received_intra = 0, sent_inter = 0, received_inter = 0;
-};
-
-[[nodiscard]] inline std::vector<gpu_traffic> traffic_of(std::span<const slice_transfer> transfers, long long gpus, int gpus_per_node) {
-  std::vector<gpu_traffic> out(static_cast<std::size_t>(gpus));
-  for (const slice_transfer& t : transfers) {
-    const bool same_node = t.src / gpus_per_node == t.dst / gpus_per_node;
-    (same_node ? out[static_cast<std::size_t>(t.src)].sent_intra : out[static_cast<std::size_t>(t.src)].sent_inter) += t.bytes;
-    (same_node ? out[static_cast<std::size_t>(t.dst)].received_intra : out[static_cast<std::size_t>(t.dst)].received_inter) += t.bytes;
-  }
-  return out;
-}
-
 //! A lower bound on the time of `transfers` on `topo` (see the file comment): the busiest
-//! NVLink port (a GPU's same-node bytes sent or received) and the busiest NIC (the
-//! cross-node bytes its GPUs send or receive), each at full bandwidth.
+//! NVLink port (a GPU's same-node bytes sent or received) or NIC (the cross-node bytes its
+//! GPUs send or receive), each at full bandwidth, plus the link latency
+//! (busiest_port_seconds, cost/link_model.hpp).
 [[nodiscard]] inline double switching_seconds(std::span<const slice_transfer> transfers, const topology& topo) {
-  const int per_node = topo.gpus_per_node();
-  const std::vector<gpu_traffic> traffic = traffic_of(transfers, topo.num_ranks(), per_node);
-  std::vector<double> nic_sent(static_cast<std::size_t>(topo.num_nics()), 0), nic_received = nic_sent;
-  double slowest = 0;
-  for (std::size_t g = 0; g < traffic.size(); ++g) {
-    slowest = std::max(slowest, std::max(traffic[g].sent_intra, traffic[g].received_intra) / topo.intra_node_link().bandwidth);
-    const auto nic = static_cast<std::size_t>(topo.nic_of(static_cast<rank_index>(g)));
-    nic_sent[nic] += traffic[g].sent_inter;
-    nic_received[nic] += traffic[g].received_inter;
-  }
-  for (std::size_t n = 0; n < nic_sent.size(); ++n)
-    slowest = std::max(slowest, std::max(nic_sent[n], nic_received[n]) / topo.nic_link().bandwidth);
-  return slowest;
+  std::vector<link_flow> flows;
+  flows.reserve(transfers.size());
+  for (const slice_transfer& t : transfers) flows.push_back({t.src, t.dst, t.bytes});
+  return busiest_port_seconds(flows, topo);
 }
 
 //! Hydraulis' overlap threshold: a pipeline's pull and push hide behind propagation when
