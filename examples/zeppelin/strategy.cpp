@@ -24,10 +24,12 @@
 //       "iteration_s":x,"simulated_iteration_s":y}
 // Bad input is an error on stderr with exit status 1: a sequence no scheme can hold
 // (naming it and the largest MaxLen), a model that fits no scheme on the GPUs, N < 1; a
-// plan the simulator finds over the GPU memory (naming stage and bytes). A plan whose step
-// program would pass the library's limits (step_program_options::max_switching_transfers:
-// the switching at thousands of GPUs) is still printed, with the simulation refused and the
-// reason (JSON: "simulated_iteration_s":null,"simulation_refused":"...").
+// plan the simulator finds over the GPU memory (naming stage and bytes). Per port the
+// program holds each GPU's switching traffic (exchange_detail::traffic_only), at any size;
+// per flow it lists the transfers, and a plan whose program would pass the library's limits
+// (step_program_options::max_switching_transfers: the switching at thousands of GPUs) is
+// still printed, with the simulation refused and the reason (JSON:
+// "simulated_iteration_s":null,"simulation_refused":"...").
 #include "commands.hpp"
 
 #include <zeppelin/core/error.hpp>
@@ -92,10 +94,14 @@ void run_strategy(const strategy_options& o) {
   std::optional<double> simulated_s;
   std::string simulation_refused;
   try {
-    const step_program prog = make_step_program(step_plan_of(plan, lengths, cluster, model), cluster, model, hydraulis_program_options());
+    // priced per port, the switching needs each GPU's traffic only, not its ~N^2 / TP transfers
+    const exchange_pricing exchanges = o.exchanges.value_or(exchange_pricing::per_port);
+    step_program_options program_options = hydraulis_program_options();
+    if (exchanges == exchange_pricing::per_port) program_options.exchanges = exchange_detail::traffic_only;
+    const step_program prog = make_step_program(step_plan_of(plan, lengths, cluster, model), cluster, model, program_options);
     simulated_s = simulate_step(prog, cluster, sim_cost_model::for_topology(cluster),
                                 {.pricing = block_pricing::per_shape,
-                                 .exchanges = o.exchanges.value_or(exchange_pricing::per_port),
+                                 .exchanges = exchanges,
                                  .memory = scheme_profile_options{}.memory,
                                  .threads = o.threads})
                       .iteration_s;

@@ -229,15 +229,20 @@ zeppelin_add_cli_test(tool.strategy_simulated_iteration EXIT_CODE 0
 zeppelin_add_cli_test(tool.strategy_summary EXIT_CODE 0
   STDOUT "llama-13b on 32 GPUs .8 per node.: 64 sequences.*strategy: .*pipeline 0 <TP [0-9]+, PP [0-9]+, CP 1>: MaxLen.*iteration [0-9.]+ s"
   COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_hydraulis.txt --gpus 32 --model 13b)
-# At 8,192 GPUs the plan comes out in well under a second; its step program would pass
-# max_switching_transfers (1,000 TP-8 pipelines: about 1e9 transfers), so the simulation is
-# reported refused with the numbers, and the command still succeeds.
+# At 8,192 GPUs the plan comes out in well under a second and, priced per port, the step
+# program holds each GPU's switching traffic, so it is simulated (a few seconds). Flow by flow
+# it would list every transfer and pass max_switching_transfers (1,000 TP-8 pipelines: about
+# 1e9 transfers), so the simulation is reported refused with the numbers, and the command
+# still succeeds.
+zeppelin_add_cli_test(tool.strategy_at_cluster_scale_simulates_per_port EXIT_CODE 0
+  STDOUT "on 8192 GPUs .*iteration [0-9.]+ s .predicted.\nsimulated iteration [0-9]+\\.[0-9]+ s .step simulator"
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192)
 zeppelin_add_cli_test(tool.strategy_at_cluster_scale_names_the_refused_simulation EXIT_CODE 0
   STDOUT "on 8192 GPUs .*iteration [0-9.]+ s .predicted.\nsimulated iteration: refused: the parameter switching moves more slices.*switching_transfers=[0-9.e+]+, max_switching_transfers=4194304"
-  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192)
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192 --exchanges per_flow)
 zeppelin_add_cli_test(tool.strategy_json_names_the_refused_simulation EXIT_CODE 0
   STDOUT "\"simulated_iteration_s\":null,\"simulation_refused\":\"the parameter switching"
-  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192 --json)
+  COMMAND ${zeppelin_tool_cmd} strategy --lengths ${zeppelin_fixtures}/lengths_mixed_1000.txt --gpus 8192 --exchanges per_flow --json)
 add_test(NAME tool.strategy_same_plan_on_any_threads
   COMMAND "${CMAKE_COMMAND}" "-DTOOL=${zeppelin_tool_cmd}" "-DLENGTHS=${zeppelin_fixtures}/lengths_mixed_1000.txt"
           -P "${CMAKE_CURRENT_LIST_DIR}/strategy_threads.cmake")

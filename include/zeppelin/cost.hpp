@@ -1,12 +1,13 @@
 // zeppelin/cost.hpp
 // All of cost/: causal pair counts, attention and linear FLOPs, achieved-throughput tables,
-// attention / GEMM time models, transfer sizes and the link model, CP shares, layer splits,
+// attention / GEMM time models, transfer sizes, the link model and the busiest port, CP shares, layer splits,
 // profile fits, pipeline stage time and memory. nvcc-safe.
 #pragma once
 
 #include <zeppelin/cost/adaptive_cp_sharding.hpp>
 #include <zeppelin/cost/attention_flops.hpp>
 #include <zeppelin/cost/attention_time_model.hpp>
+#include <zeppelin/cost/busiest_port.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/cost/chunk_cost.hpp>
 #include <zeppelin/cost/cp_shares.hpp>

@@ -1,7 +1,8 @@
 // zeppelin/strategy.hpp
 // Umbrella header of Hydraulis' heterogeneous strategies: parallel schemes and their cost
 // models (MaxLen, UtilLen, T(l, P)), the strategy-proposal dynamic program, dispatch across
-// pipelines (stage 1), packing within a pipeline (stage 2) and the per-iteration choice.
+// pipelines (stage 1), packing within a pipeline (stage 2), the per-iteration choice, and the
+// switching between strategies (its mutual slices, their element layout, each GPU's traffic).
 // Host-only.
 #pragma once
 
@@ -15,3 +16,5 @@
 #include <zeppelin/strategy/scheme_profile.hpp>
 #include <zeppelin/strategy/strategy_proposal.hpp>
 #include <zeppelin/strategy/switching.hpp>
+#include <zeppelin/strategy/switching_layout.hpp>
+#include <zeppelin/strategy/switching_traffic.hpp>

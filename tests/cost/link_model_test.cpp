@@ -1,17 +1,20 @@
 // tests/cost/link_model_test.cpp
 // link_model: latency + bytes / bandwidth per link class, NIC sharing on cluster A (two GPUs
-// per NIC -> half bandwidth), max-min fair completion of concurrent flows, errors.
+// per NIC -> half bandwidth), max-min fair completion of concurrent flows, errors; the
+// busiest port (cost/busiest_port.hpp) of flows and of per-rank traffic.
 #include <catch2/catch.hpp>
 
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
+#include <zeppelin/cost/busiest_port.hpp>
 #include <zeppelin/cost/link_model.hpp>
 #include <zeppelin/cost/transfer_bytes.hpp>
 
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <span>
 #include <vector>
 
 using namespace zeppelin;
@@ -137,6 +140,16 @@ TEST_CASE("concurrent flows: bounds on random flow sets", "[cost][link_model]") 
     // than the last flow under fair sharing.
     const double whole = busiest_port_seconds(flows, topo);
     REQUIRE(whole == Approx(busiest).epsilon(1e-12));
+    // the same from each rank's bytes per link class
+    std::vector<rank_traffic> traffic(static_cast<std::size_t>(topo.num_ranks()));
+    for (const link_flow& f : flows) {
+      const auto c = topo.between(f.source, f.destination);
+      if (c == link_class::local) continue;
+      (c == link_class::intra_node ? traffic[static_cast<std::size_t>(f.source)].sent_intra : traffic[static_cast<std::size_t>(f.source)].sent_inter) += f.bytes;
+      (c == link_class::intra_node ? traffic[static_cast<std::size_t>(f.destination)].received_intra
+                                   : traffic[static_cast<std::size_t>(f.destination)].received_inter) += f.bytes;
+    }
+    REQUIRE(busiest_port_seconds(std::span<const rank_traffic>(traffic), topo) == Approx(whole).epsilon(1e-12));
     REQUIRE(whole <= (t.empty() ? 0.0 : *std::max_element(t.begin(), t.end())) * (1 + 1e-9));
     // Deterministic.
     REQUIRE(l.concurrent_seconds(flows, topo) == t);
@@ -149,9 +162,14 @@ TEST_CASE("busiest port: equal flows out of one NIC take what fair sharing gives
   const double last = std::max({link_model{}.concurrent_seconds(flows, topo)[0], link_model{}.concurrent_seconds(flows, topo)[1]});
   CHECK(busiest_port_seconds(flows, topo) == Approx(last).epsilon(1e-12));
   CHECK(busiest_port_seconds(flows, topo) == Approx(8e8 / topo.nic_link().bandwidth + topo.nic_link().latency).epsilon(1e-12));
-  CHECK(busiest_port_seconds({}, topo) == 0);
+  CHECK(busiest_port_seconds(std::span<const link_flow>{}, topo) == 0);
   const std::vector<link_flow> bad = {{0, 40, 1.0}};
   CHECK_THROWS_AS(busiest_port_seconds(bad, topo), invalid_argument);
+  const std::vector<rank_traffic> short_list(3);
+  CHECK_THROWS_AS(busiest_port_seconds(std::span<const rank_traffic>(short_list), topo), invalid_argument);
+  std::vector<rank_traffic> negative(static_cast<std::size_t>(topo.num_ranks()));
+  negative[5].received_inter = -1;
+  CHECK_THROWS_AS(busiest_port_seconds(std::span<const rank_traffic>(negative), topo), invalid_argument);
 }
 
 TEST_CASE("link model errors", "[cost][link_model]") {

@@ -173,7 +173,7 @@ TEST_CASE("a flow shorter than the clock's resolution still completes", "[sim][e
   CHECK(r.intra_node_bytes == 1.0);
 }
 
-TEST_CASE("a delay ends its seconds after its dependencies; wait_for adds one named later", "[sim][engine]") {
+TEST_CASE("a delay ends its seconds after its dependencies, and wait_for adds one named later", "[sim][engine]") {
   const topology t = tiny(0.5);
   event_engine e(t);
   const task_id barrier = e.join({});
@@ -196,7 +196,7 @@ TEST_CASE("a delay ends its seconds after its dependencies; wait_for adds one na
   CHECK(r.ranks[3].stalled == Approx(5.0));
 }
 
-TEST_CASE("delays and late dependencies are checked; a cycle through wait_for is reported", "[sim][engine]") {
+TEST_CASE("delays and late dependencies are checked, and a cycle through wait_for is reported", "[sim][engine]") {
   const topology t = tiny();
   event_engine e(t);
   CHECK_THROWS_AS(e.delay(-1.0, {task_kind::join}, {}), invalid_argument);

@@ -206,6 +206,26 @@ TEST_CASE("switching priced per port: each exchange whole after a barrier, at it
   // the perfect schedule of the bytes is the faster, the barrier the slower: both within 10 %
   // of max-min fair flows here
   CHECK(by_port.iteration_s == Approx(by_flow.iteration_s).epsilon(0.1));
+
+  // the program that holds each rank's traffic alone prices the same (its bytes count
+  // fractional elements, the listed ones whole ones) and lists no switching transfer
+  step_program_options traffic_only = hydraulis_program_options();
+  traffic_only.exchanges = exchange_detail::traffic_only;
+  const step_program counted = make_step_program(p, cluster, m, traffic_only);
+  REQUIRE(counted.exchanges == 3);
+  REQUIRE(counted.exchange_traffic.size() == 3);
+  CHECK(counted.transfers.size() + flows_listed <= prog.transfers.size());
+  for (const step_group& g : counted.groups) CHECK((g.exchange < 0 || g.transfers.empty()));
+  const step_sim_result by_count =
+      simulate_step(counted, cluster, cost, {.pricing = block_pricing::every_op, .exchanges = exchange_pricing::per_port, .keep_run = true});
+  CHECK(by_count.iteration_s == Approx(by_port.iteration_s).epsilon(1e-4));
+  CHECK(by_count.traffic_bytes[dp] == Approx(by_port.traffic_bytes[dp]).epsilon(1e-4));
+  for (std::size_t i = 0; i < by_count.stages.size(); ++i)
+    CHECK(by_count.stages[i].traffic_s[dp] == Approx(by_port.stages[i].traffic_s[dp]).epsilon(1e-4));
+  // nothing to run per flow or to record
+  CHECK_THROWS_AS(simulate_step(counted, cluster, cost, {.pricing = block_pricing::every_op}), invalid_argument);
+  CHECK_THROWS_AS(simulate_step(counted, cluster, cost, {.pricing = block_pricing::every_op, .exchanges = exchange_pricing::per_port, .record = true}),
+                  invalid_argument);
 }
 
 TEST_CASE("one homogeneous pipeline is make_step_plan's plan of the same layout", "[strategy][step][sim]") {

@@ -15,7 +15,7 @@
 // (source and destination NIC for inter-node, source and destination GPU for intra-node);
 // concurrent_seconds() goes further and finishes a set of flows under max-min fair
 // bandwidth sharing (flows that finish early hand their share to the others);
-// busiest_port_seconds() is the least time of such a set: its busiest port at full rate.
+// cost/busiest_port.hpp gives the least time of such a set: its busiest port at full rate.
 // A zero-byte transfer takes 0 s (no message is sent). Host-only; nvcc-safe as a header.
 #pragma once
 
@@ -256,28 +256,5 @@ concept link_cost_model = requires(const T& m, double bytes, link_class c, const
   { m.seconds(bytes, c, t, k) } -> std::convertible_to<double>;
 };
 static_assert(link_cost_model<link_model>);
-
-//! The least time `flows` started together can take: over every port, the bytes of the flows
-//! through it at its full capacity plus its link's latency (a flow completes its latency
-//! after its last byte), the largest. Every port busy throughout, as a perfect schedule would
-//! keep it; max-min fair sharing (concurrent_seconds, the event engine) is slower when ports
-//! go idle while others drain. O(flows + ports). Throws like flow_sharing().
-[[nodiscard]] inline double busiest_port_seconds(std::span<const link_flow> flows, const topology& t) {
-  const std::vector<double> capacity = detail::port_capacities(t);
-  std::vector<double> load(capacity.size(), 0.0);
-  for (const link_flow& f : flows) {
-    detail::check_bytes(f.bytes);
-    const detail::flow_ports p = detail::ports_of(f, t);
-    if (p.first < 0) continue;
-    load[static_cast<std::size_t>(p.first)] += f.bytes;
-    load[static_cast<std::size_t>(p.second)] += f.bytes;
-  }
-  const auto gpu_ports = 2 * static_cast<std::size_t>(t.num_ranks());  // NVLink egress and ingress, then the NICs'
-  double slowest = 0;
-  for (std::size_t i = 0; i < load.size(); ++i)
-    if (load[i] > 0)
-      slowest = std::max(slowest, load[i] / capacity[i] + link_model::latency(i < gpu_ports ? link_class::intra_node : link_class::inter_node, t));
-  return slowest;
-}
 
 ZEPPELIN_NAMESPACE_END

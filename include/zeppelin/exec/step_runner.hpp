@@ -14,7 +14,8 @@
 // attention engine). A rank that runs nothing (no replica) returns at once.
 // Host code: the ops run one after another on the calling thread, which satisfies the
 // program's stream semantics. Errors: invalid_argument when the communicator's size is not
-// the program's or a buffer the model returns has the wrong size or an add's bytes are not
+// the program's, the program holds its exchanges' traffic alone (exchange_detail::
+// traffic_only), a buffer the model returns has the wrong size or an add's bytes are not
 // whole elements; communicator and model exceptions propagate unchanged.
 #pragma once
 
@@ -162,6 +163,10 @@ class step_host_backend {
 //! Runs the calling rank's part of `prog` (see the file comment). Every rank of `comm` calls it.
 template <communicator C, step_model<C> M>
 void run_step_rank(const step_program& prog, M& model, C& comm, step_record* record = nullptr) {
+  ZEPPELIN_EXPECTS(prog.exchange_traffic.empty(),
+                   "step runner: the program holds its exchanges' traffic alone (exchange_detail::traffic_only), not the transfers "
+                   "to run; build it with exchange_detail::listed",
+                   {{"exchanges", double(prog.exchanges)}});
   step_host_backend<C, M> backend(prog, model, comm, record);
   run_step(prog, backend);
 }

@@ -19,8 +19,10 @@
 // flow, or with exchange_pricing::per_port each exchange whole (sim/step_backend.hpp): its
 // in-flight seconds on a rank are then the exchange's span.
 // Errors: infeasible naming the replica, stage, micro-batch and bytes when a rank's peak is
-// over the capacity; invalid_argument for a negative or NaN capacity, threads < 1, a NaN deadline, a record asked for
-// with per_shape pricing, or a program the driver cannot run.
+// over the capacity; invalid_argument for a negative or NaN capacity, threads < 1, a NaN
+// deadline, a record asked for with per_shape pricing, a program holding its exchanges'
+// traffic alone (exchange_detail::traffic_only) priced per flow or recorded, or a program the
+// driver cannot run.
 // Host-only.
 #pragma once
 
@@ -107,6 +109,10 @@ struct step_sim_result {
   ZEPPELIN_EXPECTS(!std::isnan(o.deadline_s), "step simulation: the deadline must be a number of seconds (+inf: none)", {});
   ZEPPELIN_EXPECTS(t.num_ranks() == prog.num_ranks(), "step simulation: the topology is not the program's cluster",
                    {{"ranks", double(t.num_ranks())}, {"program_ranks", double(prog.num_ranks())}});
+  ZEPPELIN_EXPECTS(prog.exchange_traffic.empty() || (o.exchanges == exchange_pricing::per_port && !o.record),
+                   "step simulation: a program that holds its exchanges' traffic alone (exchange_detail::traffic_only) lists no "
+                   "transfers to run as flows or record; price it with exchange_pricing::per_port and no record, or build it listed",
+                   {{"exchanges", double(prog.exchanges)}});
   const double capacity = o.memory_capacity_bytes > 0 ? o.memory_capacity_bytes : t.gpu().memory_bytes;
   const std::vector<rank_memory_peak> peaks = step_memory_peaks(prog, o.memory);
   for (std::size_t g = 0; g < peaks.size(); ++g) {

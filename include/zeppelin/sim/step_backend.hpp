@@ -39,7 +39,7 @@
 //   per_flow   each transfer a flow from the later of its two posts (the reference);
 //   per_port   the exchange starts once every rank with a part in it has posted its group
 //              (a barrier: each rank exchanges with most others) and lasts the least time
-//              its transfers can take, busiest_port_seconds (cost/link_model.hpp): its
+//              its transfers can take, busiest_port_seconds (cost/busiest_port.hpp): its
 //              busiest NVLink port or NIC at full rate, plus the link latency. One task per
 //              exchange instead of one flow per transfer, and no fair sharing among up to
 //              N^2 / TP flows (the cost that grows with the GPUs); the exchange does not
@@ -52,7 +52,7 @@
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/linear_flops.hpp>
-#include <zeppelin/cost/link_model.hpp>
+#include <zeppelin/cost/busiest_port.hpp>
 #include <zeppelin/detail/parallel_for.hpp>
 #include <zeppelin/program/driver.hpp>
 #include <zeppelin/sim/backend.hpp>
@@ -321,17 +321,22 @@ class step_sim_backend {
   void post_to_exchange(const step_group& g, task_id posted) {
     if (exchange_seconds_.empty()) price_exchanges();
     const auto x = static_cast<std::size_t>(g.exchange);
+    ZEPPELIN_EXPECTS(x < exchange_seconds_.size(), "step program: a group names an exchange the program does not have",
+                     {{"exchange", double(g.exchange)}, {"exchanges", double(prog_.exchanges)}, {"rank", double(g.rank)}});
     if (exchange_barrier_[x] == no_task) {
       exchange_barrier_[x] = e_.join({});
-      const step_transfer& any = prog_.transfers[static_cast<std::size_t>(g.transfers.front())];
-      exchange_done_[x] = e_.delay(exchange_seconds_[x], task_tag{detail::flow_kind_of(any), flow_leg::direct, -1, -1, any.from.layer, -1},
-                                   {exchange_barrier_[x]});
+      exchange_done_[x] = e_.delay(exchange_seconds_[x], task_tag{task_kind::parameter_sync, flow_leg::direct, -1, -1, -1, -1}, {exchange_barrier_[x]});
     }
     if (posted != no_task) e_.wait_for(exchange_barrier_[x], posted);
   }
   // the task ending `rank`'s part of g's exchange, noted with the bytes it sends
   task_id exchange_part(rank_index rank, const step_group& g) {
     const task_id done = exchange_done_[static_cast<std::size_t>(g.exchange)];
+    if (!prog_.exchange_traffic.empty()) {  // the program holds the traffic only
+      const rank_traffic& mine = prog_.exchange_traffic[static_cast<std::size_t>(g.exchange)][static_cast<std::size_t>(rank)];
+      priced_.push_back({rank, done, mine.sent_intra + mine.sent_inter});
+      return done;
+    }
     double sent = 0;
     for (const std::int32_t x : g.transfers) {
       const step_transfer& t = prog_.transfers[static_cast<std::size_t>(x)];
@@ -345,24 +350,30 @@ class step_sim_backend {
     return done;
   }
   // every exchange's seconds: busiest_port_seconds of its transfers (each once, from the
-  // group of its source)
+  // group of its source), or of its ranks' traffic where the program holds that alone
   void price_exchanges() {
     const auto X = static_cast<std::size_t>(prog_.exchanges);
+    exchange_barrier_.assign(X, no_task);
+    exchange_done_.assign(X, no_task);
+    exchange_seconds_.assign(X, 0.0);
+    if (!prog_.exchange_traffic.empty()) {
+      ZEPPELIN_EXPECTS(prog_.exchange_traffic.size() == X, "step program: exchange_traffic needs an entry per exchange",
+                       {{"entries", double(prog_.exchange_traffic.size())}, {"exchanges", double(X)}});
+      for (std::size_t x = 0; x < X; ++x) exchange_seconds_[x] = busiest_port_seconds(std::span<const rank_traffic>(prog_.exchange_traffic[x]), t_);
+      return;
+    }
     std::vector<std::vector<link_flow>> flows(X);
     for (const step_group& g : prog_.groups) {
       if (g.exchange < 0) continue;
       ZEPPELIN_EXPECTS(static_cast<std::size_t>(g.exchange) < X && !g.transfers.empty(),
-                       "step program: a group names an exchange the program does not have, or moves nothing",
+                       "step program: a group names an exchange the program does not have, or lists no transfers",
                        {{"exchange", double(g.exchange)}, {"exchanges", double(X)}, {"rank", double(g.rank)}});
       for (const std::int32_t x : g.transfers) {
         const step_transfer& t = prog_.transfers[static_cast<std::size_t>(x)];
         if (t.src == g.rank) flows[static_cast<std::size_t>(g.exchange)].push_back({t.src, t.dst, static_cast<double>(t.bytes)});
       }
     }
-    exchange_seconds_.resize(X);
     for (std::size_t x = 0; x < X; ++x) exchange_seconds_[x] = busiest_port_seconds(flows[x], t_);
-    exchange_barrier_.assign(X, no_task);
-    exchange_done_.assign(X, no_task);
   }
 
   // records that `rank` posted its end of transfer x (both ends, for a transfer to itself)

@@ -48,7 +48,7 @@
 // Errors: what validate throws; invalid_argument for element sizes < 1 or accumulators
 // narrower than activations; what make_program throws for a layout; resource_limit when
 // the switching would list more transfers than step_program_options::
-// max_switching_transfers (checked before any is built).
+// max_switching_transfers (checked before any is built; exchange_detail::listed only).
 // Host-only.
 #pragma once
 
@@ -65,8 +65,10 @@
 #include <zeppelin/step/validate.hpp>
 #include <zeppelin/strategy/switching.hpp>
 #include <zeppelin/strategy/switching_layout.hpp>
+#include <zeppelin/strategy/switching_traffic.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -252,15 +254,9 @@ inline std::vector<std::vector<std::int32_t>> add_replicated_tp_rings(step_progr
   return out;
 }
 
-// Hydraulis' switching: in every rank's list first the pull group, then (TP) the all-reduce
-// that makes the replicated parameters whole (each TP rank pulled its share of them, zeros
-// elsewhere), its blocks waiting for both; after its last backward (TP) the all-reduce of the
-// replicated parameters' gradients, then the push groups. A holder's slices are laid out
-// segment-major from its first segment (a user: its TP shard's first segment; an owner: its
-// master range's, named master_parameters and master_gradients), in whole elements
-// (strategy/switching_layout.hpp), so a transfer's offsets differ on its ends.
-inline void add_switching(step_program& prog) {
-  const std::vector<switching_user> users = switching_users(prog.plan, prog.model);
+// The switching's transfers, each in the lists of its two ends: pull, reduce and link [rank].
+inline void list_switching_transfers(step_program& prog, std::span<const switching_user> users, std::vector<std::vector<std::int32_t>>& pull,
+                                     std::vector<std::vector<std::int32_t>>& reduce, std::vector<std::vector<std::int32_t>>& link) {
   const std::int64_t at_least = switching_transfers_at_least(users, prog.num_ranks());
   if (at_least > prog.options.max_switching_transfers)
     ZEPPELIN_THROW(resource_limit,
@@ -279,7 +275,6 @@ inline void add_switching(step_program& prog) {
   };
   const auto owner_first = [&](int gpu, std::int64_t segments) { return gpu * (segments / N); };
   std::map<std::pair<int, int>, std::vector<std::int64_t>> tensors_of;  // (first layer, layers) -> parameter_tensors
-  std::vector<std::vector<std::int32_t>> pull(R), reduce(R), link(R);  // per rank: its transfers
   enum class ends { owner_to_user, user_to_user, user_to_owner };
   const auto add = [&](const slice_transfer& x, std::int64_t segments, ends e, int element_bytes, std::vector<std::vector<std::int32_t>>& into) {
     auto [at, fresh] = tensors_of.try_emplace({x.first_layer, x.layers});
@@ -313,6 +308,38 @@ inline void add_switching(step_program& prog) {
   for (const slice_transfer& x : sp.pull) add(x, sp.pull_segments, ends::owner_to_user, o.parameter_bytes, pull);
   for (const slice_transfer& x : sp.push_reduce) add(x, sp.push_segments, ends::user_to_user, o.gradient_bytes, reduce);
   for (const slice_transfer& x : sp.push_link) add(x, sp.push_segments, ends::user_to_owner, o.gradient_bytes, link);
+}
+
+// Hydraulis' switching: in every rank's list first the pull group, then (TP) the all-reduce
+// that makes the replicated parameters whole (each TP rank pulled its share of them, zeros
+// elsewhere), its blocks waiting for both; after its last backward (TP) the all-reduce of the
+// replicated parameters' gradients, then the push groups. A holder's slices are laid out
+// segment-major from its first segment (a user: its TP shard's first segment; an owner: its
+// master range's, named master_parameters and master_gradients), in whole elements
+// (strategy/switching_layout.hpp), so a transfer's offsets differ on its ends. With
+// exchange_detail::traffic_only the groups list no transfers and the program holds each
+// rank's traffic in the three exchanges instead (strategy/switching_traffic.hpp: fractional
+// elements, as make_switching_plan counts them); a rank has a group in each exchange it
+// sends or receives in.
+inline void add_switching(step_program& prog, const topology& cluster) {
+  const std::vector<switching_user> users = switching_users(prog.plan, prog.model);
+  const auto R = prog.ranks.size();
+  const step_program_options& o = prog.options;
+  std::vector<std::vector<std::int32_t>> pull(R), reduce(R), link(R);  // per rank: its transfers
+  std::array<std::vector<char>, 3> takes_part;                          // per exchange, per rank
+  if (o.exchanges == exchange_detail::listed) {
+    list_switching_transfers(prog, users, pull, reduce, link);
+    const std::array<const std::vector<std::vector<std::int32_t>>*, 3> lists{&pull, &reduce, &link};
+    for (std::size_t x = 0; x < 3; ++x)
+      for (const std::vector<std::int32_t>& list : *lists[x]) takes_part[x].push_back(!list.empty());
+  } else {
+    switching_traffic t = switching_traffic_of(users, cluster, o.parameter_bytes, o.gradient_bytes);
+    prog.exchange_traffic.resize(static_cast<std::size_t>(prog.exchanges));
+    for (std::vector<rank_traffic>* each : {&t.pull, &t.push_reduce, &t.push_link}) prog.exchange_traffic.push_back(std::move(*each));
+    for (std::size_t x = 0; x < 3; ++x)
+      for (const rank_traffic& r : prog.exchange_traffic[static_cast<std::size_t>(prog.exchanges) + x])
+        takes_part[x].push_back(r != rank_traffic{});
+  }
   const std::vector<std::int32_t> last = last_backwards(prog);
   const std::vector<std::vector<std::int32_t>> whole_parameters = add_replicated_tp_rings(prog, step_tensor::parameters, step_pass::forward, o.parameter_bytes);
   const std::vector<std::vector<std::int32_t>> whole_gradients = add_replicated_tp_rings(prog, step_tensor::gradients, step_pass::backward, o.gradient_bytes);
@@ -330,13 +357,13 @@ inline void add_switching(step_program& prog) {
     };
     for (const std::int32_t gi : whole_gradients[g]) group_op(gi);
     for (const auto& [list, exchange] : {std::pair{&reduce[g], reduce_exchange}, std::pair{&link[g], link_exchange}}) {
-      if (list->empty()) continue;
+      if (!takes_part[static_cast<std::size_t>(exchange - pull_exchange)][g]) continue;
       const auto gi = static_cast<std::int32_t>(prog.groups.size());
       prog.groups.push_back({static_cast<rank_index>(g), std::move(*list), exchange});
       group_op(gi);
     }
     std::vector<std::int32_t> front;  // the groups before every block
-    if (!pull[g].empty()) {
+    if (takes_part[0][g]) {
       front.push_back(static_cast<std::int32_t>(prog.groups.size()));
       prog.groups.push_back({static_cast<rank_index>(g), std::move(pull[g]), pull_exchange});
     }
@@ -506,7 +533,7 @@ inline void add_switching(step_program& prog) {
   };
   if (p.sync == gradient_sync::switching ||
       (p.sync == gradient_sync::fully_sharded && !std::all_of(p.replicas.begin(), p.replicas.end(), alike)))
-    detail::add_switching(prog);
+    detail::add_switching(prog, cluster);
   else
     detail::add_ring_sync(prog);
   return prog;

@@ -20,13 +20,17 @@
 // completes when all of them have; a transfer's two ends are in one group of its source and
 // one of its destination. Every transfer names what it moves (step_buffer) on both ends, so
 // a runner can find the bytes in the model's tensors; `combine` says whether the receiver
-// overwrites or adds (ring reduce-scatter steps).
+// overwrites or adds (ring reduce-scatter steps). Hydraulis' switching is three job-wide
+// exchanges (step_group::exchange), held as transfers or, for pricing at any size, as each
+// rank's traffic alone (exchange_detail::traffic_only: what simulate_step prices per port;
+// the runner refuses such a program).
 // Plain data. Host code, nvcc-safe.
 #pragma once
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/model.hpp>
 #include <zeppelin/core/types.hpp>
+#include <zeppelin/cost/busiest_port.hpp>
 #include <zeppelin/program/options.hpp>
 #include <zeppelin/program/program.hpp>
 #include <zeppelin/program/small_list.hpp>
@@ -229,6 +233,15 @@ struct step_layout {
   friend bool operator==(const step_layout&, const step_layout&) = default;
 };
 
+//! How a step program holds Hydraulis' switching, the job-wide exchanges.
+enum class exchange_detail : std::uint8_t {
+  listed = 0,        //!< every transfer (what a runner executes), up to max_switching_transfers
+  traffic_only = 1,  //!< each rank's bytes per link class (step_program::exchange_traffic) and no
+                     //!< transfers: what a simulator pricing per port needs, at any size; no runner runs it
+};
+
+[[nodiscard]] constexpr std::string_view to_string(exchange_detail d) noexcept { return d == exchange_detail::traffic_only ? "traffic_only" : "listed"; }
+
 //! Sizes the program's transfers and the buffers it names use.
 struct step_program_options {
   program_options attention{};  //!< how each CP layout's attention runs (its wire format is set from the model)
@@ -240,6 +253,7 @@ struct step_program_options {
   //! two buffer descriptions (about 150 bytes with its op entries), so 2^22 keeps the sync
   //! within about a GB. Beyond it make_step_program throws resource_limit.
   std::int64_t max_switching_transfers = std::int64_t{1} << 22;
+  exchange_detail exchanges = exchange_detail::listed;  //!< how the switching is held
   friend bool operator==(const step_program_options&, const step_program_options&) = default;
 };
 
@@ -266,6 +280,9 @@ struct step_program {
   std::vector<step_transfer> transfers;
   std::vector<step_group> groups;
   std::int32_t exchanges = 0;                      //!< job-wide exchanges its groups name (step_group::exchange)
+  //! [exchange][global rank]: with exchange_detail::traffic_only, what each rank sends and
+  //! receives in the exchange (its groups then list no transfers); empty otherwise
+  std::vector<std::vector<rank_traffic>> exchange_traffic;
   std::vector<std::vector<step_op>> ranks;         //!< [global rank]: its step-level ops
 
   [[nodiscard]] rank_index num_ranks() const noexcept { return static_cast<rank_index>(ranks.size()); }

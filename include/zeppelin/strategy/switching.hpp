@@ -38,7 +38,7 @@
 #include <zeppelin/core/parallel_layout.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/cost/layer_split.hpp>
-#include <zeppelin/cost/link_model.hpp>
+#include <zeppelin/cost/busiest_port.hpp>
 #include <zeppelin/cost/pipeline_memory.hpp>
 #include <zeppelin/strategy/dispatch.hpp>
 #include <zeppelin/strategy/strategy_proposal.hpp>
@@ -207,7 +207,7 @@ inline switching_grid switching_grid_of(std::span<const switching_user> users, l
 //! A lower bound on the time of `transfers` on `topo` (see the file comment): the busiest
 //! NVLink port (a GPU's same-node bytes sent or received) or NIC (the cross-node bytes its
 //! GPUs send or receive), each at full bandwidth, plus the link latency
-//! (busiest_port_seconds, cost/link_model.hpp).
+//! (busiest_port_seconds, cost/busiest_port.hpp).
 [[nodiscard]] inline double switching_seconds(std::span<const slice_transfer> transfers, const topology& topo) {
   std::vector<link_flow> flows;
   flows.reserve(transfers.size());
