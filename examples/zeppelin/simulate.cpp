@@ -16,10 +16,14 @@
 //      method on the same batch, cluster and shape.
 //      --heads, --kv-heads, --head-dim, --dtype override the model's attention shape and
 //      element type (e.g. a small fp64 shape to compare with the host engine).
-// A method whose execution program exceeds the library's limits (program_options::
-// max_member_rounds, max_shard_pairs: e.g. TE CP's global ring over thousands of GPUs) is
-// listed as refused, with the reason, and the others still run; exit status 1 only when
-// every method was refused.
+// A method whose execution program is too large to build (program_options::
+// max_member_rounds, max_shard_pairs: TE CP's global ring over thousands of GPUs, or its
+// zigzag shards of many short documents) is priced from two smaller runs over what is
+// identical in it, the members of its groups or its documents (sim/step_extrapolation.hpp),
+// marked with * and a note naming the two runs (JSON: "extrapolated":{"over":"members" or
+// "documents","from":[s1,s2]}, null when simulated whole). One neither covers is listed as
+// refused, with the reason, and the others still run; exit status 1 only when every method
+// was refused.
 // Defaults: GitHub, cluster C (4 nodes x 8 H200), 128K tokens, LLaMA-7B, every method.
 #include "commands.hpp"
 
@@ -212,6 +216,9 @@ void run_simulate(const simulate_options& o) {
                               {"attention_launches", std::llround(s.attention_launches)},
                               {"attention_flops", s.attention_flops},
                               {"micro_batches", s.micro_batches},
+                              {"extrapolated", s.extrapolated.axis == extrapolation_axis::none
+                                                   ? nlohmann::json(nullptr)
+                                                   : nlohmann::json{{"over", std::string(to_string(s.extrapolated.axis))}, {"from", s.extrapolated.from}}},
                               {"mean_attention_s", attention / n},
                               {"mean_linear_s", linear / n},
                               {"mean_exposed_comm_s", comm / n},
@@ -239,11 +246,23 @@ void run_simulate(const simulate_options& o) {
     const double n = static_cast<double>(s.ranks.size());
     char speedup[16] = "       -";  // no TE CP run to compare with
     if (te > 0) std::snprintf(speedup, sizeof speedup, "%7.2fx", te / s.step_time_s);
-    const std::string label = r.candidate == r.name ? r.name : r.name + " (" + r.candidate + ")";
+    std::string label = r.candidate == r.name ? r.name : r.name + " (" + r.candidate + ")";
+    if (s.extrapolated.axis != extrapolation_axis::none) label += " *";
     std::printf("%-34s %10.1f %10.0f %s %6.3f %6.2f %8.1f %9.1f %9.1f\n", label.c_str(), s.step_time_s * 1e3, s.tokens_per_s,
                 speedup, s.efficiency, s.imbalance, s.cross_node_bytes / 1e9, comm / n * 1e3, idle / n * 1e3);
   }
   for (const auto& [name, reason] : refused) std::printf("%-34s refused: %s\n", name.c_str(), reason.c_str());
+  for (const auto& r : runs) {
+    const step_extrapolation& x = r.result.extrapolated;
+    if (x.axis == extrapolation_axis::members)
+      std::printf("* %s: its one group of every rank is too large to build; priced on %lld and %lld ranks, extrapolated over the "
+                  "group's identical rounds\n",
+                  r.name.c_str(), static_cast<long long>(x.from[0]), static_cast<long long>(x.from[1]));
+    if (x.axis == extrapolation_axis::documents)
+      std::printf("* %s: its shards of %d documents are too many to build; priced on %lld and %lld of them, extrapolated over the "
+                  "documents\n",
+                  r.name.c_str(), b.size(), static_cast<long long>(x.from[0]), static_cast<long long>(x.from[1]));
+  }
   std::printf("\nlower bound (perfect balance, no exposed communication): %.1f ms; comm/idle: mean per rank\n",
               runs.empty() ? 0.0 : runs.front().result.lower_bound_s * 1e3);
   if (!o.trace_file.empty()) std::printf("trace of %s written to %s\n", o.trace_method.c_str(), o.trace_file.c_str());

@@ -115,14 +115,20 @@ zeppelin_add_cli_test(tool.help_is_text EXIT_CODE 0 STDOUT "--launch ENUM:per_gr
   COMMAND ${zeppelin_tool_cmd} simulate --help)
 
 # A method whose execution program is over the library's limits (TE CP's zigzag of 80
-# sequences over 512 GPUs: 8.4e7 shard pairs) is listed as refused while the others run; alone
-# it is an error that names the numbers.
-zeppelin_add_cli_test(tool.simulate_lists_refused_method EXIT_CODE 0
-  STDOUT "hybrid_dp .*te_cp +refused: execution program too large.*shard_pairs=83722320"
+# sequences over 512 GPUs: 8.4e7 shard pairs) is priced from two smaller runs, here over the
+# members of its one group (over documents: tests/sim/step_extrapolation_test.cpp), and says
+# so; the others run as ever. With --record, which needs the whole
+# program, it is an error that names the numbers.
+zeppelin_add_cli_test(tool.simulate_extrapolates_over_members EXIT_CODE 0
+  STDOUT "te_cp \\* .*hybrid_dp .*\\* te_cp: its one group of every rank is too large to build; priced on 32 and 64 ranks"
   COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 64 --methods te_cp,hybrid_dp)
+zeppelin_add_cli_test(tool.simulate_json_names_the_extrapolation EXIT_CODE 0
+  STDOUT "\"extrapolated\": \\{\n *\"from\": \\[\n *32,\n *64\n *\\],\n *\"over\": \"members\""
+  COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 64 --method te_cp --json)
 zeppelin_add_cli_test(tool.simulate_refuses_oversized_program EXIT_CODE 1
   STDERR "execution program too large.*max_shard_pairs=67108864"
-  COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 64 --method te_cp)
+  COMMAND ${zeppelin_tool_cmd} simulate --lengths ${zeppelin_fixtures}/lengths_80x1024.txt --nodes 64 --method te_cp
+          --record ${CMAKE_CURRENT_BINARY_DIR}/simulate_refused_record.json)
 
 # `zeppelin pipeline`: the JSON schema of the issue, a trace file, and bad input.
 zeppelin_add_cli_test(tool.pipeline_json EXIT_CODE 0

@@ -125,6 +125,25 @@ inline level_work ring_level(const zone_groups& groups, std::int32_t level, std:
   return G * (u + G / u);
 }
 
+//! The (query shard, key shard) pairs of one sequence that the ring and all-gather groups of
+//! `p` make, summed: over (group, micro-batch, sequence), its shards in the group squared (the
+//! all-to-all collective computes on subgroups and makes no such pairs).
+[[nodiscard]] inline std::int64_t shard_pairs_of(const plan& p) {
+  std::vector<std::tuple<group_index, std::int32_t, sequence_index>> keys;
+  for (const auto& pl : p.placements)
+    for (const shard& s : pl.shards)
+      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].zone != zone_kind::local &&
+          p.groups[static_cast<std::size_t>(s.group)].collective != collective_kind::all_to_all)
+        keys.emplace_back(s.group, s.micro_batch, s.seq);
+  std::sort(keys.begin(), keys.end());
+  std::int64_t shard_pairs = 0;
+  for (std::size_t i = 0, j = 0; i < keys.size(); i = j) {
+    while (j < keys.size() && keys[j] == keys[i]) ++j;
+    shard_pairs += static_cast<std::int64_t>(j - i) * static_cast<std::int64_t>(j - i);
+  }
+  return shard_pairs;
+}
+
 //! Throws resource_limit, before anything is built, when the groups of `p` run more
 //! (position, round) pairs per pass than o.max_member_rounds (member_rounds_of, summed) or the
 //! ring and all-gather groups pair more shards of one sequence than o.max_shard_pairs (sum
@@ -151,19 +170,7 @@ inline void refuse_oversized_program(const plan& p, const std::vector<std::set<g
                     {"max_member_rounds", double(o.max_member_rounds)},
                     {"largest_group", double(largest_group)},
                     {"largest_group_ranks", double(largest)}});
-  // shards of a sequence in a ring or all-gather group, per (group, micro-batch, sequence)
-  std::vector<std::tuple<group_index, std::int32_t, sequence_index>> keys;
-  for (const auto& pl : p.placements)
-    for (const shard& s : pl.shards)
-      if (s.group != no_group && p.groups[static_cast<std::size_t>(s.group)].zone != zone_kind::local &&
-          p.groups[static_cast<std::size_t>(s.group)].collective != collective_kind::all_to_all)
-        keys.emplace_back(s.group, s.micro_batch, s.seq);
-  std::sort(keys.begin(), keys.end());
-  std::int64_t shard_pairs = 0;
-  for (std::size_t i = 0, j = 0; i < keys.size(); i = j) {
-    while (j < keys.size() && keys[j] == keys[i]) ++j;
-    shard_pairs += static_cast<std::int64_t>(j - i) * static_cast<std::int64_t>(j - i);
-  }
+  const std::int64_t shard_pairs = shard_pairs_of(p);
   if (shard_pairs > o.max_shard_pairs)
     ZEPPELIN_THROW(resource_limit,
                    "execution program too large: the shards of its ring and all-gather groups form more (query shard, key "

@@ -44,7 +44,13 @@
 // partitioner now plans, but every plan then holds exactly L tokens per GPU by construction:
 // hierarchical<> cannot trade tokens for attention balance and remapping moves nothing. The
 // paper does not give L; 1/8 (4608 tokens for 4K per GPU) is the headroom kept by default
-// (bench/README.md, "Reproduction", shows both; reproduce_zeppelin --slack 0). Host-only.
+// (bench/README.md, "Reproduction", shows both; reproduce_zeppelin --slack 0). Where a
+// method's execution program is too large to build (te_cp, llama_cp and ulysses put every
+// rank in one group: G x G position-rounds, refused past program_options::max_member_rounds
+// from about 1,024 GPUs; or TE CP's zigzag shards of many short documents, past
+// max_shard_pairs), run_spec prices it from two smaller runs, over the group's members or the
+// batch's documents, and extrapolates (sim/step_extrapolation.hpp; sim_result::extrapolated).
+// Host-only.
 #pragma once
 
 #include <zeppelin/core/batch.hpp>
@@ -57,6 +63,7 @@
 #include <zeppelin/partition/capacity.hpp>
 #include <zeppelin/partition/registry.hpp>
 #include <zeppelin/sim/cost_model.hpp>
+#include <zeppelin/sim/step_extrapolation.hpp>
 #include <zeppelin/sim/options.hpp>
 #include <zeppelin/sim/result.hpp>
 #include <zeppelin/sim/simulate.hpp>
@@ -247,7 +254,20 @@ inline void set_collective_of(const method_spec& spec, std::vector<ring_group>& 
   topology view = tensor_parallel_view(physical, setup.tensor_parallel);
   plan layout = partition_for(spec, b, view, method_capacity(setup), setup.metric, &m);
   const sim_cost_model cost = setup.cost ? *setup.cost : sim_cost_model::for_topology(view);
-  sim_result result = simulate(layout, b, view, m, options_for(spec, setup), cost);
+  const sim_options options = options_for(spec, setup);
+  sim_result result;
+  try {
+    result = simulate(layout, b, view, m, options, cost);
+  } catch (const resource_limit&) {
+    // a program too large to build: priced from two smaller runs over what is identical in
+    // it (sim/step_extrapolation.hpp); nothing to trace or record there
+    std::optional<sim_result> extrapolated;
+    if (!options.record_trace && !options.record_execution)
+      extrapolated = extrapolate_step(layout, b, physical, setup.tensor_parallel, m, to_program_options(options, wire_format::for_model(m)), cost,
+                                      [&](const batch& sample, const topology& cluster) { return run_spec(spec, sample, cluster, m, setup).result; });
+    if (!extrapolated) throw;
+    result = std::move(*extrapolated);
+  }
   result.method = std::string(spec.name);
   return {std::string(spec.name), std::string(spec.name), std::move(view), std::move(layout), std::move(result)};
 }

@@ -16,8 +16,10 @@
 #include <zeppelin/sim/event_engine.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 ZEPPELIN_NAMESPACE_BEGIN
@@ -43,6 +45,29 @@ struct sim_phase {
   engine_run run;
 };
 
+//! What a step priced from two smaller runs was extrapolated over (sim/step_extrapolation.hpp).
+enum class extrapolation_axis : std::uint8_t {
+  none = 0,       //!< simulated whole
+  members = 1,    //!< the members of groups that span every rank
+  documents = 2,  //!< the documents of one micro-batch
+};
+
+[[nodiscard]] constexpr std::string_view to_string(extrapolation_axis a) noexcept {
+  switch (a) {
+    case extrapolation_axis::none: return "none";
+    case extrapolation_axis::members: return "members";
+    case extrapolation_axis::documents: return "documents";
+  }
+  return "?";
+}
+
+//! The axis and the sizes of the two runs (ranks, or documents) a step was extrapolated from.
+struct step_extrapolation {
+  extrapolation_axis axis = extrapolation_axis::none;
+  std::array<std::int64_t, 2> from{0, 0};
+  friend constexpr bool operator==(const step_extrapolation&, const step_extrapolation&) = default;
+};
+
 struct sim_result {
   std::string method;          //!< plan.method
   double step_time_s = 0;
@@ -62,6 +87,9 @@ struct sim_result {
   std::int64_t attention_pairs = 0; //!< (query, key) pairs per head of ONE layer's forward, all
                                     //!< micro-batches: the batch's causal pairs for a valid plan
   std::int32_t micro_batches = 1;
+  //! How the step was priced where its program was too large to build (sim/step_extrapolation.hpp);
+  //! axis none: simulated whole
+  step_extrapolation extrapolated{};
   std::vector<rank_breakdown> ranks;
   std::vector<sim_phase> trace;  //!< filled when sim_options::record_trace
   execution_record record;       //!< one layer's transfers and launches, when sim_options::record_execution
