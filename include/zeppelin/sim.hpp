@@ -1,7 +1,8 @@
 // zeppelin/sim.hpp
 // Umbrella header of the step simulator: the event engine, cost bundle (with the SM
 // contention model), options, results, lower bound, tensor-parallel view, simulate(), the
-// evaluation's methods and the Chrome trace writer. Host-only.
+// evaluation's methods (and the extrapolation of a step too large to build) and the Chrome
+// trace writer. Host-only.
 #pragma once
 
 #include <zeppelin/sim/cost_model.hpp>
@@ -17,6 +18,7 @@
 #include <zeppelin/sim/simulate_step.hpp>
 #include <zeppelin/sim/sm_contention.hpp>
 #include <zeppelin/sim/step_backend.hpp>
+#include <zeppelin/sim/step_extrapolation.hpp>
 #include <zeppelin/sim/step_memory.hpp>
 #include <zeppelin/sim/step_trace.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
