@@ -37,6 +37,19 @@ struct rank_traffic {
   friend constexpr bool operator==(const rank_traffic&, const rank_traffic&) = default;
 };
 
+//! Adds `bytes` sent from rank `src` to rank `dst` of `t` to `traffic` (one entry per rank), by
+//! the link between them; nothing for a rank to itself or no bytes.
+inline void add_traffic(std::vector<rank_traffic>& traffic, rank_index src, rank_index dst, double bytes, const topology& t) {
+  if (src == dst || bytes == 0) return;
+  rank_traffic& from = traffic[static_cast<std::size_t>(src)];
+  rank_traffic& to = traffic[static_cast<std::size_t>(dst)];
+  if (t.node_of(src) == t.node_of(dst)) {
+    from.sent_intra += bytes, to.received_intra += bytes;
+  } else {
+    from.sent_inter += bytes, to.received_inter += bytes;
+  }
+}
+
 namespace detail {
 
 // The busiest port of `load` (bytes per port, indexed as ports_of names them).

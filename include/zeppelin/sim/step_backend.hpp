@@ -51,8 +51,8 @@
 
 #include <zeppelin/core/config.hpp>
 #include <zeppelin/core/topology.hpp>
-#include <zeppelin/cost/linear_flops.hpp>
 #include <zeppelin/cost/busiest_port.hpp>
+#include <zeppelin/cost/linear_flops.hpp>
 #include <zeppelin/detail/parallel_for.hpp>
 #include <zeppelin/program/driver.hpp>
 #include <zeppelin/sim/backend.hpp>
@@ -329,51 +329,43 @@ class step_sim_backend {
     }
     if (posted != no_task) e_.wait_for(exchange_barrier_[x], posted);
   }
-  // the task ending `rank`'s part of g's exchange, noted with the bytes it sends
+  // the task ending `rank`'s part of g's exchange, noted with the bytes it sends (and, with a
+  // record, its transfers: each once, from its source)
   task_id exchange_part(rank_index rank, const step_group& g) {
-    const task_id done = exchange_done_[static_cast<std::size_t>(g.exchange)];
-    if (!prog_.exchange_traffic.empty()) {  // the program holds the traffic only
-      const rank_traffic& mine = prog_.exchange_traffic[static_cast<std::size_t>(g.exchange)][static_cast<std::size_t>(rank)];
-      priced_.push_back({rank, done, mine.sent_intra + mine.sent_inter});
-      return done;
-    }
-    double sent = 0;
-    for (const std::int32_t x : g.transfers) {
-      const step_transfer& t = prog_.transfers[static_cast<std::size_t>(x)];
-      task_id& seen = step_flow_[static_cast<std::size_t>(x)];  // once per transfer (one to itself is listed twice)
-      if (t.src != rank || seen != no_task) continue;
-      seen = done;
-      sent += static_cast<double>(t.bytes);
-      if (record_ != nullptr) record_->add(t);
-    }
-    priced_.push_back({rank, done, sent});
-    return done;
+    const auto x = static_cast<std::size_t>(g.exchange);
+    const rank_traffic& mine = (*exchange_traffic_)[x][static_cast<std::size_t>(rank)];
+    priced_.push_back({rank, exchange_done_[x], mine.sent_intra + mine.sent_inter});
+    if (record_ != nullptr)
+      for (const std::int32_t i : g.transfers)
+        if (prog_.transfers[static_cast<std::size_t>(i)].src == rank) record_->add(prog_.transfers[static_cast<std::size_t>(i)]);
+    return exchange_done_[x];
   }
-  // every exchange's seconds: busiest_port_seconds of its transfers (each once, from the
-  // group of its source), or of its ranks' traffic where the program holds that alone
+  // every exchange's ranks' traffic (the program's, or summed from its transfers, each once
+  // from the group of its source) and seconds:
+  // busiest_port_seconds of that traffic
   void price_exchanges() {
     const auto X = static_cast<std::size_t>(prog_.exchanges);
     exchange_barrier_.assign(X, no_task);
     exchange_done_.assign(X, no_task);
-    exchange_seconds_.assign(X, 0.0);
-    if (!prog_.exchange_traffic.empty()) {
-      ZEPPELIN_EXPECTS(prog_.exchange_traffic.size() == X, "step program: exchange_traffic needs an entry per exchange",
-                       {{"entries", double(prog_.exchange_traffic.size())}, {"exchanges", double(X)}});
-      for (std::size_t x = 0; x < X; ++x) exchange_seconds_[x] = busiest_port_seconds(std::span<const rank_traffic>(prog_.exchange_traffic[x]), t_);
-      return;
-    }
-    std::vector<std::vector<link_flow>> flows(X);
-    for (const step_group& g : prog_.groups) {
-      if (g.exchange < 0) continue;
-      ZEPPELIN_EXPECTS(static_cast<std::size_t>(g.exchange) < X && !g.transfers.empty(),
-                       "step program: a group names an exchange the program does not have, or lists no transfers",
-                       {{"exchange", double(g.exchange)}, {"exchanges", double(X)}, {"rank", double(g.rank)}});
-      for (const std::int32_t x : g.transfers) {
-        const step_transfer& t = prog_.transfers[static_cast<std::size_t>(x)];
-        if (t.src == g.rank) flows[static_cast<std::size_t>(g.exchange)].push_back({t.src, t.dst, static_cast<double>(t.bytes)});
+    exchange_traffic_ = &prog_.exchange_traffic;
+    if (prog_.exchange_traffic.empty()) {
+      listed_traffic_.assign(X, std::vector<rank_traffic>(prog_.ranks.size()));
+      for (const step_group& g : prog_.groups) {
+        if (g.exchange < 0) continue;
+        ZEPPELIN_EXPECTS(static_cast<std::size_t>(g.exchange) < X && !g.transfers.empty(),
+                         "step program: a group names an exchange the program does not have, or lists no transfers",
+                         {{"exchange", double(g.exchange)}, {"exchanges", double(X)}, {"rank", double(g.rank)}});
+        for (const std::int32_t i : g.transfers) {
+          const step_transfer& t = prog_.transfers[static_cast<std::size_t>(i)];
+          if (t.src == g.rank) add_traffic(listed_traffic_[static_cast<std::size_t>(g.exchange)], t.src, t.dst, static_cast<double>(t.bytes), t_);
+        }
       }
+      exchange_traffic_ = &listed_traffic_;
     }
-    for (std::size_t x = 0; x < X; ++x) exchange_seconds_[x] = busiest_port_seconds(flows[x], t_);
+    ZEPPELIN_EXPECTS(exchange_traffic_->size() == X, "step program: exchange_traffic needs an entry per exchange",
+                     {{"entries", double(exchange_traffic_->size())}, {"exchanges", double(X)}});
+    exchange_seconds_.assign(X, 0.0);
+    for (std::size_t x = 0; x < X; ++x) exchange_seconds_[x] = busiest_port_seconds(std::span<const rank_traffic>((*exchange_traffic_)[x]), t_);
   }
 
   // records that `rank` posted its end of transfer x (both ends, for a transfer to itself)
@@ -748,6 +740,8 @@ class step_sim_backend {
   std::vector<task_id> step_compute_, step_comm_;  // [rank]
   std::vector<task_id> step_post_, step_flow_;     // [transfer x 2 ends], [transfer]
   std::vector<double> exchange_seconds_;           // [exchange] (per_port, once its first group is posted)
+  const std::vector<std::vector<rank_traffic>>* exchange_traffic_ = nullptr;  // [exchange][rank]: the program's or listed_traffic_
+  std::vector<std::vector<rank_traffic>> listed_traffic_;                     // summed from a listed program's transfers
   std::vector<task_id> exchange_barrier_, exchange_done_;  // [exchange]
   std::vector<priced_exchange> priced_;
   // the block being expanded

@@ -52,18 +52,6 @@ namespace detail {
   return below(b) - below(a);
 }
 
-// Adds `bytes` from GPU `src` to GPU `dst` to `traffic`, by the link between them.
-inline void add_traffic(std::vector<rank_traffic>& traffic, int src, int dst, double bytes, const topology& t) {
-  if (src == dst || bytes == 0) return;
-  rank_traffic& from = traffic[static_cast<std::size_t>(src)];
-  rank_traffic& to = traffic[static_cast<std::size_t>(dst)];
-  if (t.node_of(src) == t.node_of(dst)) {
-    from.sent_intra += bytes, to.received_intra += bytes;
-  } else {
-    from.sent_inter += bytes, to.received_inter += bytes;
-  }
-}
-
 }  // namespace detail
 
 //! The switching's traffic of `users` on `t` (see the file comment).
@@ -88,7 +76,7 @@ inline void add_traffic(std::vector<rank_traffic>& traffic, int src, int dst, do
       const auto [lo, hi] = shard(u, S);
       for (std::int64_t o = lo / per_owner; o * per_owner < hi; ++o) {
         const std::int64_t a = std::max(lo, o * per_owner), b = std::min(hi, (o + 1) * per_owner);
-        detail::add_traffic(out.pull, static_cast<int>(o), u.gpu, u.elements * static_cast<double>(b - a) / static_cast<double>(S) * parameter_bytes, t);
+        add_traffic(out.pull, static_cast<int>(o), u.gpu, u.elements * static_cast<double>(b - a) / static_cast<double>(S) * parameter_bytes, t);
       }
     }
   }
@@ -102,7 +90,7 @@ inline void add_traffic(std::vector<rank_traffic>& traffic, int src, int dst, do
     // the segments its own copy reduces, to their owners
     for (std::int64_t o = lo / per_owner; o * per_owner < hi; ++o) {
       const std::int64_t a = std::max(lo, o * per_owner), b = std::min(hi, (o + 1) * per_owner);
-      detail::add_traffic(out.push_link, u.gpu, static_cast<int>(o), static_cast<double>(detail::count_congruent(a, b, u.copy, D)) * per_layer * u.layers, t);
+      add_traffic(out.push_link, u.gpu, static_cast<int>(o), static_cast<double>(detail::count_congruent(a, b, u.copy, D)) * per_layer * u.layers, t);
     }
     // the others, to the holders of their reducing copies
     for (std::int64_t c = 0; c < D; ++c) {
@@ -113,7 +101,7 @@ inline void add_traffic(std::vector<rank_traffic>& traffic, int src, int dst, do
         if (first >= end) continue;
         const auto [r_lo, r_hi] = shard(r, S);
         const std::int64_t k = detail::count_congruent(std::max(lo, r_lo), std::min(hi, r_hi), c, D);
-        detail::add_traffic(out.push_reduce, u.gpu, r.gpu, static_cast<double>(k) * per_layer * (end - first), t);
+        add_traffic(out.push_reduce, u.gpu, r.gpu, static_cast<double>(k) * per_layer * (end - first), t);
       }
     }
   }
