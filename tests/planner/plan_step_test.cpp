@@ -80,7 +80,7 @@ TEST_CASE("plan_step keeps the fastest candidate: brute force over every candida
       try {
         const std::vector<sequence_step_plan> parts = candidates[i].plan(r, profiles);
         check_covers_every_token(r, parts);
-        seconds = simulate_back_to_back(parts, r.cluster, r.model).iteration_s;
+        seconds = simulate_back_to_back(parts, r.cluster, r.model, step_planner_sim_options()).iteration_s;
       } catch (const error&) {
         REQUIRE_FALSE(d.candidates[i].planned());
       }

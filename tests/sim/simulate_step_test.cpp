@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <sstream>
@@ -426,6 +427,43 @@ TEST_CASE("per_shape pricing gives the same step on any threads, as when shapes 
   run_step(b.program, backend);
   CHECK(e.run().makespan == one.iteration_s);
   CHECK(zeppelin_test::expect_invalid([&] { (void)with(0); }).value("threads") == 0);
+}
+
+TEST_CASE("a deadline stops a simulation exactly when the step takes longer, per_shape before the step runs", "[sim][step]") {
+  const topology t = links_of(4, 2, 2, 100e9, 5e9);
+  const sim_cost_model cost = sim_cost_model::for_topology(t);
+  random_generator random(7);
+  for (int trial = 0; trial < 6; ++trial) {
+    std::vector<token_count> lengths;
+    for (int d = 0, n = 2 + static_cast<int>(random() % 6); d < n; ++d) lengths.push_back(1 + static_cast<token_count>(random() % 8192));
+    const built b = build(shape_of({2, 2, 2, 1}), zeppelin_test::toy_model(4), lengths, t, trial % 2 ? "per_document" : "per_sequence");
+    for (const block_pricing pricing : {block_pricing::per_shape, block_pricing::every_op}) {
+      const auto with = [&](double deadline, int threads) {
+        return simulate_step(b.program, t, cost, {.pricing = pricing, .memory_capacity_bytes = unlimited, .threads = threads, .deadline_s = deadline});
+      };
+      const double full = with(std::numeric_limits<double>::infinity(), 1).iteration_s;
+      REQUIRE(full > 0);
+      for (const double f : {0.01, 0.3, 0.7, 0.999, 1.0, 1.001, 3.0})
+        for (const int threads : {1, 3}) {
+          CAPTURE(trial, to_string(pricing), f, threads);
+          const step_sim_result r = with(f * full, threads);
+          CHECK(r.stopped == (full > f * full));
+          if (r.stopped) CHECK(r.iteration_s == std::numeric_limits<double>::infinity());
+          else CHECK(r.iteration_s == full);
+        }
+      // a rank's blocks priced one by one pass 1% of the step long before the last shape
+      if (pricing == block_pricing::per_shape) {
+        event_engine e(t, stream_policy::in_order, cost.link, cost.contention.slowdown(t.gpu()));
+        std::vector<rank_index> ranks(static_cast<std::size_t>(b.program.num_ranks()));
+        std::iota(ranks.begin(), ranks.end(), 0);
+        step_sim_backend backend(e, b.program, t, cost, block_pricing::per_shape, ranks);
+        CHECK(backend.price_shapes(1, 0.01 * full) > 0.01 * full);
+        step_sim_backend all(e, b.program, t, cost, block_pricing::per_shape, ranks);
+        CHECK(all.price_shapes(1) == 0);
+        CHECK(backend.shapes_priced() < all.shapes_priced());
+      }
+    }
+  }
 }
 
 TEST_CASE("per_shape prices a block of many identical layers from its first ones, as every_op runs it", "[sim][step]") {

@@ -13,7 +13,9 @@
 //                           gradients accumulate across parts; with a finite deadline in the
 //                           simulator options it stops once the sum passes it (stopped)
 // Element sizes: activations and parameters move at the model's bytes per element, gradients
-// at step_program_options' (fp32). The simulator's own memory check is off by default: the
+// at step_program_options' (fp32). With exchange_pricing::per_port the programs hold their
+// switching exchanges as each rank's traffic (exchange_detail::traffic_only), so Hydraulis'
+// switching prices at any number of GPUs. The simulator's own memory check is off by default: the
 // planner that made the parts decided what fits (Eq. 20, or FlexSP's activation budget).
 // Errors: invalid_argument for no parts, a piece naming an unknown sequence; what
 // make_step_program and simulate_step throw.
@@ -95,7 +97,8 @@ struct back_to_back_result {
                                                                const model_config& model, const step_sim_options& sim = back_to_back_sim_options()) {
   ZEPPELIN_EXPECTS(!parts.empty(), "a back-to-back iteration needs at least one step plan", {});
   const sim_cost_model cost = sim_cost_model::for_topology(cluster);
-  const step_program_options options = step_options_of(model);
+  step_program_options options = step_options_of(model);
+  if (sim.exchanges == exchange_pricing::per_port) options.exchanges = exchange_detail::traffic_only;  // each rank's traffic is all it reads
   back_to_back_result out;
   step_sim_options left = sim;
   for (const sequence_step_plan& part : parts) {

@@ -24,8 +24,13 @@
 // candidate to the end (candidate_pricing::complete), only faster. Never slower than a
 // candidate it priced; deterministic: `threads` price a simulation's block shapes at once
 // and change no result.
-// Pricing: per_shape blocks, no memory check by the simulator (back_to_back_sim_options):
-// each composition's planner decided what fits (the schemes' MaxLen, InfiniPipe's budgets).
+// Pricing (step_planner_sim_options): per_shape blocks, no memory check by the simulator
+// (back_to_back_sim_options: each composition's planner decided what fits, the schemes'
+// MaxLen, InfiniPipe's budgets), Hydraulis' switching per port (exchange_pricing::per_port
+// over each rank's traffic: its exchanges price in O(GPUs x users) at any scale, where flow
+// by flow they are refused past step_program_options::max_switching_transfers). A stopped
+// simulation costs little: per_shape pricing stops as soon as one rank's blocks priced so
+// far pass the best price (sim/simulate_step.hpp), before the step runs.
 // Errors: invalid_argument for a bad request, no candidates, threads < 1; infeasible when
 // every candidate refuses, listing the first refusal. Host-only.
 #pragma once
@@ -55,10 +60,18 @@ enum class candidate_pricing : std::uint8_t {
   complete = 1,      //!< simulate every candidate to its end (every price exact)
 };
 
+//! How the step planner prices a candidate by default: back_to_back_sim_options, with Hydraulis'
+//! switching priced per port (see the file comment).
+[[nodiscard]] inline step_sim_options step_planner_sim_options() {
+  step_sim_options o = back_to_back_sim_options();
+  o.exchanges = exchange_pricing::per_port;
+  return o;
+}
+
 struct step_planner_options {
   int threads = 1;  //!< block shapes priced at once inside each simulation
   candidate_pricing pricing = candidate_pricing::until_beaten;
-  step_sim_options simulation = back_to_back_sim_options();  //!< how each candidate is priced
+  step_sim_options simulation = step_planner_sim_options();  //!< how each candidate is priced
 };
 
 //! One candidate's price (see the file comment).

@@ -15,7 +15,9 @@
 //        engine's run (for traces, sim/step_trace.hpp)
 // Memory first (sim/step_memory.hpp): nothing runs on a cluster it does not fit. With
 // per_shape pricing every block's shape is priced before the step runs, on
-// step_sim_options::threads threads. Hydraulis' switching (step_group::exchange) runs flow by
+// step_sim_options::threads threads, in the order of their first blocks; with a deadline
+// the pricing stops once a rank's blocks priced so far add up past it (they run one after
+// another on its compute stream, so the step cannot end sooner). Hydraulis' switching (step_group::exchange) runs flow by
 // flow, or with exchange_pricing::per_port each exchange whole (sim/step_backend.hpp): its
 // in-flight seconds on a rank are then the exchange's span.
 // Errors: infeasible naming the replica, stage, micro-batch and bytes when a rank's peak is
@@ -60,8 +62,9 @@ struct step_sim_options {
   bool record = false;                //!< fill step_sim_result::record (every_op pricing)
   bool keep_run = false;              //!< keep the engine's run (for traces)
   int threads = 1;                    //!< per_shape: shapes priced at once (the result does not depend on it)
-  //! Stop once the iteration is sure to take longer (the engine's next event lies past it):
-  //! the result is then `stopped`, iteration_s +inf. A planner's best price so far.
+  //! Stop once the iteration is sure to take longer (the engine's next event lies past it;
+  //! per_shape: already once a rank's blocks priced so far add up past it, before the step
+  //! runs): the result is then `stopped`, iteration_s +inf. A planner's best price so far.
   double deadline_s = std::numeric_limits<double>::infinity();
   friend bool operator==(const step_sim_options&, const step_sim_options&) = default;
 };
@@ -137,7 +140,14 @@ struct step_sim_result {
   step_sim_backend backend(e, prog, t, cost, o.pricing, ranks, o.record ? &out.record : nullptr);
   backend.set_stream_policy(policy);
   backend.set_exchange_pricing(o.exchanges);
-  if (o.pricing == block_pricing::per_shape) backend.price_shapes(o.threads);
+  if (o.pricing == block_pricing::per_shape) {
+    // a rank whose blocks alone pass the deadline: stopped before the step runs
+    if (backend.price_shapes(o.threads, o.deadline_s) > 0) {
+      out.iteration_s = std::numeric_limits<double>::infinity();
+      out.stopped = true;
+      return out;
+    }
+  }
   run_step(prog, backend);
   out.tasks = e.size();
   engine_run run = e.run(o.deadline_s);

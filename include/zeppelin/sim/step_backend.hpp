@@ -679,17 +679,56 @@ class step_sim_backend {
   //! per_shape: prices the shape of every block of the program now, `threads` shapes at
   //! once (each on an engine of its own; the costs do not depend on the threads), so the
   //! step level finds them priced. Call before running the step.
-  void price_shapes(int threads) {
+  //! Prices every block shape not priced yet, `threads` at once, in the order of each shape's
+  //! first block. With a finite `deadline_s` it stops once a rank's blocks priced so far add up
+  //! past it and returns that sum: a rank's blocks run one after another on its compute
+  //! stream, so the step takes longer than the deadline whatever the rest costs. Returns 0
+  //! when every shape is priced (the sums stayed within the deadline).
+  double price_shapes(int threads, double deadline_s = std::numeric_limits<double>::infinity()) {
     ZEPPELIN_EXPECTS(threads >= 1, "pricing shapes needs at least 1 thread", {{"threads", double(threads)}});
-    std::map<std::vector<std::int64_t>, std::int32_t> first;  // a shape not priced yet -> its first block
+    ZEPPELIN_EXPECTS(!std::isnan(deadline_s), "a deadline must not be NaN", {});
+    std::map<std::vector<std::int64_t>, std::int32_t> slot_of;  // a shape -> its slot in `shapes` below
+    std::vector<std::int32_t> shape_of_block(prog_.blocks.size());
+    struct pending {
+      const shape_cost* priced = nullptr;  // a shape priced before
+      std::vector<std::int64_t> key;
+      std::vector<std::int32_t> blocks;    // the blocks of the shape, the first first
+    };
+    std::vector<pending> shapes;
     for (std::size_t i = 0; i < prog_.blocks.size(); ++i) {
       std::vector<std::int64_t> key = shape_key(static_cast<std::int32_t>(i));
-      if (!shapes_.contains(key)) first.emplace(std::move(key), static_cast<std::int32_t>(i));
+      auto [at, added] = slot_of.emplace(key, static_cast<std::int32_t>(shapes.size()));
+      if (added) {
+        const auto known = shapes_.find(key);
+        shapes.push_back({known == shapes_.end() ? nullptr : &known->second, std::move(key), {}});
+      }
+      shapes[static_cast<std::size_t>(at->second)].blocks.push_back(static_cast<std::int32_t>(i));
     }
+    // each rank's blocks priced so far, added up
+    std::vector<double> busy(static_cast<std::size_t>(prog_.num_ranks()), 0.0);
+    double busiest = 0;
+    const auto add = [&](const pending& x, const shape_cost& c) {
+      for (const std::int32_t i : x.blocks) {
+        const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(i)]);
+        for (std::size_t m = 0; m < members.size(); ++m) {
+          double& b = busy[static_cast<std::size_t>(members[m])];
+          b += c.seconds[m];
+          busiest = std::max(busiest, b);
+        }
+      }
+    };
+    std::vector<std::size_t> unpriced;
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      if (shapes[k].priced != nullptr)
+        add(shapes[k], *shapes[k].priced);
+      else
+        unpriced.push_back(k);
+    }
+    if (busiest > deadline_s) return busiest;
     // the launch prices they read, priced first (the pricing below only reads the cache)
     std::vector<std::pair<std::int32_t, std::int32_t>> micro_batches;
-    for (const auto& [key, index] : first) {
-      const step_block& b = prog_.blocks[static_cast<std::size_t>(index)];
+    for (const std::size_t k : unpriced) {
+      const step_block& b = prog_.blocks[static_cast<std::size_t>(shapes[k].blocks.front())];
       if (!prices_->contains({b.replica, b.micro_batch})) micro_batches.emplace_back(b.replica, b.micro_batch);
     }
     std::sort(micro_batches.begin(), micro_batches.end());
@@ -699,17 +738,27 @@ class step_sim_backend {
       prices[k] = price_launches(prog_.layout(micro_batches[k].first, micro_batches[k].second).attention, cost_.attention);
     });
     for (std::size_t k = 0; k < micro_batches.size(); ++k) prices_->emplace(micro_batches[k], std::move(prices[k]));
-    std::vector<const std::pair<const std::vector<std::int64_t>, std::int32_t>*> unpriced;
-    for (const auto& entry : first) unpriced.push_back(&entry);
-    std::vector<shape_cost> costs(unpriced.size());
-    detail::parallel_for(unpriced.size(), threads, [&](std::size_t k) {
-      // the members in ascending rank order, as the driver hands them to block()
-      const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(unpriced[k]->second)]);
-      std::vector<rank_index> ranks(members.begin(), members.end());
-      std::sort(ranks.begin(), ranks.end());
-      costs[k] = price_shape(unpriced[k]->second, ranks);
-    });
-    for (std::size_t k = 0; k < unpriced.size(); ++k) shapes_.emplace(unpriced[k]->first, std::move(costs[k]));
+    // `threads` shapes at a time, the sums checked after each wave
+    const auto wave = static_cast<std::size_t>(threads);
+    for (std::size_t from = 0; from < unpriced.size(); from += wave) {
+      const std::size_t n = std::min(wave, unpriced.size() - from);
+      std::vector<shape_cost> costs(n);
+      detail::parallel_for(n, threads, [&](std::size_t k) {
+        // the members in ascending rank order, as the driver hands them to block()
+        const std::int32_t first = shapes[unpriced[from + k]].blocks.front();
+        const std::span<const rank_index> members = stage_members(prog_.blocks[static_cast<std::size_t>(first)]);
+        std::vector<rank_index> ranks(members.begin(), members.end());
+        std::sort(ranks.begin(), ranks.end());
+        costs[k] = price_shape(first, ranks);
+      });
+      for (std::size_t k = 0; k < n; ++k) {
+        pending& x = shapes[unpriced[from + k]];
+        add(x, costs[k]);
+        shapes_.emplace(std::move(x.key), std::move(costs[k]));
+      }
+      if (busiest > deadline_s) return busiest;
+    }
+    return 0;
   }
 
  private:
