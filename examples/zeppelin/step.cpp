@@ -11,8 +11,9 @@
 //      the default candidates, by name), --threads K (block shapes priced at once in each
 //      simulation; default the machine's hardware threads, nothing printed depends on it),
 //      --complete (price every candidate to the end; by default a candidate's simulation
-//      stops once it passes the best price so far, which cannot change the choice), --json,
-//      --explain.
+//      stops once it passes the best price so far, which cannot change the choice),
+//      --exchanges per_port|per_flow (how Hydraulis' switching is priced; default per_port,
+//      which prices at any number of GPUs), --json, --explain.
 // Out: the chosen composition, its predicted iteration seconds, the lower bound and the
 //      efficiency, and every candidate's predicted seconds (or why it refused, or the best
 //      price its simulation stopped past); --explain
@@ -38,6 +39,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,6 +60,7 @@ struct step_options {
   bool json = false;
   bool explain = false;
   bool complete = false;
+  std::optional<zeppelin::exchange_pricing> exchanges;  // empty: per_port
 };
 
 //! The default candidates named in `names` ("a,b,..."), in the order named; all when empty.
@@ -116,8 +119,9 @@ void run_step(const step_options& o) {
   r.margin_bytes = o.margin_gib * double(1ull << 30);
   validate(r);
   const std::vector<step_candidate> candidates = chosen_candidates(r, o.candidates);
-  const step_decision d =
-      plan_step(r, candidates, {.threads = o.threads, .pricing = o.complete ? candidate_pricing::complete : candidate_pricing::until_beaten});
+  step_planner_options planning{.threads = o.threads, .pricing = o.complete ? candidate_pricing::complete : candidate_pricing::until_beaten};
+  planning.simulation.exchanges = o.exchanges.value_or(exchange_pricing::per_port);
+  const step_decision d = plan_step(r, candidates, planning);
   if (o.json) {
     write_step_decision_json(std::cout, d);
     return;
@@ -154,6 +158,7 @@ void add_step_command(CLI::App& app) {
   add_threads_option(cmd, options->threads, "block shapes priced at once in each simulation");
   cmd->add_flag("--json", options->json, "print the decision as JSON (zeppelin.step, docs/formats.md)");
   cmd->add_flag("--complete", options->complete, "price every candidate to the end (default: stop a simulation once it passes the best)");
+  add_exchanges_option(cmd, options->exchanges);
   cmd->add_flag("--explain", options->explain, "print each candidate's policies and the chosen plan's replicas and micro-batches");
   cmd->callback([options] { run_step(*options); });
 }

@@ -162,12 +162,7 @@ void add_strategy_command(CLI::App& app) {
       ->check(example_cli::positive());
   add_integer_option(cmd, "--seed", options->seed, "seed of the dispatch trials")->capture_default_str();
   add_threads_option(cmd, options->threads, "greedy dispatch trials, pipeline packings and simulated block shapes run at once");
-  cmd->add_option("--exchanges", options->exchanges,
-                  "how the simulation prices the switching's exchanges: per_port (each whole, at its busiest port's "
-                  "bytes, after every GPU posted it; the default) or per_flow (every transfer a flow, max-min fair; slow at "
-                  "1,000+ GPUs)")
-      ->transform(example_cli::one_of({{"per_port", static_cast<long long>(zeppelin::exchange_pricing::per_port)},
-                                       {"per_flow", static_cast<long long>(zeppelin::exchange_pricing::per_flow)}}));
+  add_exchanges_option(cmd, options->exchanges);
   cmd->add_flag("--json", options->json,
                 "print {\"strategy\":[...],\"pipelines\":[{...,\"micro_batches\":[[...]]}],\"iteration_s\":x,\"simulated_iteration_s\":y}");
   cmd->callback([options] { run_strategy(*options); });

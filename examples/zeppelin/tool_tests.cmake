@@ -352,6 +352,10 @@ zeppelin_add_cli_test(tool.step_stops_the_beaten EXIT_CODE 0
 zeppelin_add_cli_test(tool.step_explain EXIT_CODE 0
   STDOUT "infinipipe +[0-9.]+ s.*InfiniPipe's chunks.*part 0 \\([a-z_]+ sync\\):.*replica 0 <TP [0-9]+, CP [0-9]+, PP [0-9]+> on GPUs 0\\.\\.[0-9]+, [a-z0-9_-]+: .[0-9]"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 1 --gpus-per-node 4 --candidates infinipipe --explain)
+zeppelin_add_cli_test(tool.step_exchanges_per_flow EXIT_CODE 0 STDOUT "chosen: hydraulis, predicted [0-9.]+ s"
+  COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --nodes 2 --gpus-per-node 4 --candidates hydraulis --exchanges per_flow)
+zeppelin_add_cli_test(tool.step_exchanges_unknown EXIT_CODE 105 STDERR "--exchanges: .nope. is not one of per_port\\|per_flow"
+  COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --exchanges nope)
 zeppelin_add_cli_test(tool.step_unknown_candidate EXIT_CODE 1 STDERR "--candidates: unknown candidate 'nope' \\(valid: megatron, te,.*infinipipe\\+zeppelin\\)"
   COMMAND ${zeppelin_tool_cmd} step --lengths ${zeppelin_fixtures}/lengths_wlb.txt --candidates te,nope)
 zeppelin_add_cli_test(tool.step_nothing_plans EXIT_CODE 1 STDERR "no candidate composition plans this step"
