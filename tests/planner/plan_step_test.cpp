@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <type_traits>
 #include <string>
@@ -224,6 +226,63 @@ TEST_CASE("a user's own policies compose: a fixed scheme, a packer of one's own,
     homogeneous_strategy odd{.scheme = parallel_scheme{.tp = 3, .pp = 1, .cp = 1}};
     (void)odd.candidates(r, scheme_profiles_of(r));
   });
+}
+
+TEST_CASE("InfiniPipe's sequence processor packs whole documents into balanced chunks, each a micro-batch", "[planner]") {
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const step_request r = planner_request(seed, seed % 2 == 0 ? 2 : 1);
+    const std::vector<scheme_profile> profiles = scheme_profiles_of(r);
+    for (const any_step_strategy& strategy : {any_step_strategy{homogeneous_strategy{}}, any_step_strategy{hydraulis_strategy{}}}) {
+      const std::vector<struct strategy> candidates = strategy.candidates(r, profiles);
+      const iteration_plan plan = sequence_processor_packing{}.assign(r, candidates);
+      INFO("seed " << seed << " candidate " << plan.candidate);
+      const std::vector<scheme_profile> pipelines = pipelines_of(candidates.at(plan.candidate));
+      // the chunks of Algorithm 1 with one slice, on the kept candidate's PP
+      const sequence_processor processor{.cost = chunk_cost_model::for_model(r.model, r.cluster, 1, pipelines.front().scheme.pp)};
+      const chunking chunks = processor.process(r.documents, 1);
+      std::multiset<std::vector<std::int64_t>> expected, got;
+      for (const chunk& k : chunks.chunks) {
+        std::vector<std::int64_t> mb;
+        for (const chunk_slice& x : k.slices) {
+          REQUIRE(x.begin == 0);
+          REQUIRE(x.end == r.documents[static_cast<std::size_t>(x.sequence)]);  // never cut
+          mb.push_back(x.sequence);
+        }
+        REQUIRE(k.tokens() <= longest_document(r));
+        expected.insert(mb);
+      }
+      std::vector<int> seen(r.documents.size(), 0);
+      REQUIRE(plan.pipelines.size() == pipelines.size());
+      for (const pipeline_plan& p : plan.pipelines)
+        for (const std::vector<std::int64_t>& mb : p.packing.micro_batches) {
+          token_count tokens = 0;
+          for (const std::int64_t d : mb) ++seen[static_cast<std::size_t>(d)], tokens += r.documents[static_cast<std::size_t>(d)];
+          REQUIRE(tokens <= p.profile.max_len);
+          got.insert(mb);
+        }
+      REQUIRE(got == expected);
+      for (const int n : seen) REQUIRE(n == 1);
+      // no candidate's plan is predicted faster than the kept one
+      for (std::size_t c = 0; c < candidates.size(); ++c)
+        if (const std::optional<iteration_plan> other = sequence_processor_packing::assign_to(r, candidates[c], c)) REQUIRE(plan.seconds <= other->seconds);
+    }
+  }
+}
+
+TEST_CASE("the sequence processor's packing composes with Zeppelin's layouts and is priced by plan_step", "[planner]") {
+  const step_request r = planner_request(4, 2);
+  std::vector<step_candidate> candidates = default_step_candidates(r);
+  composed_step chunks = step_candidates::homogeneous(any_packer{original{}}, 1.0, step_candidates::zeppelin_layout(r));
+  chunks.packer = {sequence_processor_packing{}};
+  candidates.push_back({"chunks+zeppelin", chunks, "homogeneous; InfiniPipe's sequence processor; Zeppelin's CP layout"});
+  const step_decision d = plan_step(r, candidates, {.pricing = candidate_pricing::complete});
+  const priced_step_candidate& mine = d.candidates.back();
+  REQUIRE(mine.name == "chunks+zeppelin");
+  REQUIRE(mine.priced());
+  REQUIRE(d.predicted_s <= mine.seconds);
+  const std::vector<sequence_step_plan> parts = candidates.back().plan(r, scheme_profiles_of(r));
+  check_covers_every_token(r, parts);
+  REQUIRE(simulate_back_to_back(parts, r.cluster, r.model, step_planner_sim_options()).iteration_s == mine.seconds);
 }
 
 TEST_CASE("the step decision's JSON: versioned, every candidate, every part's step plan read back equal", "[planner]") {
