@@ -2,7 +2,7 @@
 //   planner_sweep [--smoke | --quick | --full | --targets] [--model M] [--cluster C]
 // For every batch of a sweep (the Table 2 datasets at several token budgets, and adversarial
 // shapes: one giant sequence among hundreds of tiny ones, one huge sequence, fixed lengths, a
-// lognormal tail) on every topology, it simulates every other method (sim/methods.hpp) and
+// lognormal tail) on every topology, it simulates every other method (planner/methods.hpp) and
 // `zeppelin`, and prints per batch the best other method, zeppelin's choice, the ratio of
 // zeppelin's step to the best other (<= 1: never slower), zeppelin's efficiency (perfect-balance
 // bound / step), Zeppelin-as-published's efficiency, and the planner's wall times. The summary
@@ -14,6 +14,7 @@
 // targets (GitHub 256K over 32 GPUs: 1 ms; 4M over 1024 GPUs: 20 ms) instead of the sweep.
 // Default model 7B on cluster C (8 H200 and 8 NICs per node).
 // Exit status 1 when zeppelin is slower than another method on some batch.
+#include <zeppelin/planner.hpp>
 #include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
 

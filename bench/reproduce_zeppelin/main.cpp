@@ -14,10 +14,11 @@
 // headroom per GPU (default: method_setup's), --no-contention turns the SM contention model
 // (sim/sm_contention.hpp) off to show what it moves, --per-group makes every method launch
 // one attention kernel per ring group and round (sim_options::launch; by default Zeppelin's
-// engine fuses round k of all the rings of a queue into one launch per GPU, sim/methods.hpp)
+// engine fuses round k of all the rings of a queue into one launch per GPU, planner/methods.hpp)
 // to show what fusing moves. Nothing is fitted to the paper: the
 // constants are those of core/topology_presets.hpp, cost/ and sim/sm_contention.hpp (public
 // sources named there).
+#include <zeppelin/planner.hpp>
 #include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
 

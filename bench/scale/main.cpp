@@ -9,6 +9,7 @@
 //   bench_scale           the full cases (minutes; up to ~6 GB)
 //   bench_scale --quick   the same shapes with 16x fewer tokens and 64x fewer GPUs (ctest smoke)
 // Linux / POSIX (fork, pipes, getrusage).
+#include <zeppelin/planner.hpp>
 #include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
 

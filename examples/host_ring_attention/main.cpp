@@ -1,4 +1,4 @@
-// host_ring_attention: one attention layer of a method (sim/methods.hpp: its partitioner,
+// host_ring_attention: one attention layer of a method (planner/methods.hpp: its partitioner,
 // collective, routing, engine, launches and remap) executed for real on N * P host thread
 // ranks (host loopback world), forward and backward, and checked against the dense
 // single-rank reference of every sequence.
@@ -25,8 +25,8 @@
 #include <zeppelin/data/length_file.hpp>
 #include <zeppelin/exec.hpp>
 #include <zeppelin/exec/linear_layout.hpp>
+#include <zeppelin/planner/methods.hpp>
 #include <zeppelin/program.hpp>
-#include <zeppelin/sim/methods.hpp>
 
 #include "../common/cli_integers.hpp"
 #include "../common/priced_model.hpp"

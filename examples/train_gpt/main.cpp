@@ -14,7 +14,7 @@
 //      micro-batches of whole documents (step.hpp split_documents; M = --micro-batches, default
 //      the stage count), each planned
 //      for the N x P ranks of a stage with method M (any method of `zeppelin simulate`,
-//      sim/methods.hpp; `zeppelin`, the default, lets the cost-driven planner choose the layout
+//      planner/methods.hpp; `zeppelin`, the default, lets the cost-driven planner choose the layout
 //      and execution, priced for LLaMA-7B with this attention shape; or a partitioner name,
 //      run with the baselines' execution); a plan that runs in several passes (hybrid_dp,
 //      micro_batched) gives a micro-batch per pass (step.hpp plan_steps); the step's execution
@@ -92,9 +92,9 @@
 #include <zeppelin/exec.hpp>
 #include <zeppelin/exec/step_runner.hpp>
 #include <zeppelin/pack/packing_methods.hpp>
+#include <zeppelin/planner/methods.hpp>
 #include <zeppelin/program.hpp>
 #include <zeppelin/schedule/pipeline/any_schedule.hpp>
-#include <zeppelin/sim/methods.hpp>
 #include <zeppelin/step/build.hpp>
 #include <zeppelin/step/cp_group_topology.hpp>
 #include <zeppelin/step/make_plan.hpp>

@@ -38,8 +38,8 @@
 #include <zeppelin/comm.hpp>
 #include <zeppelin/exec.hpp>
 #include <zeppelin/planner/any_cp_layout.hpp>
+#include <zeppelin/planner/methods.hpp>
 #include <zeppelin/program.hpp>
-#include <zeppelin/sim/methods.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -20,7 +20,7 @@
 
 #include <zeppelin/checkpoint/any_checkpoint_policy.hpp>
 #include <zeppelin/partition/registry.hpp>
-#include <zeppelin/sim/methods.hpp>
+#include <zeppelin/planner/methods.hpp>
 
 #include <algorithm>
 #include <cmath>

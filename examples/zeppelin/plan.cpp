@@ -15,7 +15,7 @@
 //      otherwise a per-rank summary: tokens, causal pairs, tokens per zone, cross-node KV
 //      tokens sent per forward pass (partition/plan_stats.hpp), then the totals and notes.
 //      --explain (instead of --method) plans with the cost-driven planner of the `zeppelin`
-//      method (sim/cost_driven_planner.hpp) for --model M (default 7b) on these GPUs with
+//      method (planner/cost_driven_planner.hpp) for --model M (default 7b) on these GPUs with
 //      cluster C's links: it prints every candidate's bound and simulated step (or why it was
 //      pruned or refused), the chosen candidate and its execution, and per sequence its
 //      micro-batch, group, zone, collective and ranks; with --json the plan's JSON gains
@@ -33,15 +33,15 @@
 //   zeppelin plan --explain --lengths batch.txt --nodes 4
 #include "commands.hpp"
 
+#include <zeppelin/core/model_presets.hpp>
+#include <zeppelin/core/plan_json.hpp>
+#include <zeppelin/core/rank_view.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/core/validate.hpp>
 #include <zeppelin/data/length_file.hpp>
-#include <zeppelin/core/model_presets.hpp>
-#include <zeppelin/core/plan_json.hpp>
-#include <zeppelin/core/rank_view.hpp>
 #include <zeppelin/partition.hpp>
-#include <zeppelin/sim/cost_driven_planner.hpp>
+#include <zeppelin/planner/cost_driven_planner.hpp>
 
 #include <nlohmann/json.hpp>
 

@@ -9,7 +9,7 @@
 //      --slack sets the planners' capacity headroom (method_setup::capacity_slack),
 //      --no-contention turns the SM contention model off (sim/sm_contention.hpp),
 //      --launch per_group|fused_round overrides every method's attention launch policy
-//      (sim_options::launch; default: each method's own, sim/methods.hpp).
+//      (sim_options::launch; default: each method's own, planner/methods.hpp).
 //      --method M simulates one method; --record FILE (with one method) writes the execution
 //      record of one simulated layer (program/record.hpp): every transfer and launch priced,
 //      the same file examples/host_ring_attention --record writes when it executes that
@@ -28,6 +28,7 @@
 #include "commands.hpp"
 
 #include <zeppelin/core/output_file.hpp>
+#include <zeppelin/planner.hpp>
 #include <zeppelin/sim.hpp>
 #include <zeppelin/zeppelin.hpp>
 

@@ -1,5 +1,5 @@
 // python/capi/zeppelin_capi_cost.cpp
-// zeppelin_plan_by_cost: the cost-driven planner (sim/cost_driven_planner.hpp) behind the C
+// zeppelin_plan_by_cost: the cost-driven planner (planner/cost_driven_planner.hpp) behind the C
 // ABI, in its own translation unit because it pulls in the step simulator. Capacity as
 // `zeppelin plan --explain`: the given tokens per GPU, or the batch's balanced capacity, with
 // no further slack.
@@ -11,7 +11,7 @@
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/partition/capacity.hpp>
-#include <zeppelin/sim/cost_driven_planner.hpp>
+#include <zeppelin/planner/cost_driven_planner.hpp>
 
 #include <string>
 #include <vector>

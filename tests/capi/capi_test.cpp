@@ -13,9 +13,9 @@
 #include <zeppelin/pack/stream.hpp>
 #include <zeppelin/partition/capacity.hpp>
 #include <zeppelin/partition/registry.hpp>
+#include <zeppelin/planner/cost_driven_planner.hpp>
 #include <zeppelin/remap/exact.hpp>
 #include <zeppelin/remap/layout.hpp>
-#include <zeppelin/sim/cost_driven_planner.hpp>
 #include <zeppelin/strategy/plan_strategy.hpp>
 
 #include <catch2/catch.hpp>

@@ -9,6 +9,7 @@
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/data/sampler.hpp>
+#include <zeppelin/planner.hpp>
 #include <zeppelin/sim.hpp>
 #include <zeppelin/sim/detail/independent_ranks.hpp>
 

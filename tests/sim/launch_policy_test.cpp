@@ -16,6 +16,7 @@
 #include <zeppelin/cost/linear_flops.hpp>
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/data/sampler.hpp>
+#include <zeppelin/planner.hpp>
 #include <zeppelin/sim.hpp>
 
 #include <algorithm>

@@ -6,12 +6,13 @@
 #include <catch2/catch.hpp>
 
 #include <zeppelin/core/model_presets.hpp>
-#include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/core/random.hpp>
+#include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/cost/transfer_bytes.hpp>
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/data/sampler.hpp>
 #include <zeppelin/partition/even_split.hpp>
+#include <zeppelin/planner.hpp>
 #include <zeppelin/route/proxy.hpp>
 #include <zeppelin/schedule/ring_schedule.hpp>
 #include <zeppelin/sim.hpp>

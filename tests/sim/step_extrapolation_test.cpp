@@ -11,8 +11,8 @@
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/data/sampler.hpp>
+#include <zeppelin/planner/methods.hpp>
 #include <zeppelin/sim/step_extrapolation.hpp>
-#include <zeppelin/sim/methods.hpp>
 
 #include <array>
 #include <cstdint>

@@ -4,11 +4,11 @@
 // the method setup of a batch spread evenly.
 #pragma once
 
+#include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/model.hpp>
 #include <zeppelin/core/model_presets.hpp>
-#include <zeppelin/core/batch.hpp>
 #include <zeppelin/core/topology.hpp>
-#include <zeppelin/sim/method_spec.hpp>
+#include <zeppelin/planner/method_spec.hpp>
 
 #include <limits>
 #include <string>

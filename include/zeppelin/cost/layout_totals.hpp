@@ -2,7 +2,7 @@
 // What a layout puts where, summed: per (micro-batch, rank) the tokens it holds and the causal
 // pairs of its shards outside groups, and per (group, micro-batch it serves, member) the
 // tokens and causal pairs of the member's shards in that group. The planner's first bound
-// (sim/plan_step_bound.hpp) reads nothing else of a plan, so a partitioner that can lay its
+// (planner/plan_step_bound.hpp) reads nothing else of a plan, so a partitioner that can lay its
 // plan out into these sums (partition/detail/plan_builder.hpp, layout_totals_store) is
 // bounded without building its shards: 375K shards at 4M tokens over 1024 GPUs.
 //   in : shards one by one (add), with the member's position in its group when the caller

@@ -4,7 +4,7 @@
 //   in : batch, topology, slack s >= 0 (default default_capacity_slack = 1/8)
 //   out: ceil(ceil(T / G) x (1 + s)) tokens, T the batch's tokens and G the topology's ranks
 // The headroom is what lets an attention-balancing partitioner (hierarchical) trade tokens
-// for balance and a remapping layer move them (sim/method_spec.hpp explains the 1/8 of the
+// for balance and a remapping layer move them (planner/method_spec.hpp explains the 1/8 of the
 // evaluation); at s = 0 every rank is filled exactly. Throws invalid_argument for a negative or
 // non-finite slack and when the capacity would pass 2^62 tokens. Host-only.
 #pragma once

@@ -20,7 +20,7 @@ ZEPPELIN_NAMESPACE_BEGIN
 
 struct sim_options {
   //! Kernel launches of ring rounds (program/options.hpp); the methods choose theirs
-  //! (sim/methods.hpp).
+  //! (planner/methods.hpp).
   launch_policy launch = launch_policy::per_group;
   //! How a micro-batch's levels share the GPU: one stream, or Zeppelin's prioritised queues.
   engine_policy engine = engine_policy::in_order;

@@ -1,9 +1,9 @@
-// zeppelin/sim/methods.hpp
+// zeppelin/planner/methods.hpp
 // Runs a method of the evaluation by name: plans the batch and simulates the step.
-//   in : a method (method_specs, sim/method_spec.hpp), a batch, the PHYSICAL topology, a
+//   in : a method (method_specs, planner/method_spec.hpp), a batch, the PHYSICAL topology, a
 //        model, method_setup
 //   out: method_run: the plan (on the tensor_parallel_view when TP > 1) and its sim_result;
-//        for the cost-driven `zeppelin`, the chosen candidate's (sim/cost_driven_planner.hpp),
+//        for the cost-driven `zeppelin`, the chosen candidate's (planner/cost_driven_planner.hpp),
 //        named in method_run::candidate
 // Host-only.
 #pragma once
@@ -13,8 +13,8 @@
 #include <zeppelin/core/model.hpp>
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
-#include <zeppelin/sim/cost_driven_planner.hpp>
-#include <zeppelin/sim/method_spec.hpp>
+#include <zeppelin/planner/cost_driven_planner.hpp>
+#include <zeppelin/planner/method_spec.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
 
 #include <string>

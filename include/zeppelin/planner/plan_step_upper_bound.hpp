@@ -1,7 +1,7 @@
-// zeppelin/sim/plan_step_upper_bound.hpp
+// zeppelin/planner/plan_step_upper_bound.hpp
 // An upper bound on the simulated step of a Ulysses or USP plan, from the plan alone: what lets
-// the cost-driven planner (sim/cost_driven_planner.hpp) choose such a plan without simulating
-// it when its upper bound is below every other candidate's lower bound (sim/plan_step_bound.hpp).
+// the cost-driven planner (planner/cost_driven_planner.hpp) choose such a plan without simulating
+// it when its upper bound is below every other candidate's lower bound (planner/plan_step_bound.hpp).
 //   in : plan (on the CP view), batch, model, the view, cost model, the execution (sim_options)
 //   out: seconds >= simulate(plan, batch, view, model, options, cost).step_time_s, or nothing
 //        where the plan or execution is not one it covers:

@@ -1,4 +1,4 @@
-// zeppelin/sim/cost_driven_planner.hpp
+// zeppelin/planner/cost_driven_planner.hpp
 // Zeppelin's planner: plan a batch with every candidate (a layout policy and an execution),
 // price each with the step simulator, keep the fastest.
 //   in : batch, PHYSICAL topology, model, method_setup, candidates (method_specs; default
@@ -10,7 +10,7 @@
 //        needs (sim_options: routing, engine, launches, remapping) and, per candidate, the
 //        bound, the simulated step or why it was not simulated (pruned, infeasible, refused,
 //        duplicate).
-// Search: every candidate is laid out and bounded by plan_step_bound (sim/plan_step_bound.hpp)
+// Search: every candidate is laid out and bounded by plan_step_bound (planner/plan_step_bound.hpp)
 // with every pair at the best rate. Candidates whose partitioners lay out alike share one layout,
 // each running its own collective (the same partitioner; even_split, allgather and ulysses,
 // partition/registry.hpp same_layout_but_collective; a micro-batched planner whose batch fits
@@ -31,7 +31,7 @@
 // recorded with the reason and skipped; when no candidate can run, the first one's error is
 // thrown. Deterministic: no clocks, no unordered containers.
 // choose_by_cost stops earlier still: when the candidate next in line has an upper bound
-// (sim/plan_step_upper_bound.hpp: Ulysses and USP plans; the looser, cheaper one first, then the
+// (planner/plan_step_upper_bound.hpp: Ulysses and USP plans; the looser, cheaper one first, then the
 // tight one) below every other candidate's bound, it is chosen unsimulated (outcome certified),
 // the same choice; plan_by_cost is choose_by_cost and
 // then the chosen plan's simulation where it was not simulated.
@@ -46,11 +46,11 @@
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/topology.hpp>
 #include <zeppelin/partition/registry.hpp>
+#include <zeppelin/planner/method_spec.hpp>
+#include <zeppelin/planner/plan_step_bound.hpp>
+#include <zeppelin/planner/plan_step_upper_bound.hpp>
 #include <zeppelin/sim/cost_model.hpp>
-#include <zeppelin/sim/method_spec.hpp>
 #include <zeppelin/sim/options.hpp>
-#include <zeppelin/sim/plan_step_bound.hpp>
-#include <zeppelin/sim/plan_step_upper_bound.hpp>
 #include <zeppelin/sim/simulate.hpp>
 #include <zeppelin/sim/tensor_parallel.hpp>
 

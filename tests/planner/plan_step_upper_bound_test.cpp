@@ -1,6 +1,6 @@
 // The upper bounds that let the cost-driven planner choose without simulating its choice:
 // flows_finish_bound (sim/detail/flow_finish_bound.hpp) is never below the event engine's
-// last arrival; plan_step_upper_bound (sim/plan_step_upper_bound.hpp) is never below the
+// last arrival; plan_step_upper_bound (planner/plan_step_upper_bound.hpp) is never below the
 // simulated step of a plan it covers (Ulysses, USP, sequences alone on a rank), is tight and
 // declines what it does not cover; choose_by_cost certifies a Ulysses win at 256K tokens on 32
 // GPUs and then chooses exactly what simulating every candidate chooses, and a USP win on 64.
@@ -11,11 +11,11 @@
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/data/sampler.hpp>
-#include <zeppelin/sim/cost_driven_planner.hpp>
+#include <zeppelin/planner/cost_driven_planner.hpp>
+#include <zeppelin/planner/methods.hpp>
+#include <zeppelin/planner/plan_step_upper_bound.hpp>
 #include <zeppelin/sim/detail/flow_finish_bound.hpp>
 #include <zeppelin/sim/event_engine.hpp>
-#include <zeppelin/sim/methods.hpp>
-#include <zeppelin/sim/plan_step_upper_bound.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
-// The cost-driven planner (sim/cost_driven_planner.hpp) and the bound that prunes its search
-// (sim/plan_step_bound.hpp): the bound never exceeds a simulated step (and sees the bytes a
+// The cost-driven planner (planner/cost_driven_planner.hpp) and the bound that prunes its search
+// (planner/plan_step_bound.hpp): the bound never exceeds a simulated step (and sees the bytes a
 // ring or an all-to-all must deliver, and the small launches of a ring's rounds), the choice equals
 // the brute-force minimum over every candidate, the plan validates, the planner is
 // deterministic and never slower than a method it considers.
@@ -11,9 +11,9 @@
 #include <zeppelin/core/validate.hpp>
 #include <zeppelin/data/datasets.hpp>
 #include <zeppelin/data/sampler.hpp>
-#include <zeppelin/sim/cost_driven_planner.hpp>
-#include <zeppelin/sim/methods.hpp>
-#include <zeppelin/sim/plan_step_bound.hpp>
+#include <zeppelin/planner/cost_driven_planner.hpp>
+#include <zeppelin/planner/methods.hpp>
+#include <zeppelin/planner/plan_step_bound.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -1,13 +1,13 @@
-// zeppelin/sim/detail/launch_set_bound.hpp
+// zeppelin/planner/detail/launch_set_bound.hpp
 // The least time a rank's attention launches can take, from the plan alone: the work part of
-// plan_step_bound (sim/plan_step_bound.hpp) for the shards of ring and all-gather groups and
+// plan_step_bound (planner/plan_step_bound.hpp) for the shards of ring and all-gather groups and
 // of sequences held whole.
 //   in : a plan, the seconds of one causal pair at the best modelled rates (forward +
 //        backward, every layer), the attention model (its rate tables and tile), the forward's
 //        share of the pair's seconds
 //   out: per (micro-batch, rank) the seconds of its launches, all of them and those of
 //        all-gather groups; the pairs of all-to-all groups are left to the caller (their lanes
-//        compute a share of the heads each, sim/plan_step_bound.hpp)
+//        compute a share of the heads each, planner/plan_step_bound.hpp)
 // Why: pricing every pair at the best rate (the rate of a 16K-row call) says nothing about
 // layouts whose launches are small: a ring of 184 members over 1K tokens each computes
 // calls of about 1K rows, at a seventh of that rate, and simulating such a candidate costs

@@ -1,17 +1,17 @@
-// The launch sets of the plan step bound (sim/detail/launch_set_bound.hpp): the exact seconds
+// The launch sets of the plan step bound (planner/detail/launch_set_bound.hpp): the exact seconds
 // of a ring of two on hand-computed blocks; a rank in two rings of one level priced per round
 // over both (fused launches join them); the fallback for a level over the block budget is
 // the best-rate price; sets never price below it; a round's launch size is capped by its blocks
 // of disjoint queries and of disjoint keys (checked against brute force), and a sequence below
 // a tile pays its padding. (That the bound stays below the simulated step is
-// tests/sim/cost_driven_planner_test.cpp.)
+// tests/planner/cost_driven_planner_test.cpp.)
 #include <zeppelin/core/plan.hpp>
 #include <zeppelin/core/random.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/partition.hpp>
+#include <zeppelin/planner/detail/launch_set_bound.hpp>
 #include <zeppelin/sim/cost_model.hpp>
-#include <zeppelin/sim/detail/launch_set_bound.hpp>
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
-// zeppelin/sim/method_spec.hpp
+// zeppelin/planner/method_spec.hpp
 // The methods of the Zeppelin evaluation as (partitioner, execution options) pairs, and a
-// runner that plans and simulates one pair (run_spec). sim/methods.hpp runs any method by
-// name, the cost-driven `zeppelin` included (sim/cost_driven_planner.hpp).
+// runner that plans and simulates one pair (run_spec). planner/methods.hpp runs any method by
+// name, the cost-driven `zeppelin` included (planner/cost_driven_planner.hpp).
 //   in : a method_spec, a batch, the PHYSICAL topology, a model, method_setup
 //   out: method_run: the plan (on the tensor_parallel_view when TP > 1) and its sim_result
 // | name                  | partitioner              | collective | routing | engine      | launches    | remap |
@@ -13,7 +13,7 @@
 // | te_cp+routing         | even_split               | ring       | yes     | in order    | per group   | no    |
 // | te_cp+routing+engine  | hierarchical             | ring       | yes     | prioritized | fused round | no    |
 // | zeppelin_paper        | hierarchical             | ring       | yes     | prioritized | fused round | yes   |
-// | zeppelin              | the cheapest of its candidates per batch (sim/cost_driven_planner.hpp)       |
+// | zeppelin              | the cheapest of its candidates per batch (planner/cost_driven_planner.hpp)       |
 // (*) NCCL runs an all-gather over several rings (channels) whose node crossings use every
 // NIC, which the simulator expresses as routed inter-node transfers; TE CP's P2P ring sends
 // each K/V block through the one NIC of the sending GPU. ulysses is DeepSpeed-Ulysses over
@@ -80,7 +80,7 @@
 ZEPPELIN_NAMESPACE_BEGIN
 
 //! The methods of the table above; `candidate` marks a (layout, execution) pair that only the
-//! cost-driven planner considers (sim/cost_driven_planner.hpp).
+//! cost-driven planner considers (planner/cost_driven_planner.hpp).
 enum class method_kind : std::uint8_t {
   te_cp,
   llama_cp,
@@ -204,12 +204,12 @@ inline void set_collective_of(const method_spec& spec, std::vector<ring_group>& 
 //! The partitioner `spec` names, for the CP view `view` with `capacity` tokens per rank; the
 //! cost-model metric prices model `m`'s heads (32 x 128 when none is given) on view.gpu().
 //! Throws invalid_argument for the cost-driven `zeppelin`, whose partitioner depends on the
-//! batch (plan it with sim/cost_driven_planner.hpp).
+//! batch (plan it with planner/cost_driven_planner.hpp).
 [[nodiscard]] inline any_partitioner partitioner_of(const method_spec& spec, const topology& view, token_count capacity,
                                                     load_metric_kind metric = load_metric_kind::attention, const model_config* m = nullptr) {
   ZEPPELIN_EXPECTS(spec.kind != method_kind::zeppelin,
                    "the zeppelin method chooses its layout per batch by cost: plan it with plan_by_cost "
-                   "(sim/cost_driven_planner.hpp) or run it with run_method",
+                   "(planner/cost_driven_planner.hpp) or run it with run_method",
                    {});
   const partitioner_settings settings{
       .capacity = capacity, .cp_size = 0, .metric = make_load_metric(metric, view.gpu(), m ? m->heads : 32, m ? m->head_dim : 128)};

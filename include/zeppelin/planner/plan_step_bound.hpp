@@ -1,8 +1,8 @@
-// zeppelin/sim/plan_step_bound.hpp
+// zeppelin/planner/plan_step_bound.hpp
 // A lower bound on the simulated step of ONE plan: the work its busiest ranks must execute,
 // at the best modelled rates, or the bytes its busiest receivers must take in, at the most
 // their ports can take, whichever is larger. The cost-driven planner
-// (sim/cost_driven_planner.hpp) simulates its candidates in order of this bound and stops
+// (planner/cost_driven_planner.hpp) simulates its candidates in order of this bound and stops
 // when the next bound reaches the best step found, without changing its choice.
 //   in : plan (on the CP view), batch, model, the view, cost model, whether the linear modules
 //        run in a token-balanced layout (remapping on), and which ports bytes from other
@@ -76,11 +76,11 @@
 #include <zeppelin/cost/causal_pairs.hpp>
 #include <zeppelin/cost/layout_totals.hpp>
 #include <zeppelin/cost/step_work.hpp>
+#include <zeppelin/planner/detail/launch_set_bound.hpp>
 #include <zeppelin/program/detail/all_to_all_collective.hpp>
 #include <zeppelin/program/options.hpp>
 #include <zeppelin/program/wire_format.hpp>
 #include <zeppelin/sim/cost_model.hpp>
-#include <zeppelin/sim/detail/launch_set_bound.hpp>
 
 #include <algorithm>
 #include <array>
