@@ -11,7 +11,8 @@
 //      ratio (never above 1: each is a candidate), and the efficiency (lower bound /
 //      predicted). The summary: the worst ratio, the median gain over the best single
 //      composition, the median efficiency.
-// Usage: step_planner [--smoke | --full] [--seed S]
+// Usage: step_planner [--smoke | --full] [--seed S] [--sweep-gpus a,b,...] (--sweep-gpus: the
+// sweep alone, on these GPU counts)
 #include <zeppelin/core/model_presets.hpp>
 #include <zeppelin/core/topology_presets.hpp>
 #include <zeppelin/data/datasets.hpp>
@@ -36,6 +37,7 @@ struct mode {
   bool smoke = false;
   bool full = false;
   std::uint64_t seed = 1;
+  std::vector<int> sweep_gpus;  //!< --sweep-gpus: these clusters only, the sweep alone
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -106,6 +108,7 @@ void sweep(const mode& md) {
   std::vector<int> clusters = {16, 32};
   if (md.smoke) clusters = {16};
   if (md.full) clusters = {16, 32, 64, 128, 256, 512, 1024};
+  if (!md.sweep_gpus.empty()) clusters = md.sweep_gpus;
   const std::vector<std::string> singles = {"megatron", "te", "ulysses", "wlb", "zeppelin", "hydraulis", "infinipipe"};
   std::printf("\n## The composed choice against each paper's composition (8K tokens per GPU, seed %llu)\n\n", static_cast<unsigned long long>(md.seed));
   std::printf("| mix | GPUs | documents | chosen | predicted s | best single | its s | ratio | efficiency | plan_step s |\n|---|---|---|---|---|---|---|---|---|---|\n");
@@ -159,12 +162,26 @@ int main(int argc, char** argv) {
       md.full = true;
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc)
       md.seed = std::strtoull(argv[++i], nullptr, 10);
-    else {
-      std::fprintf(stderr, "usage: step_planner [--smoke | --full] [--seed S]\n");
+    else if (!std::strcmp(argv[i], "--sweep-gpus") && i + 1 < argc) {
+      const std::string list = argv[++i];
+      for (std::size_t at = 0; at <= list.size();) {
+        const std::size_t comma = std::min(list.find(',', at), list.size());
+        const std::string item = list.substr(at, comma - at);
+        char* end = nullptr;
+        const long gpus = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || gpus < 1 || gpus > 65536 || (gpus > 8 && gpus % 8 != 0)) {
+          std::fprintf(stderr, "step_planner: --sweep-gpus takes GPU counts a,b,... (1..8, or multiples of 8), not '%s'\n", item.c_str());
+          return 2;
+        }
+        md.sweep_gpus.push_back(static_cast<int>(gpus));
+        at = comma + 1;
+      }
+    } else {
+      std::fprintf(stderr, "usage: step_planner [--smoke | --full] [--seed S] [--sweep-gpus a,b,...]\n");
       return 2;
     }
   }
-  planning_time(md);
+  if (md.sweep_gpus.empty()) planning_time(md);
   sweep(md);
   return 0;
 }
