@@ -676,19 +676,18 @@ class step_sim_backend {
   //! The stream policy of the engines it makes for shapes (the caller's engine's).
   void set_stream_policy(stream_policy p) noexcept { e_policy_ = p; }
 
-  //! per_shape: prices the shape of every block of the program now, `threads` shapes at
-  //! once (each on an engine of its own; the costs do not depend on the threads), so the
-  //! step level finds them priced. Call before running the step.
-  //! Prices every block shape not priced yet, `threads` at once, in the order of each shape's
-  //! first block. With a finite `deadline_s` it stops once a rank's blocks priced so far add up
-  //! past it and returns that sum: a rank's blocks run one after another on its compute
+  //! per_shape: prices the shape of every block of the program not priced yet, `threads`
+  //! shapes at once (each on an engine of its own; the costs do not depend on the threads),
+  //! so the step level finds them priced. Call before running the step. With a finite
+  //! `deadline_s` the shapes are priced in the order of their first blocks, `threads` at a
+  //! time, and the pricing stops once one rank's blocks priced so far add up past the
+  //! deadline, returning that sum: a rank runs its blocks one after another on its compute
   //! stream, so the step takes longer than the deadline whatever the rest costs. Returns 0
   //! when every shape is priced (the sums stayed within the deadline).
   double price_shapes(int threads, double deadline_s = std::numeric_limits<double>::infinity()) {
     ZEPPELIN_EXPECTS(threads >= 1, "pricing shapes needs at least 1 thread", {{"threads", double(threads)}});
     ZEPPELIN_EXPECTS(!std::isnan(deadline_s), "a deadline must not be NaN", {});
     std::map<std::vector<std::int64_t>, std::int32_t> slot_of;  // a shape -> its slot in `shapes` below
-    std::vector<std::int32_t> shape_of_block(prog_.blocks.size());
     struct pending {
       const shape_cost* priced = nullptr;  // a shape priced before
       std::vector<std::int64_t> key;
@@ -738,8 +737,8 @@ class step_sim_backend {
       prices[k] = price_launches(prog_.layout(micro_batches[k].first, micro_batches[k].second).attention, cost_.attention);
     });
     for (std::size_t k = 0; k < micro_batches.size(); ++k) prices_->emplace(micro_batches[k], std::move(prices[k]));
-    // `threads` shapes at a time, the sums checked after each wave
-    const auto wave = static_cast<std::size_t>(threads);
+    // `threads` shapes at a time, the sums checked after each wave (all at once without a deadline)
+    const std::size_t wave = std::isfinite(deadline_s) ? static_cast<std::size_t>(threads) : std::max<std::size_t>(1, unpriced.size());
     for (std::size_t from = 0; from < unpriced.size(); from += wave) {
       const std::size_t n = std::min(wave, unpriced.size() - from);
       std::vector<shape_cost> costs(n);
