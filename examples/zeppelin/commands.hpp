@@ -7,12 +7,9 @@
 
 #include "../common/cli_integers.hpp"
 
-#include <zeppelin/sim/step_backend.hpp>
-
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -59,18 +56,6 @@ inline CLI::Option* add_threads_option(CLI::App* cmd, int& threads,
   return add_integer_option(cmd, "--threads", threads, work + " (default: the machine's hardware threads; the results do not depend on it)")
       ->capture_default_str()
       ->check(example_cli::positive());
-}
-
-//! --exchanges per_port|per_flow: how a step simulation prices Hydraulis' switching
-//! (sim/step_backend.hpp exchange_pricing); empty: per_port.
-inline CLI::Option* add_exchanges_option(CLI::App* cmd, std::optional<zeppelin::exchange_pricing>& exchanges) {
-  return cmd
-      ->add_option("--exchanges", exchanges,
-                   "how the simulation prices the switching's exchanges: per_port (each whole, at its busiest port's "
-                   "bytes, after every GPU posted it; the default) or per_flow (every transfer a flow, max-min fair; slow at "
-                   "1,000+ GPUs)")
-      ->transform(example_cli::one_of({{"per_port", static_cast<long long>(zeppelin::exchange_pricing::per_port)},
-                                       {"per_flow", static_cast<long long>(zeppelin::exchange_pricing::per_flow)}}));
 }
 
 //! The subcommand `zeppelin` runs when given no arguments (the main job).

@@ -25,6 +25,7 @@
 // N or P < 1) is an error on stderr with exit status 1, and so is a step no candidate can
 // plan (naming the first refusal).
 #include "commands.hpp"
+#include "exchanges_option.hpp"
 
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/model_presets.hpp>

@@ -31,6 +31,7 @@
 // still printed, with the simulation refused and the reason (JSON:
 // "simulated_iteration_s":null,"simulation_refused":"...").
 #include "commands.hpp"
+#include "exchanges_option.hpp"
 
 #include <zeppelin/core/error.hpp>
 #include <zeppelin/core/model_presets.hpp>
