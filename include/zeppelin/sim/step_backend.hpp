@@ -689,17 +689,16 @@ class step_sim_backend {
     ZEPPELIN_EXPECTS(!std::isnan(deadline_s), "a deadline must not be NaN", {});
     std::map<std::vector<std::int64_t>, std::int32_t> slot_of;  // a shape -> its slot in `shapes` below
     struct pending {
-      const shape_cost* priced = nullptr;  // a shape priced before
-      std::vector<std::int64_t> key;
-      std::vector<std::int32_t> blocks;    // the blocks of the shape, the first first
+      const shape_cost* priced = nullptr;         // a shape priced before
+      const std::vector<std::int64_t>* key = nullptr;  // slot_of's (its nodes stay put)
+      std::vector<std::int32_t> blocks;           // the blocks of the shape, the first first
     };
     std::vector<pending> shapes;
     for (std::size_t i = 0; i < prog_.blocks.size(); ++i) {
-      std::vector<std::int64_t> key = shape_key(static_cast<std::int32_t>(i));
-      auto [at, added] = slot_of.emplace(key, static_cast<std::int32_t>(shapes.size()));
+      auto [at, added] = slot_of.try_emplace(shape_key(static_cast<std::int32_t>(i)), static_cast<std::int32_t>(shapes.size()));
       if (added) {
-        const auto known = shapes_.find(key);
-        shapes.push_back({known == shapes_.end() ? nullptr : &known->second, std::move(key), {}});
+        const auto known = shapes_.find(at->first);
+        shapes.push_back({known == shapes_.end() ? nullptr : &known->second, &at->first, {}});
       }
       shapes[static_cast<std::size_t>(at->second)].blocks.push_back(static_cast<std::int32_t>(i));
     }
@@ -753,7 +752,7 @@ class step_sim_backend {
       for (std::size_t k = 0; k < n; ++k) {
         pending& x = shapes[unpriced[from + k]];
         add(x, costs[k]);
-        shapes_.emplace(std::move(x.key), std::move(costs[k]));
+        shapes_.emplace(*x.key, std::move(costs[k]));
       }
       if (busiest > deadline_s) return busiest;
     }
